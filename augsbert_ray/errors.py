@@ -1,0 +1,43 @@
+"""Typed errors. Every user-facing failure names where it happened."""
+
+from __future__ import annotations
+
+
+class AugSBERTError(Exception):
+    """Base class of every error this package raises on purpose."""
+
+
+class DataError(AugSBERTError):
+    """A row of an input file is malformed.
+
+    Attributes:
+        path: the file (or hub id) being read.
+        line: 1-based line of the offending row (row index + 1 where a format has no lines).
+        field: the column or field that is wrong.
+        reason: what is wrong with it.
+    """
+
+    def __init__(self, path: str, line: int | None, field: str | None, reason: str):
+        self.path = str(path)
+        self.line = line
+        self.field = field
+        self.reason = reason
+        where = self.path if line is None else f"{self.path}:{line}"
+        what = f" field '{field}'" if field else ""
+        super().__init__(f"{where}:{what} {reason}")
+
+
+class ConfigError(AugSBERTError):
+    """A job configuration is invalid; the message names the file and the key."""
+
+    def __init__(self, path: str | None, key: str | None, reason: str):
+        self.path = path
+        self.key = key
+        self.reason = reason
+        where = path or "<config>"
+        what = f" key '{key}'" if key else ""
+        super().__init__(f"{where}:{what} {reason}")
+
+
+class TeacherCheckError(AugSBERTError):
+    """The cross-encoder is not better than the gold-only bi-encoder and the job asked to stop."""

@@ -1,0 +1,64 @@
+"""The one data contract between stages: column names and Arrow schemas.
+
+Every stage reads and writes Parquet with one of these schemas, so any artifact in a
+run directory can be opened with ``pyarrow.parquet.read_table`` and inspected, and a
+stage never has to guess what the previous one produced.
+"""
+
+from __future__ import annotations
+
+import pyarrow as pa
+
+# Gold (labelled) pairs, whatever file they came from.
+SENTENCE1 = "sentence1"
+SENTENCE2 = "sentence2"
+LABEL = "label"  # float in [0, 1]: scaled similarity, or 0/1 for binary tasks
+SPLIT = "split"  # "train" | "dev" | "test"
+SOURCE = "source"  # file path or hub id the row came from
+LINE = "line"  # 1-based physical line in the file (row index + 1 for Parquet / hub)
+GENRE = "genre"  # optional sub-domain (the STS benchmark's genre column); null otherwise
+
+PAIR_SCHEMA = pa.schema(
+    [
+        pa.field(SENTENCE1, pa.string(), nullable=False),
+        pa.field(SENTENCE2, pa.string(), nullable=False),
+        pa.field(LABEL, pa.float32(), nullable=False),
+        pa.field(SPLIT, pa.string(), nullable=False),
+        pa.field(SOURCE, pa.string(), nullable=False),
+        pa.field(LINE, pa.int64(), nullable=False),
+        pa.field(GENRE, pa.string(), nullable=True),
+    ]
+)
+
+# Candidate (unlabelled) pairs produced by a sampler. ``id1 < id2`` always holds: ids
+# index the job's table of unique sentences, and the order-free key makes dedupe exact.
+ID1 = "id1"
+ID2 = "id2"
+ORIGIN = "origin"  # which sampler proposed the pair: "bm25", "ss", "rs", "kde", ...
+RETRIEVAL_SCORE = "retrieval_score"  # the sampler's own score (BM25, cosine); NaN for RS
+
+CANDIDATE_SCHEMA = pa.schema(
+    [
+        pa.field(ID1, pa.int64(), nullable=False),
+        pa.field(ID2, pa.int64(), nullable=False),
+        pa.field(SENTENCE1, pa.string(), nullable=False),
+        pa.field(SENTENCE2, pa.string(), nullable=False),
+        pa.field(ORIGIN, pa.string(), nullable=False),
+        pa.field(RETRIEVAL_SCORE, pa.float32(), nullable=False),
+    ]
+)
+
+# Silver pairs: candidates with the cross-encoder's score as their label.
+SILVER_SCHEMA = pa.schema(list(CANDIDATE_SCHEMA) + [pa.field(LABEL, pa.float32(), nullable=False)])
+
+# Unique sentences of a job, the universe that samplers draw pairs from.
+SENTENCE_ID = "sentence_id"
+TEXT = "text"
+SENTENCE_SCHEMA = pa.schema(
+    [pa.field(SENTENCE_ID, pa.int64(), nullable=False), pa.field(TEXT, pa.string(), nullable=False)]
+)
+
+
+def empty_table(schema: pa.Schema) -> pa.Table:
+    """Returns a zero-row table of ``schema`` (so empty stages still write valid Parquet)."""
+    return schema.empty_table()

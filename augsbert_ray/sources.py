@@ -1,0 +1,62 @@
+"""Where gold pairs come from: the typed description of one input file or hub dataset.
+
+Kept apart from the job config so that loaders depend on this small model only.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, model_validator
+
+Format = Literal["stsb", "mrpc", "csv", "tsv", "jsonl", "parquet", "hf"]
+
+# Raw label range of each built-in format; labels are scaled to [0, 1] from it.
+DEFAULT_LABEL_RANGE: dict[str, tuple[float, float]] = {"stsb": (0.0, 5.0), "mrpc": (0.0, 1.0)}
+
+
+class ColumnMap(BaseModel):
+    """Names of the columns (or JSON keys) that hold each field, for generic formats."""
+
+    model_config = ConfigDict(extra="forbid")
+    sentence1: str = "sentence1"
+    sentence2: str = "sentence2"
+    label: str = "label"
+    genre: str | None = None  # optional column copied into the pair schema's genre
+
+
+class DataSource(BaseModel):
+    """One input of gold pairs.
+
+    Args:
+        format: ``stsb`` / ``mrpc`` (the original distribution files), ``csv`` / ``tsv`` /
+            ``jsonl`` / ``parquet`` (generic, with ``columns``), or ``hf`` (a Hugging Face
+            dataset id in ``path``; needs the ``datasets`` package and a reachable hub).
+        path: file path, or the hub dataset id for ``hf``.
+        columns: column mapping for generic formats (ignored by ``stsb`` and ``mrpc``).
+        label_range: raw ``[min, max]`` of the label, scaled linearly to ``[0, 1]``. Defaults
+            to ``[0, 5]`` for ``stsb`` and ``[0, 1]`` otherwise. A label outside it is an error.
+        hf_config: dataset config name for ``hf``.
+        hf_split: split name inside the hub dataset for ``hf`` (e.g. ``validation``).
+    """
+
+    model_config = ConfigDict(extra="forbid")
+    format: Format
+    path: str
+    columns: ColumnMap = ColumnMap()
+    label_range: tuple[float, float] | None = None
+    hf_config: str | None = None
+    hf_split: str | None = None
+
+    @model_validator(mode="after")
+    def _check_range(self) -> "DataSource":
+        lo, hi = self.resolved_label_range
+        if not hi > lo:
+            raise ValueError(f"label_range must be [min, max] with max > min, got [{lo}, {hi}]")
+        return self
+
+    @property
+    def resolved_label_range(self) -> tuple[float, float]:
+        if self.label_range is not None:
+            return (float(self.label_range[0]), float(self.label_range[1]))
+        return DEFAULT_LABEL_RANGE.get(self.format, (0.0, 1.0))

@@ -1,0 +1,126 @@
+from pathlib import Path
+
+import pytest
+
+from augsbert_ray.config import apply_overrides, dump_job, load_job, parse_override, validate_tree
+from augsbert_ray.errors import ConfigError
+
+REPO = Path(__file__).resolve().parents[1]
+JOB_FILES = sorted((REPO / "jobs").glob("*.yaml"))
+
+MINIMAL = """
+name: t
+data:
+  train: {format: stsb, path: a.csv}
+  dev: {format: stsb, path: b.csv}
+  test: {format: stsb, path: c.csv}
+"""
+
+
+def write(tmp_path, text, name="job.yaml"):
+    p = tmp_path / name
+    p.write_text(text, encoding="utf-8")
+    return p
+
+
+@pytest.mark.parametrize("path", JOB_FILES, ids=[p.name for p in JOB_FILES])
+def test_every_shipped_job_validates(path):
+    cfg = load_job(path)
+    assert cfg.name == path.stem
+    header = path.read_text(encoding="utf-8").splitlines()[0]
+    assert header.startswith("# "), "a job file opens with a comment saying what it does"
+    assert "augsbert run jobs/" in path.read_text(encoding="utf-8"), "and how to launch it"
+
+
+def test_minimal_job_gets_defaults(tmp_path):
+    cfg = load_job(write(tmp_path, MINIMAL))
+    assert cfg.sampling.strategy == "bm25" and cfg.sampling.top_k == 3
+    assert cfg.cross_encoder.model == "embedded"
+    assert str(cfg.resolved_run_dir) == "runs/t"
+
+
+def test_unknown_key_names_file_and_key(tmp_path):
+    path = write(tmp_path, MINIMAL + "bi_encoder: {epochz: 2}\n")
+    with pytest.raises(ConfigError) as e:
+        load_job(path)
+    assert e.value.key == "bi_encoder.epochz"
+    assert str(path) in str(e.value)
+
+
+def test_invalid_value_names_key(tmp_path):
+    with pytest.raises(ConfigError) as e:
+        load_job(write(tmp_path, MINIMAL), ["bi_encoder.epochs=0"])
+    assert e.value.key == "bi_encoder.epochs"
+    assert "greater than 0" in e.value.reason
+
+
+def test_unknown_strategy_lists_valid_ones(tmp_path):
+    with pytest.raises(ConfigError) as e:
+        load_job(write(tmp_path, MINIMAL), ["sampling.strategy=magic"])
+    assert "magic" in str(e.value) and "bm25" in str(e.value)
+
+
+def test_unknown_format_rejected(tmp_path):
+    bad = MINIMAL.replace("train: {format: stsb", "train: {format: xlsx")
+    with pytest.raises(ConfigError) as e:
+        load_job(write(tmp_path, bad))
+    assert e.value.key.startswith("data.train.format")
+
+
+def test_invalid_yaml_reports_line(tmp_path):
+    with pytest.raises(ConfigError) as e:
+        load_job(write(tmp_path, "name: t\ndata: [unclosed\n"))
+    assert "invalid YAML" in str(e.value) and "line" in str(e.value)
+
+
+def test_missing_file(tmp_path):
+    with pytest.raises(ConfigError, match="cannot read"):
+        load_job(tmp_path / "nope.yaml")
+
+
+def test_non_mapping_file(tmp_path):
+    with pytest.raises(ConfigError, match="mapping"):
+        load_job(write(tmp_path, "- a\n- b\n"))
+
+
+def test_overrides_parse_values_as_yaml():
+    assert parse_override("a.b=3") == (["a", "b"], 3)
+    assert parse_override("a=1.0e-5") == (["a"], 1e-5)
+    assert parse_override("x.y=null") == (["x", "y"], None)
+    assert parse_override("s={train: 10}") == (["s"], {"train": 10})
+    with pytest.raises(ConfigError):
+        parse_override("novalue")
+    tree = apply_overrides({"a": {"b": 1}}, ["a.c=2", "d.e=x"])
+    assert tree == {"a": {"b": 1, "c": 2}, "d": {"e": "x"}}
+
+
+def test_override_applies(tmp_path):
+    cfg = load_job(write(tmp_path, MINIMAL), ["sampling.top_k=7", "data.subsample={train: 10}", "bi_encoder.lr=1e-5"])
+    assert cfg.sampling.top_k == 7 and cfg.data.subsample == {"train": 10}
+    assert cfg.bi_encoder.lr == 1e-5  # YAML 1.1 reads "1e-5" as text; the typed config still gets a float
+
+
+def test_env_expansion(tmp_path, monkeypatch):
+    text = MINIMAL.replace("path: a.csv", 'path: "${MY_DATA:-/default}/a.csv"')
+    assert load_job(write(tmp_path, text)).data.train.path == "/default/a.csv"
+    monkeypatch.setenv("MY_DATA", "/elsewhere")
+    assert load_job(write(tmp_path, text)).data.train.path == "/elsewhere/a.csv"
+    with pytest.raises(ConfigError) as e:
+        load_job(write(tmp_path, MINIMAL.replace("path: a.csv", 'path: "${SURELY_UNSET_VAR_X}/a"')))
+    assert e.value.key == "data.train.path"
+
+
+def test_dump_roundtrips(tmp_path):
+    cfg = load_job(write(tmp_path, MINIMAL), ["sampling.top_k=5"])
+    again = load_job(write(tmp_path, dump_job(cfg), "dumped.yaml"))
+    assert again == cfg
+
+
+def test_bad_label_range_rejected():
+    import yaml
+
+    tree = yaml.safe_load(MINIMAL)
+    tree["data"]["train"]["label_range"] = [5, 0]
+    with pytest.raises(ConfigError) as e:
+        validate_tree(tree)
+    assert e.value.key.startswith("data.train")
