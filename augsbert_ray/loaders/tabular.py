@@ -1,0 +1,109 @@
+"""Generic files of sentence pairs: csv, tsv, jsonl and parquet, read through ``columns``.
+
+Unlike the original STSb / MRPC files, these follow the standard conventions of their
+format (csv quoting, one JSON object per line), and every one names its columns: a header
+row, JSON keys or the Parquet schema.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+from collections.abc import Iterator
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from augsbert_ray.errors import DataError
+from augsbert_ray.loaders.lines import read_lines
+from augsbert_ray.loaders.mapping import map_record, require_columns, required_columns
+from augsbert_ray.loaders.rows import BadRow, RawRow
+from augsbert_ray.sources import DataSource
+
+
+def read_csv(source: DataSource) -> Iterator[RawRow | BadRow]:
+    """Comma-separated, standard quoting, header row first."""
+    return _read_delimited(source, ",", "csv")
+
+
+def read_tsv(source: DataSource) -> Iterator[RawRow | BadRow]:
+    """Tab-separated, standard quoting, header row first."""
+    return _read_delimited(source, "\t", "tsv")
+
+
+def _read_delimited(source: DataSource, delimiter: str, kind: str) -> Iterator[RawRow | BadRow]:
+    path = source.path
+    undecodable: dict[int, str] = {}  # line number -> reason, filled as the csv reader pulls lines
+
+    def texts() -> Iterator[str]:
+        for line in read_lines(path):
+            if line.error:
+                undecodable[line.number] = line.error
+            yield line.text + "\n"
+
+    # strict: a stray quote is an error, not a field that silently swallows later lines.
+    reader = csv.reader(texts(), delimiter=delimiter, strict=True)
+    try:
+        header = next(reader, None)
+    except csv.Error as e:
+        raise DataError(path, 1, None, f"malformed header: {e}") from None
+    if header is None:
+        raise DataError(path, None, None, "empty file: a header row is needed")
+    if undecodable:
+        raise DataError(path, 1, None, f"header: {next(iter(undecodable.values()))}")
+    require_columns(path, header, source.columns, line=1)
+    start = reader.line_num + 1  # a quoted field may span lines: a row starts where the last ended
+    while True:
+        try:
+            fields = next(reader)
+        except StopIteration:
+            return
+        except csv.Error as e:
+            yield BadRow(start, None, f"malformed {kind}: {e}")
+            start = reader.line_num + 1
+            continue
+        first, start = start, reader.line_num + 1
+        error = next((undecodable[n] for n in range(first, start) if n in undecodable), None)
+        if error:
+            yield BadRow(first, None, error)
+        elif not fields:  # a blank line is not a row
+            continue
+        elif len(fields) < len(header):
+            reason = f"missing field (row has {len(fields)} fields, header has {len(header)})"
+            yield BadRow(first, header[len(fields)], reason)
+        elif len(fields) > len(header):
+            reason = f"extra field (row has {len(fields)} fields, header has {len(header)})"
+            yield BadRow(first, None, reason)
+        else:
+            yield map_record(first, dict(zip(header, fields)), source.columns)
+
+
+def read_jsonl(source: DataSource) -> Iterator[RawRow | BadRow]:
+    """One JSON object per line; blank lines are not rows, any other non-object is a bad row."""
+    for line in read_lines(source.path):
+        if line.error:
+            yield BadRow(line.number, None, line.error)
+            continue
+        if not line.text.strip():
+            continue
+        try:
+            record = json.loads(line.text)
+        except json.JSONDecodeError as e:
+            yield BadRow(line.number, None, f"invalid JSON: {e.msg} (column {e.colno})")
+            continue
+        if not isinstance(record, dict):
+            yield BadRow(line.number, None, f"not a JSON object: {type(record).__name__}")
+            continue
+        yield map_record(line.number, record, source.columns)
+
+
+def read_parquet(source: DataSource) -> Iterator[RawRow | BadRow]:
+    """A Parquet file; a row's ``line`` is its index + 1. A missing column has no line."""
+    try:
+        table = pq.read_table(source.path)
+    except (OSError, pa.ArrowException) as e:
+        raise DataError(source.path, None, None, f"cannot read Parquet: {e}") from None
+    require_columns(source.path, table.column_names, source.columns, line=None)
+    records = table.select(required_columns(source.columns)).to_pylist()
+    for number, record in enumerate(records, start=1):
+        yield map_record(number, record, source.columns)
