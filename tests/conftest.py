@@ -1,0 +1,98 @@
+"""Shared fixtures: a tiny random BERT on the shipped tokenizer, a local Ray, small data.
+
+The tiny model (2 layers, hidden size 32) is built once per test session and copied per
+test, so tests never need a hub and run in seconds on a CPU.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import shutil
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def shared_data_dir() -> Path:
+    return Path(os.environ.get("AUGSBERT_DATA_DIR", REPO.parent / "shared" / "data"))
+
+
+@pytest.fixture(scope="session")
+def data_dir() -> Path:
+    """The shared STSb / MRPC files; tests that need them skip with a reason when absent."""
+    d = shared_data_dir()
+    if not (d / "stsb" / "sts-train.csv").exists():
+        pytest.skip(f"STS benchmark not found under {d} (set AUGSBERT_DATA_DIR)")
+    return d
+
+
+@pytest.fixture(scope="session")
+def _tiny_model_master(tmp_path_factory) -> Path:
+    import torch
+    from transformers import AutoTokenizer, BertConfig, BertModel
+
+    from augsbert_ray.models import embedded_model_dir
+
+    out = tmp_path_factory.mktemp("tiny-bert")
+    tokenizer = AutoTokenizer.from_pretrained(str(embedded_model_dir(verify=False)))
+    config = BertConfig(
+        vocab_size=tokenizer.vocab_size, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+        intermediate_size=64, max_position_embeddings=256,
+    )
+    torch.manual_seed(0)
+    BertModel(config).save_pretrained(out, safe_serialization=True)
+    tokenizer.save_pretrained(out)
+    return out
+
+
+@pytest.fixture
+def tiny_model(_tiny_model_master, tmp_path) -> str:
+    """Path of a private copy of a 2-layer random BERT (usable as bi- or cross-encoder)."""
+    dst = tmp_path / "tiny-bert"
+    shutil.copytree(_tiny_model_master, dst)
+    return str(dst)
+
+
+@pytest.fixture(scope="session")
+def ray_local():
+    """One local Ray for the whole session (starting one costs seconds)."""
+    import ray
+
+    if not ray.is_initialized():
+        ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    yield ray
+    ray.shutdown()
+
+
+SUBJECTS = ["A man", "A woman", "The dog", "A child", "The chef", "A cat", "Two boys", "The pilot"]
+VERBS = ["is playing", "is cutting", "is eating", "is riding", "is watching", "is cleaning"]
+OBJECTS = ["a guitar", "an onion", "the bread", "a horse", "the television", "a flute", "the kitchen"]
+
+
+def make_sentence(rng: random.Random) -> str:
+    return f"{rng.choice(SUBJECTS)} {rng.choice(VERBS)} {rng.choice(OBJECTS)}."
+
+
+def write_stsb(path: Path, n: int, seed: int) -> Path:
+    """Writes an STSb-format TSV of ``n`` synthetic pairs with scores in [0, 5]."""
+    rng = random.Random(seed)
+    lines = []
+    for i in range(n):
+        a = make_sentence(rng)
+        b = a if rng.random() < 0.3 else make_sentence(rng)
+        score = 5.0 if a == b else round(rng.uniform(0, 4), 2)
+        lines.append(f"main-captions\tMSRvid\t2012test\t{i:04d}\t{score}\t{a}\t{b}")
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return path
+
+
+@pytest.fixture
+def tiny_stsb(tmp_path) -> dict[str, Path]:
+    """Small synthetic STSb-format train/dev/test files."""
+    return {
+        split: write_stsb(tmp_path / f"sts-{split}.csv", n, seed)
+        for split, n, seed in [("train", 48, 1), ("dev", 24, 2), ("test", 24, 3)]
+    }
