@@ -1,0 +1,88 @@
+import numpy as np
+import pyarrow as pa
+import pytest
+
+from augsbert_ray import schema
+from augsbert_ray.config import LabelingConfig
+from augsbert_ray.labeling import label_candidates, score_pairs
+from augsbert_ray.models import load_cross_encoder
+from conftest import make_sentence
+
+
+def pairs(n, seed=0):
+    import random
+
+    rng = random.Random(seed)
+    s1 = [make_sentence(rng) + " and more" * rng.randint(0, 6) for _ in range(n)]
+    s2 = [make_sentence(rng) for _ in range(n)]
+    return s1, s2
+
+
+def one_by_one(model, tok, s1, s2):
+    import torch
+
+    out = []
+    with torch.inference_mode():
+        for a, b in zip(s1, s2):
+            enc = tok([a], [b], return_tensors="pt", truncation=True, max_length=128)
+            out.append(torch.sigmoid(model(**enc).logits.reshape(-1)).item())
+    return np.array(out, dtype=np.float32)
+
+
+def test_length_sorted_batches_keep_input_order(tiny_model):
+    model, tok = load_cross_encoder(tiny_model)
+    model.eval()
+    s1, s2 = pairs(23)
+    got = score_pairs(model, tok, s1, s2, micro_batch_size=4)
+    np.testing.assert_allclose(got, one_by_one(model, tok, s1, s2), atol=1e-5)
+    assert got.dtype == np.float32 and ((got >= 0) & (got <= 1)).all()
+    assert len(score_pairs(model, tok, [], [])) == 0
+
+
+@pytest.fixture
+def tiny_cross_encoder(tiny_model, tmp_path):
+    """A saved cross-encoder checkpoint: its one-logit head is fixed, not drawn at load."""
+    model, tok = load_cross_encoder(tiny_model)
+    out = tmp_path / "tiny-ce"
+    model.save_pretrained(out)
+    tok.save_pretrained(out)
+    return str(out)
+
+
+def candidates(s1, s2):
+    n = len(s1)
+    return pa.table(
+        {
+            schema.ID1: pa.array(np.arange(n) * 2, pa.int64()),
+            schema.ID2: pa.array(np.arange(n) * 2 + 1, pa.int64()),
+            schema.SENTENCE1: s1,
+            schema.SENTENCE2: s2,
+            schema.ORIGIN: ["bm25"] * n,
+            schema.RETRIEVAL_SCORE: pa.array(np.ones(n), pa.float32()),
+        },
+        schema=schema.CANDIDATE_SCHEMA,
+    )
+
+
+@pytest.mark.parametrize("actors", [1, 2])
+def test_actor_pool_labels_every_candidate_once(ray_local, tiny_cross_encoder, actors, monkeypatch):
+    s1, s2 = pairs(37, seed=1)
+    cands = candidates(s1, s2)
+    cfg = LabelingConfig(actors=actors, block_size=5, micro_batch_size=3)
+    seen = []
+    from_arrow = ray_local.data.from_arrow
+    monkeypatch.setattr(ray_local.data, "from_arrow", lambda t, **kw: seen.append(t) or from_arrow(t, **kw))
+    silver = label_candidates(cands, tiny_cross_encoder, cfg, max_length=128, cpus_per_actor=1)
+    # One block per actor batch, so every actor of the pool gets work.
+    assert [b.num_rows for b in seen[0]] == [5] * 7 + [2]
+    assert silver.schema == schema.SILVER_SCHEMA
+    assert silver.num_rows == cands.num_rows
+    assert silver.column(schema.ID1).to_pylist() == cands.column(schema.ID1).to_pylist()
+    model, tok = load_cross_encoder(tiny_cross_encoder)
+    model.eval()
+    np.testing.assert_allclose(silver.column(schema.LABEL).to_numpy(), one_by_one(model, tok, s1, s2), atol=1e-5)
+
+
+def test_no_candidates_no_actors(tiny_model):
+    silver = label_candidates(candidates([], []), tiny_model, LabelingConfig(), 128, 1)
+    assert silver.num_rows == 0 and silver.schema == schema.SILVER_SCHEMA
