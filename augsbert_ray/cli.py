@@ -1,0 +1,59 @@
+"""``augsbert``: run or validate AugSBERT jobs.
+
+    augsbert run jobs/stsb-bm25.yaml                       # the full STSb job
+    augsbert run jobs/smoke.yaml bi_encoder.epochs=2       # with an override
+    augsbert validate jobs/*.yaml                          # check job files, build nothing
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from augsbert_ray.errors import AugSBERTError
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="augsbert",
+        description="Augmented SBERT on Ray: a cross-encoder labels sampled pairs, a bi-encoder trains on gold + silver.",
+        epilog="Overrides are key.sub=value pairs applied on top of the job file, e.g. sampling.top_k=5.",
+    )
+    sub = p.add_subparsers(dest="command", required=True)
+    run = sub.add_parser("run", help="run a job end to end", description="Run a job; finished stages are skipped.")
+    run.add_argument("job", help="a job YAML file (see jobs/)")
+    run.add_argument("overrides", nargs="*", help="key.sub=value overrides")
+    run.add_argument("--address", help="Ray cluster address (else ray.address in the job, else RAY_ADDRESS, else local)")
+    val = sub.add_parser("validate", help="load and validate job files without running anything")
+    val.add_argument("jobs", nargs="+", help="job YAML files")
+    val.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                     help="an override to apply to every file")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    from augsbert_ray.config import load_job
+
+    try:
+        if args.command == "validate":
+            for path in args.jobs:
+                cfg = load_job(path, args.overrides)
+                print(f"{path}: ok (job '{cfg.name}', strategy {cfg.sampling.strategy}, run dir {cfg.resolved_run_dir})")
+            return 0
+        overrides = list(args.overrides) + ([f"ray.address={args.address}"] if args.address else [])
+        cfg = load_job(args.job, overrides)
+        from augsbert_ray.pipeline import run_job
+        from augsbert_ray.report import summary_markdown
+
+        metrics = run_job(cfg)
+        print()
+        print(summary_markdown(metrics))
+        return 0
+    except AugSBERTError as e:
+        print(f"augsbert: error: {e}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

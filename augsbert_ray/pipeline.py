@@ -1,0 +1,336 @@
+"""The AugSBERT job, in the paper's order (Thakur et al., NAACL 2021, section 3).
+
+    gold pairs -> step 1: cross-encoder on gold
+               -> references: zero-shot and gold-only bi-encoders (and the teacher check)
+               -> step 2.1: sample unlabelled candidate pairs
+               -> step 2.2: the cross-encoder labels them (silver pairs)
+               -> step 3: bi-encoder on gold + silver
+               -> evaluation and report
+
+Each step is a stage with fixed artifacts in the run directory and a completion marker;
+re-running a job skips the stages whose inputs and config are unchanged.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass, field
+from typing import Callable
+
+import numpy as np
+import pyarrow as pa
+
+from augsbert_ray import schema
+from augsbert_ray.candidates import SamplingContext, get_sampler
+from augsbert_ray.candidates.pairs import gold_pair_keys, unique_sentences
+from augsbert_ray.config import EMBEDDED_MODEL, JobConfig, dump_job
+from augsbert_ray.evaluation import PRIMARY_METRIC
+from augsbert_ray.loaders import load_pairs
+from augsbert_ray.models import EMBEDDED_SHA256, resolve_model
+from augsbert_ray.report import versions, write_report
+from augsbert_ray.rundir import RunDir, fingerprint, table_fingerprint
+from augsbert_ray.runtime import ClusterResources, per_worker_cpus, remote_call, start_ray
+from augsbert_ray.training.ray_trainer import WorkerResources, train_on_ray
+
+SPLITS = ("train", "dev", "test")
+PAIR_COLUMNS = [schema.SENTENCE1, schema.SENTENCE2, schema.LABEL]
+
+
+def run_job(cfg: JobConfig, log: Callable[[str], None] = print) -> dict:
+    """Runs one AugSBERT job end to end and returns its metrics (also written to the run dir)."""
+    job = Job(cfg, RunDir(cfg.resolved_run_dir), log)
+    gold = job.load_gold()  # gold pairs (checked before any cluster work starts)
+    job.start()
+    teacher = job.train_cross_encoder(gold)  # step 1
+    job.evaluate_zero_shot(gold)  # reference: the untrained bi-encoder
+    gold_only = job.train_bi_encoder(gold, silver=None)  # reference: gold only
+    job.teacher_check(teacher, gold_only)
+    candidates = job.sample_candidates(gold)  # step 2.1
+    silver = job.label_silver(candidates, teacher)  # step 2.2
+    job.train_bi_encoder(gold, silver=silver)  # step 3
+    return job.finish()
+
+
+def _model_id(name: str) -> str:
+    """What identifies a configured model in a fingerprint."""
+    return f"sha256:{EMBEDDED_SHA256}" if name == EMBEDDED_MODEL else name
+
+
+@dataclass
+class Stage:
+    """A stage's recorded result and the fingerprint downstream stages depend on."""
+
+    result: dict
+    fp: str
+
+
+@dataclass
+class Job:
+    cfg: JobConfig
+    rd: RunDir
+    log: Callable[[str], None]
+    cluster: ClusterResources | None = None
+    results: dict = field(default_factory=dict)
+    stage_seconds: dict = field(default_factory=dict)
+    reused: list = field(default_factory=list)  # stages skipped because an earlier run completed them
+
+    # -- plumbing -------------------------------------------------------------------------
+    def start(self) -> None:
+        self.rd.write_text("config.yaml", dump_job(self.cfg))
+        self.log(f"[augsbert] job '{self.cfg.name}': run directory {self.rd.root}")
+        self.cluster = start_ray(self.cfg.ray.address, self.cfg.ray.num_cpus)
+        self.log(f"[augsbert] Ray cluster: {self.cluster.cpus:g} CPUs, {self.cluster.gpus:g} GPUs")
+
+    def stage(self, name: str, fp: str, run: Callable[[], dict]) -> Stage:
+        done = self.rd.completed(name, fp)
+        if done is not None:
+            self.log(f"[{name}] complete in an earlier run; skipped")
+            self.reused.append(name)
+        else:
+            self.log(f"[{name}] started")
+            t0 = time.perf_counter()
+            done = run()
+            done["seconds"] = time.perf_counter() - t0
+            self.rd.mark_completed(name, fp, done)
+            self.log(f"[{name}] done in {done['seconds']:.1f}s")
+        self.stage_seconds[name] = done["seconds"]
+        self.results[name] = done
+        return Stage(done, fp)
+
+    @property
+    def cpus_per_worker(self) -> float:
+        t = self.cfg.training
+        return per_worker_cpus(t.cpus_per_worker, self.cluster.cpus, t.num_workers)
+
+    def _eval_resources(self) -> dict:
+        return {"num_cpus": self.cpus_per_worker, "num_gpus": 1 if self.cfg.training.use_gpu else 0}
+
+    # -- gold ----------------------------------------------------------------------------
+    def load_gold(self) -> dict[str, pa.Table]:
+        d = self.cfg.data
+        gold, skipped, read = {}, [], {}
+        for split in SPLITS:
+            res = load_pairs(getattr(d, split), split, binary=self.cfg.task == "binary", on_bad_rows=d.on_bad_rows)
+            table = res.table
+            if split in d.subsample and d.subsample[split] < table.num_rows:
+                rng = np.random.default_rng([d.subsample_seed, SPLITS.index(split)])
+                table = table.take(np.sort(rng.choice(table.num_rows, d.subsample[split], replace=False)))
+            gold[split] = table
+            read[split] = res.rows_read
+            skipped += [dict(split=split, **vars(s)) for s in res.skipped]
+            self.rd.write_table(f"gold/{split}.parquet", table)
+        self.rd.write_text("gold/skipped_rows.jsonl", "".join(json.dumps(s) + "\n" for s in skipped))
+        self.results["data"] = {
+            **{s: gold[s].num_rows for s in SPLITS},
+            "rows_read": read,
+            "skipped_rows": len(skipped),
+            "subsample": dict(d.subsample),
+        }
+        if skipped:
+            self.log(f"[gold] skipped {len(skipped)} malformed rows (listed in gold/skipped_rows.jsonl)")
+        self.log("[gold] pairs: " + ", ".join(f"{s} {gold[s].num_rows}" for s in SPLITS))
+        self.gold_fp = {s: table_fingerprint(gold[s]) for s in SPLITS}
+        return gold
+
+    def _eval_splits(self, gold: dict[str, pa.Table]) -> dict[str, pa.Table]:
+        return {s: gold[s].select(PAIR_COLUMNS) for s in ("dev", "test")}
+
+    # -- step 1 --------------------------------------------------------------------------
+    def train_cross_encoder(self, gold: dict[str, pa.Table]) -> Stage:
+        c = self.cfg.cross_encoder
+        fp = fingerprint("cross_encoder", c.model_dump(), _model_id(c.model), self.cfg.seed, self.gold_fp)
+        out = self.rd.path("models", "cross-encoder")
+
+        def run() -> dict:
+            stats = train_on_ray(
+                "cross_encoder",
+                gold["train"],
+                recipe={"model": resolve_model(c.model), "max_length": c.max_length},
+                hparams=self._hparams(c),
+                resources=self._worker_resources(),
+                storage_dir=self.rd.path("ray_train"),
+                out_dir=out,
+                name="cross-encoder",
+            )
+            scores = remote_call(_evaluate_cross_encoder, str(out), self._eval_splits(gold),
+                                 self.cfg.evaluation.batch_size, c.max_length, **self._eval_resources())
+            self.log(f"[cross_encoder] dev {_fmt(scores['dev'])}, test {_fmt(scores['test'])}")
+            return {"model": str(out), "train": stats, "scores": scores}
+
+        return self.stage("cross_encoder", fp, run)
+
+    # -- references ----------------------------------------------------------------------
+    def evaluate_zero_shot(self, gold: dict[str, pa.Table]) -> Stage:
+        b = self.cfg.bi_encoder
+        fp = fingerprint("zero_shot", _model_id(b.model), b.max_length, b.num_layers, self.gold_fp["dev"], self.gold_fp["test"])
+
+        def run() -> dict:
+            scores = remote_call(_evaluate_bi_encoder, resolve_model(b.model), self._eval_splits(gold),
+                                 self.cfg.evaluation.batch_size, b.max_length, b.num_layers, **self._eval_resources())
+            self.log(f"[zero_shot] dev {_fmt(scores['dev'])}, test {_fmt(scores['test'])}")
+            return {"scores": scores}
+
+        return self.stage("zero_shot", fp, run)
+
+    def teacher_check(self, teacher: Stage, gold_only: Stage | None) -> None:
+        """AugSBERT helps only if the teacher beats the gold-only student on dev; say so loudly."""
+        if gold_only is None:
+            return
+        ce = teacher.result["scores"]["dev"][PRIMARY_METRIC]
+        bi = gold_only.result["scores"]["dev"][PRIMARY_METRIC]
+        self.results["teacher_check"] = {"cross_encoder_dev": ce, "gold_only_dev": bi, "gap": ce - bi}
+        if ce <= bi:
+            self.log(
+                f"[teacher_check] WARNING: the cross-encoder ({ce:.2f} dev) is not better than the gold-only "
+                f"bi-encoder ({bi:.2f} dev); its silver labels are unlikely to help"
+            )
+        else:
+            self.log(f"[teacher_check] cross-encoder leads the gold-only bi-encoder by {ce - bi:+.2f} on dev")
+
+    # -- step 2 --------------------------------------------------------------------------
+    def sample_candidates(self, gold: dict[str, pa.Table]) -> Stage:
+        s = self.cfg.sampling
+        fp = fingerprint("candidates", s.model_dump(), self.cfg.seed, self.gold_fp["train"])
+
+        def run() -> dict:
+            sentences = unique_sentences(gold["train"])
+            ctx = SamplingContext(sentences, gold_pair_keys(gold["train"], sentences), s, self.rd.path("index"), self.cfg.seed)
+            candidates = get_sampler(s.strategy)(ctx)
+            self.rd.write_table("sentences.parquet", sentences)
+            self.rd.write_table("candidates.parquet", candidates)
+            self.log(f"[candidates] {candidates.num_rows} {s.strategy} pairs from {sentences.num_rows} sentences")
+            return {"sentences": sentences.num_rows, "candidates": candidates.num_rows}
+
+        return self.stage("candidates", fp, run)
+
+    def label_silver(self, candidates: Stage, teacher: Stage) -> Stage:
+        lab = self.cfg.labeling
+        fp = fingerprint("silver", candidates.fp, teacher.fp, self.cfg.cross_encoder.max_length)
+
+        def run() -> dict:
+            from augsbert_ray.labeling import label_candidates
+
+            cands = self.rd.read_table("candidates.parquet")
+            cpus = per_worker_cpus(lab.num_cpus, self.cluster.cpus, lab.actors)
+            t0 = time.perf_counter()
+            silver = label_candidates(cands, teacher.result["model"], lab, self.cfg.cross_encoder.max_length, cpus)
+            seconds = time.perf_counter() - t0
+            self.rd.write_table("silver.parquet", silver)
+            labels = silver.column(schema.LABEL).to_numpy()
+            self.log(f"[silver] labelled {silver.num_rows} pairs ({silver.num_rows / seconds:.1f} pairs/s)")
+            return {
+                "silver": silver.num_rows,
+                "pairs_per_s": silver.num_rows / seconds,
+                "label_mean": float(labels.mean()) if len(labels) else None,
+                "label_hist": np.histogram(labels, bins=10, range=(0, 1))[0].tolist(),
+            }
+
+        return self.stage("silver", fp, run)
+
+    # -- step 3 --------------------------------------------------------------------------
+    def train_bi_encoder(self, gold: dict[str, pa.Table], silver: Stage | None) -> Stage | None:
+        b = self.cfg.bi_encoder
+        name = "gold_only" if silver is None else "augsbert"
+        if silver is None and not self.cfg.evaluation.gold_only_baseline:
+            return None
+        fp = fingerprint(name, b.model_dump(), _model_id(b.model), self.cfg.seed, self.gold_fp,
+                         silver.fp if silver else None)
+        out = self.rd.path("models", f"bi-encoder-{name.replace('_', '-')}")
+
+        def run() -> dict:
+            train = gold["train"].select(PAIR_COLUMNS)
+            if silver is not None:
+                train = pa.concat_tables([train, self.rd.read_table("silver.parquet").select(PAIR_COLUMNS)])
+            stats = train_on_ray(
+                "bi_encoder",
+                train,
+                recipe={"model": resolve_model(b.model), "max_length": b.max_length, "num_layers": b.num_layers},
+                hparams=self._hparams(b),
+                resources=self._worker_resources(),
+                storage_dir=self.rd.path("ray_train"),
+                out_dir=out,
+                name=f"bi-encoder-{name}",
+            )
+            scores = remote_call(_evaluate_bi_encoder, str(out), self._eval_splits(gold),
+                                 self.cfg.evaluation.batch_size, b.max_length, None, **self._eval_resources())
+            self.log(f"[{name}] dev {_fmt(scores['dev'])}, test {_fmt(scores['test'])}")
+            return {"model": str(out), "train": stats, "scores": scores}
+
+        return self.stage(name, fp, run)
+
+    def _hparams(self, c) -> dict:
+        return {"epochs": c.epochs, "lr": c.lr, "batch_size": c.batch_size, "warmup_ratio": c.warmup_ratio,
+                "seed": self.cfg.seed}
+
+    def _worker_resources(self) -> WorkerResources:
+        t = self.cfg.training
+        return WorkerResources(t.num_workers, t.use_gpu, self.cpus_per_worker)
+
+    # -- report --------------------------------------------------------------------------
+    def finish(self) -> dict:
+        r = self.results
+        scores = {
+            key: r[stage]["scores"]
+            for key, stage in [("zero_shot", "zero_shot"), ("gold_only", "gold_only"),
+                               ("cross_encoder", "cross_encoder"), ("augsbert", "augsbert")]
+            if stage in r
+        }
+        metrics = {
+            "job": self.cfg.name,
+            "task": self.cfg.task,
+            "primary_metric": PRIMARY_METRIC,
+            "scores": scores,
+            "data": r["data"],
+            "sampling": {
+                "strategy": self.cfg.sampling.strategy,
+                "top_k": self.cfg.sampling.top_k,
+                "sentences": r["candidates"]["sentences"],
+                "candidates": r["candidates"]["candidates"],
+                "silver": r["silver"]["silver"],
+                "silver_label_mean": r["silver"]["label_mean"],
+                "silver_label_hist": r["silver"]["label_hist"],
+                "labeling_pairs_per_s": r["silver"]["pairs_per_s"],
+            },
+            "teacher_check": r.get("teacher_check"),
+            "stage_seconds": self.stage_seconds,
+            "stages_reused": self.reused,
+            "cluster": {"cpus": self.cluster.cpus, "gpus": self.cluster.gpus},
+            "versions": versions(),
+            "run_dir": str(self.rd.root),
+        }
+        write_report(self.rd, metrics)
+        self.log(f"[augsbert] wrote {self.rd.path('metrics.json')} and {self.rd.path('summary.md')}")
+        return metrics
+
+
+def _fmt(split_scores: dict) -> str:
+    return f"{PRIMARY_METRIC} {split_scores[PRIMARY_METRIC]:.2f}"
+
+
+# Evaluation runs as Ray tasks (on a GPU node when training uses GPUs); these are their bodies.
+def _evaluate_bi_encoder(model: str, splits: dict, batch_size: int, max_length: int, num_layers: int | None) -> dict:
+    import ray
+    import torch
+
+    from augsbert_ray.evaluation import evaluate_bi_encoder
+    from augsbert_ray.models import load_bi_encoder
+
+    torch.set_num_threads(max(1, int(ray.get_runtime_context().get_assigned_resources().get("CPU", 1))))
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    st = load_bi_encoder(model, max_length, num_layers, device=device)
+    return evaluate_bi_encoder(st, splits, batch_size)
+
+
+def _evaluate_cross_encoder(model_dir: str, splits: dict, batch_size: int, max_length: int) -> dict:
+    import ray
+    import torch
+
+    from augsbert_ray.evaluation import evaluate_cross_encoder
+    from augsbert_ray.models import load_cross_encoder
+
+    torch.set_num_threads(max(1, int(ray.get_runtime_context().get_assigned_resources().get("CPU", 1))))
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    model, tokenizer = load_cross_encoder(model_dir, device=device)
+    model.eval()
+    return evaluate_cross_encoder(model, tokenizer, splits, batch_size, max_length, device)

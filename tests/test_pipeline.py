@@ -1,0 +1,108 @@
+"""The whole job on Ray with a tiny random BERT and synthetic STSb-format data."""
+
+import json
+
+import numpy as np
+import pytest
+
+from augsbert_ray import schema
+from augsbert_ray.candidates.pairs import gold_pair_keys, pair_keys, unique_sentences
+from augsbert_ray.config import validate_tree
+from augsbert_ray.pipeline import run_job
+
+MODELS = ("zero_shot", "gold_only", "cross_encoder", "augsbert")
+
+
+def tiny_job(tiny_stsb, tiny_model, run_dir, **sampling):
+    return validate_tree(
+        {
+            "name": "tiny",
+            "run_dir": str(run_dir),
+            "data": {s: {"format": "stsb", "path": str(p)} for s, p in tiny_stsb.items()},
+            "cross_encoder": {"model": tiny_model, "epochs": 1, "batch_size": 8, "lr": 1e-4},
+            "bi_encoder": {"model": tiny_model, "epochs": 1, "batch_size": 8, "lr": 1e-4},
+            "sampling": {"strategy": "bm25", "top_k": 2, "query_batch_size": 16, **sampling},
+            "labeling": {"block_size": 32, "micro_batch_size": 8},
+            "evaluation": {"batch_size": 16},
+        }
+    )
+
+
+@pytest.fixture(scope="module")
+def finished_run(tmp_path_factory, _tiny_model_master, ray_local):
+    from conftest import write_stsb
+
+    root = tmp_path_factory.mktemp("pipeline")
+    stsb = {s: write_stsb(root / f"sts-{s}.csv", n, seed) for s, n, seed in [("train", 48, 1), ("dev", 24, 2), ("test", 24, 3)]}
+    cfg = tiny_job(stsb, str(_tiny_model_master), root / "run")
+    lines = []
+    metrics = run_job(cfg, log=lines.append)
+    return cfg, stsb, metrics, lines
+
+
+def test_reports_all_four_models(finished_run):
+    cfg, _, metrics, lines = finished_run
+    for key in MODELS:
+        for split in ("dev", "test"):
+            value = metrics["scores"][key][split]["spearman"]
+            assert np.isfinite(value) and -100 <= value <= 100
+    assert metrics["data"] == {"train": 48, "dev": 24, "test": 24, "rows_read": {"train": 48, "dev": 24, "test": 24},
+                               "skipped_rows": 0, "subsample": {}}
+    assert metrics["teacher_check"]["gap"] == pytest.approx(
+        metrics["scores"]["cross_encoder"]["dev"]["spearman"] - metrics["scores"]["gold_only"]["dev"]["spearman"]
+    )
+    assert any("[silver] labelled" in line for line in lines), "progress is logged"
+
+
+def test_run_directory_artifacts(finished_run):
+    cfg, _, metrics, _ = finished_run
+    rd = cfg.resolved_run_dir
+    for name in ["config.yaml", "gold/train.parquet", "gold/dev.parquet", "gold/test.parquet", "sentences.parquet",
+                 "candidates.parquet", "silver.parquet", "metrics.json", "summary.md"]:
+        assert (rd / name).exists(), name
+    assert json.loads((rd / "metrics.json").read_text()) == json.loads(json.dumps(metrics))
+    summary = (rd / "summary.md").read_text()
+    assert "AugSBERT bi-encoder" in summary and "Cross-encoder" in summary
+
+
+def test_silver_pairs_follow_the_rules(finished_run):
+    import pyarrow.parquet as pq
+
+    cfg, _, metrics, _ = finished_run
+    rd = cfg.resolved_run_dir
+    cands, silver = pq.read_table(rd / "candidates.parquet"), pq.read_table(rd / "silver.parquet")
+    gold = pq.read_table(rd / "gold/train.parquet")
+    assert silver.schema == schema.SILVER_SCHEMA and silver.num_rows == cands.num_rows > 0
+    assert metrics["sampling"]["silver"] == silver.num_rows
+    id1, id2 = silver.column(schema.ID1).to_numpy(), silver.column(schema.ID2).to_numpy()
+    assert (id1 < id2).all()
+    sentences = unique_sentences(gold)
+    keys = pair_keys(id1, id2, sentences.num_rows)
+    assert len(np.unique(keys)) == len(keys)
+    assert not np.isin(keys, gold_pair_keys(gold, sentences)).any()
+    labels = silver.column(schema.LABEL).to_numpy()
+    assert ((labels >= 0) & (labels <= 1)).all()
+
+
+def test_models_load_with_sentence_transformers(finished_run):
+    from sentence_transformers import CrossEncoder, SentenceTransformer
+
+    rd = finished_run[0].resolved_run_dir
+    for name in ("bi-encoder-augsbert", "bi-encoder-gold-only"):
+        emb = SentenceTransformer(str(rd / "models" / name), device="cpu").encode(["A man is eating."])
+        assert emb.shape == (1, 32)
+    scores = CrossEncoder(str(rd / "models" / "cross-encoder"), device="cpu").predict([("A man.", "A dog.")])
+    assert 0 <= float(scores[0]) <= 1
+
+
+def test_rerun_skips_completed_stages_and_redoes_changed_ones(finished_run):
+    cfg, stsb, metrics, _ = finished_run
+    lines = []
+    again = run_job(cfg, log=lines.append)
+    assert sorted(again["stages_reused"]) == sorted(["cross_encoder", "zero_shot", "gold_only", "candidates", "silver", "augsbert"])
+    assert again["scores"] == metrics["scores"]
+
+    changed = cfg.model_copy(update={"sampling": cfg.sampling.model_copy(update={"top_k": 1})})
+    third = run_job(changed, log=lines.append)
+    assert sorted(third["stages_reused"]) == ["cross_encoder", "gold_only", "zero_shot"]
+    assert third["sampling"]["candidates"] < metrics["sampling"]["candidates"]
