@@ -1,7 +1,8 @@
 """Samplers: which unlabelled pairs the cross-encoder labels (AugSBERT section 3).
 
 Every sampler is a function ``sample(ctx: SamplingContext) -> pa.Table`` returning
-``schema.CANDIDATE_SCHEMA`` rows that obey ``pairs.finalize_candidates``' rules.
+``schema.CANDIDATE_SCHEMA`` rows that obey ``pairs.finalize_candidates``' rules. A
+strategy may also select from its labelled pool after labelling (``SELECTORS``: KDE).
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from typing import Callable
 import numpy as np
 import pyarrow as pa
 
-from augsbert_ray.candidates import bm25
+from augsbert_ray.candidates import bm25, combined, kde, random_pairs, semantic
 
 
 @dataclass
@@ -23,11 +24,26 @@ class SamplingContext:
     cfg: "object"  # config.SamplingConfig
     work_dir: Path  # where a sampler may keep an index
     seed: int
+    # Semantic search: the bi-encoder that embeds sentences (path), its token limit, and
+    # the resources of one embedding actor.
+    bi_encoder: str | None = None
+    max_length: int = 128
+    cpus_per_actor: float = 1.0
+    gpus_per_actor: float = 0.0
 
 
 SAMPLERS: dict[str, Callable[[SamplingContext], pa.Table]] = {
-    "bm25": bm25.sample,
+    "bm25": bm25.sample,  # section 3.1: lexical top-k
+    "ss": semantic.sample,  # section 3.1: bi-encoder top-k (needs SamplingContext.bi_encoder)
+    "bm25+ss": combined.sample,  # section 3.1: union of both, origins kept
+    "rs": random_pairs.sample,  # section 3.1: uniform random partners
+    "kde": kde.sample,  # section 3.1: a random pool, thinned after labelling (SELECTORS)
 }
+
+
+# Strategies that label a pool and then keep part of it: name -> select(silver, gold_labels,
+# task, seed, sampling_cfg) -> the kept silver rows.
+SELECTORS: dict[str, Callable] = {"kde": kde.select}
 
 
 def get_sampler(name: str) -> Callable[[SamplingContext], pa.Table]:
