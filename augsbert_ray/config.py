@@ -31,8 +31,11 @@ class _Strict(BaseModel):
 
 class DataConfig(_Strict):
     train: DataSource
-    dev: DataSource
+    # null: carve dev_fraction of the training pairs into a dev split (seeded with
+    # subsample_seed), for datasets such as MRPC that ship without one.
+    dev: DataSource | None
     test: DataSource
+    dev_fraction: float = Field(0.1, gt=0, lt=1)
     # Keep a seeded random subset of a split's pairs, e.g. {train: 1000} for a low-resource
     # run (pairs keep their file order); splits not named are used whole.
     subsample: dict[Literal["train", "dev", "test"], PositiveInt] = {}
@@ -65,15 +68,49 @@ class BiEncoderConfig(_Strict):
     # Keep only the first N transformer layers of the initial model (a smaller, faster
     # student); null keeps them all.
     num_layers: int | None = Field(None, gt=0)
+    # auto: cosine for regression; softmax over (u, v, |u-v|) for binary tasks (SBERT).
+    objective: Literal["auto", "cosine", "softmax", "contrastive"] = "auto"
+    # Seed of the bi-encoders' initialisation and data order; null: the job's seed. A seed
+    # sweep over this key reuses the cross-encoder and (except semantic search) the candidates.
+    seed: int | None = None
+
+    def resolved_objective(self, task: str) -> str:
+        if self.objective != "auto":
+            return self.objective
+        return "softmax" if task == "binary" else "cosine"
+
+
+class FaissConfig(_Strict):
+    """The vector index of semantic-search sampling."""
+
+    index: Literal["flat", "ivf", "hnsw"] = "flat"  # flat: exact inner product (cosine)
+    ivf_nlist: int = Field(1024, gt=0)  # IVF cells (capped at sentences / 39, faiss's minimum)
+    ivf_nprobe: int = Field(16, gt=0)  # IVF cells visited per query; higher = better recall
+    hnsw_m: int = Field(32, gt=1)  # HNSW graph degree
+    hnsw_ef_search: int = Field(128, gt=0)  # HNSW beam width; higher = better recall
+
+
+class KDEConfig(_Strict):
+    """KDE selection (AugSBERT section 3): label a large random pool, keep to match gold's density."""
+
+    pool_per_sentence: int = Field(10, gt=0)  # random pairs per sentence labelled before selection
+    bandwidth: float | None = Field(None, gt=0)  # scipy gaussian_kde bw_method; null: Scott's rule
 
 
 class SamplingConfig(_Strict):
     """Step 2.1: which unlabelled pairs the teacher labels (AugSBERT section 3)."""
 
     strategy: str = "bm25"  # see augsbert_ray.candidates.SAMPLERS for the valid names
-    top_k: int = Field(3, gt=0)  # neighbours retrieved per sentence
+    top_k: int = Field(3, gt=0)  # neighbours retrieved per sentence (bm25, ss)
+    random_per_sentence: int = Field(3, gt=0)  # random partners per sentence (rs)
     query_batch_size: int = Field(256, gt=0)  # sentences per Ray Data batch of queries
-    searchers: int = Field(1, gt=0)  # size of the query actor pool
+    searchers: int = Field(1, gt=0)  # size of the query / embedding actor pool
+    # Which bi-encoder embeds sentences for semantic search: the one trained on gold (as
+    # in the paper) or the untrained model.
+    ss_model: Literal["gold_only", "zero_shot"] = "gold_only"
+    embed_batch_size: int = Field(128, gt=0)
+    faiss: FaissConfig = FaissConfig()
+    kde: KDEConfig = KDEConfig()
 
 
 class LabelingConfig(_Strict):
@@ -96,8 +133,9 @@ class TrainingConfig(_Strict):
 
 class EvaluationConfig(_Strict):
     batch_size: int = Field(64, gt=0)
-    # Also train and score the gold-only bi-encoder, so the run shows AugSBERT's gain.
-    gold_only_baseline: bool = True
+    # Before labelling, compare the cross-encoder with the gold-only bi-encoder on dev:
+    # warn (default) or stop when the teacher is not better, since its labels then rarely help.
+    teacher_check: Literal["warn", "stop"] = "warn"
 
 
 class RayConfig(_Strict):

@@ -22,13 +22,14 @@ import numpy as np
 import pyarrow as pa
 
 from augsbert_ray import schema
-from augsbert_ray.candidates import SamplingContext, get_sampler
+from augsbert_ray.candidates import SELECTORS, SamplingContext, get_sampler
 from augsbert_ray.candidates.pairs import gold_pair_keys, unique_sentences
 from augsbert_ray.config import EMBEDDED_MODEL, JobConfig, dump_job
-from augsbert_ray.evaluation import PRIMARY_METRIC
+from augsbert_ray.errors import TeacherCheckError
+from augsbert_ray.evaluation import PRIMARY_METRIC, jaccard_predictions, majority_metrics, task_metrics
 from augsbert_ray.loaders import load_pairs
 from augsbert_ray.models import EMBEDDED_SHA256, resolve_model
-from augsbert_ray.report import versions, write_report
+from augsbert_ray.report import versions, write_density_plot, write_report
 from augsbert_ray.rundir import RunDir, fingerprint, table_fingerprint
 from augsbert_ray.runtime import ClusterResources, per_worker_cpus, remote_call, start_ray
 from augsbert_ray.training.ray_trainer import WorkerResources, train_on_ray
@@ -49,7 +50,17 @@ def run_job(cfg: JobConfig, log: Callable[[str], None] = print) -> dict:
     candidates = job.sample_candidates(gold)  # step 2.1
     silver = job.label_silver(candidates, teacher)  # step 2.2
     job.train_bi_encoder(gold, silver=silver)  # step 3
-    return job.finish()
+    return job.finish(gold)
+
+
+def carve_dev(train: pa.Table, fraction: float, seed: int) -> tuple[pa.Table, pa.Table]:
+    """Splits a seeded random ``fraction`` of the training pairs off as dev (both keep file order)."""
+    n_dev = max(1, round(train.num_rows * fraction))
+    dev_rows = np.zeros(train.num_rows, dtype=bool)
+    dev_rows[np.random.default_rng([seed, 99]).choice(train.num_rows, n_dev, replace=False)] = True
+    dev = train.filter(pa.array(dev_rows))
+    dev = dev.set_column(dev.schema.get_field_index(schema.SPLIT), schema.SPLIT, pa.array(["dev"] * dev.num_rows))
+    return train.filter(pa.array(~dev_rows)), dev
 
 
 def _model_id(name: str) -> str:
@@ -74,6 +85,7 @@ class Job:
     results: dict = field(default_factory=dict)
     stage_seconds: dict = field(default_factory=dict)
     reused: list = field(default_factory=list)  # stages skipped because an earlier run completed them
+    stage_fp: dict = field(default_factory=dict)  # stage name -> fingerprint, for dependants
 
     # -- plumbing -------------------------------------------------------------------------
     def start(self) -> None:
@@ -96,6 +108,7 @@ class Job:
             self.log(f"[{name}] done in {done['seconds']:.1f}s")
         self.stage_seconds[name] = done["seconds"]
         self.results[name] = done
+        self.stage_fp[name] = fp
         return Stage(done, fp)
 
     @property
@@ -111,14 +124,26 @@ class Job:
         d = self.cfg.data
         gold, skipped, read = {}, [], {}
         for split in SPLITS:
-            res = load_pairs(getattr(d, split), split, binary=self.cfg.task == "binary", on_bad_rows=d.on_bad_rows)
-            table = res.table
+            source = getattr(d, split)
+            if source is None:  # dev carved from train below
+                continue
+            res = load_pairs(source, split, binary=self.cfg.task == "binary", on_bad_rows=d.on_bad_rows)
+            gold[split] = res.table
+            read[split] = res.rows_read
+            skipped += [dict(split=split, **vars(s)) for s in res.skipped]
+        if d.dev is None:
+            gold["train"], gold["dev"] = carve_dev(gold["train"], d.dev_fraction, d.subsample_seed)
+            self.results["dev_carved"] = (
+                f"{gold['dev'].num_rows} of {gold['dev'].num_rows + gold['train'].num_rows} training pairs "
+                f"(fraction {d.dev_fraction}, seed {d.subsample_seed}), removed from train"
+            )
+            self.log(f"[gold] dev split carved from train: {self.results['dev_carved']}")
+        for split in SPLITS:
+            table = gold[split]
             if split in d.subsample and d.subsample[split] < table.num_rows:
                 rng = np.random.default_rng([d.subsample_seed, SPLITS.index(split)])
                 table = table.take(np.sort(rng.choice(table.num_rows, d.subsample[split], replace=False)))
             gold[split] = table
-            read[split] = res.rows_read
-            skipped += [dict(split=split, **vars(s)) for s in res.skipped]
             self.rd.write_table(f"gold/{split}.parquet", table)
         self.rd.write_text("gold/skipped_rows.jsonl", "".join(json.dumps(s) + "\n" for s in skipped))
         self.results["data"] = {
@@ -135,6 +160,16 @@ class Job:
 
     def _eval_splits(self, gold: dict[str, pa.Table]) -> dict[str, pa.Table]:
         return {s: gold[s].select(PAIR_COLUMNS) for s in ("dev", "test")}
+
+    @property
+    def metric(self) -> str:
+        return PRIMARY_METRIC[self.cfg.task]
+
+    def _metrics(self, gold: dict[str, pa.Table], preds: dict) -> dict:
+        return task_metrics(self.cfg.task, preds, gold)
+
+    def _fmt(self, split_scores: dict) -> str:
+        return f"{self.metric} {split_scores[self.metric]:.2f}"
 
     # -- step 1 --------------------------------------------------------------------------
     def train_cross_encoder(self, gold: dict[str, pa.Table]) -> Stage:
@@ -153,9 +188,9 @@ class Job:
                 out_dir=out,
                 name="cross-encoder",
             )
-            scores = remote_call(_evaluate_cross_encoder, str(out), self._eval_splits(gold),
-                                 self.cfg.evaluation.batch_size, c.max_length, **self._eval_resources())
-            self.log(f"[cross_encoder] dev {_fmt(scores['dev'])}, test {_fmt(scores['test'])}")
+            scores = self._metrics(gold, remote_call(_predict_cross_encoder, str(out), self._eval_splits(gold),
+                                                     self.cfg.evaluation.batch_size, c.max_length, **self._eval_resources()))
+            self.log(f"[cross_encoder] dev {self._fmt(scores['dev'])}, test {self._fmt(scores['test'])}")
             return {"model": str(out), "train": stats, "scores": scores}
 
         return self.stage("cross_encoder", fp, run)
@@ -166,36 +201,54 @@ class Job:
         fp = fingerprint("zero_shot", _model_id(b.model), b.max_length, b.num_layers, self.gold_fp["dev"], self.gold_fp["test"])
 
         def run() -> dict:
-            scores = remote_call(_evaluate_bi_encoder, resolve_model(b.model), self._eval_splits(gold),
-                                 self.cfg.evaluation.batch_size, b.max_length, b.num_layers, **self._eval_resources())
-            self.log(f"[zero_shot] dev {_fmt(scores['dev'])}, test {_fmt(scores['test'])}")
+            scores = self._metrics(gold, remote_call(_predict_bi_encoder, resolve_model(b.model), self._eval_splits(gold),
+                                                     self.cfg.evaluation.batch_size, b.max_length, b.num_layers,
+                                                     **self._eval_resources()))
+            self.log(f"[zero_shot] dev {self._fmt(scores['dev'])}, test {self._fmt(scores['test'])}")
             return {"scores": scores}
 
         return self.stage("zero_shot", fp, run)
 
-    def teacher_check(self, teacher: Stage, gold_only: Stage | None) -> None:
-        """AugSBERT helps only if the teacher beats the gold-only student on dev; say so loudly."""
-        if gold_only is None:
-            return
-        ce = teacher.result["scores"]["dev"][PRIMARY_METRIC]
-        bi = gold_only.result["scores"]["dev"][PRIMARY_METRIC]
-        self.results["teacher_check"] = {"cross_encoder_dev": ce, "gold_only_dev": bi, "gap": ce - bi}
+    def teacher_check(self, teacher: Stage, gold_only: Stage) -> None:
+        """AugSBERT helps only if the teacher beats the gold-only student on dev; say so loudly.
+
+        Raises:
+            TeacherCheckError: the teacher is not better and ``evaluation.teacher_check`` is "stop".
+        """
+        metric = self.metric
+        ce = teacher.result["scores"]["dev"][metric]
+        bi = gold_only.result["scores"]["dev"][metric]
+        self.results["teacher_check"] = {"metric": metric, "cross_encoder_dev": ce, "gold_only_dev": bi, "gap": ce - bi}
         if ce <= bi:
-            self.log(
-                f"[teacher_check] WARNING: the cross-encoder ({ce:.2f} dev) is not better than the gold-only "
-                f"bi-encoder ({bi:.2f} dev); its silver labels are unlikely to help"
+            message = (
+                f"the cross-encoder ({metric} {ce:.2f} on dev) is not better than the gold-only bi-encoder "
+                f"({bi:.2f}); its silver labels are unlikely to help"
             )
+            if self.cfg.evaluation.teacher_check == "stop":
+                raise TeacherCheckError(
+                    f"{message}. Stopping before labelling (evaluation.teacher_check=stop); try a stronger "
+                    "teacher (cross_encoder.model / epochs / lr) or set evaluation.teacher_check=warn"
+                )
+            self.log(f"[teacher_check] WARNING: {message}")
         else:
-            self.log(f"[teacher_check] cross-encoder leads the gold-only bi-encoder by {ce - bi:+.2f} on dev")
+            self.log(f"[teacher_check] cross-encoder leads the gold-only bi-encoder by {ce - bi:+.2f} {metric} on dev")
 
     # -- step 2 --------------------------------------------------------------------------
     def sample_candidates(self, gold: dict[str, pa.Table]) -> Stage:
         s = self.cfg.sampling
-        fp = fingerprint("candidates", s.model_dump(), self.cfg.seed, self.gold_fp["train"])
+        # Semantic search embeds with a bi-encoder, so its fingerprint is an input too.
+        ss_fp = self.stage_fp.get("gold_only") if s.ss_model == "gold_only" else _model_id(self.cfg.bi_encoder.model)
+        fp = fingerprint("candidates", s.model_dump(), self.cfg.seed, self.gold_fp["train"], ss_fp)
 
         def run() -> dict:
             sentences = unique_sentences(gold["train"])
-            ctx = SamplingContext(sentences, gold_pair_keys(gold["train"], sentences), s, self.rd.path("index"), self.cfg.seed)
+            ss_model = self.results["gold_only"]["model"] if s.ss_model == "gold_only" else resolve_model(self.cfg.bi_encoder.model)
+            ctx = SamplingContext(
+                sentences, gold_pair_keys(gold["train"], sentences), s, self.rd.path("index"), self.cfg.seed,
+                bi_encoder=ss_model, max_length=self.cfg.bi_encoder.max_length,
+                cpus_per_actor=per_worker_cpus(None, self.cluster.cpus, s.searchers),
+                gpus_per_actor=1 if self.cfg.training.use_gpu else 0,
+            )
             candidates = get_sampler(s.strategy)(ctx)
             self.rd.write_table("sentences.parquet", sentences)
             self.rd.write_table("candidates.parquet", candidates)
@@ -206,7 +259,8 @@ class Job:
 
     def label_silver(self, candidates: Stage, teacher: Stage) -> Stage:
         lab = self.cfg.labeling
-        fp = fingerprint("silver", candidates.fp, teacher.fp, self.cfg.cross_encoder.max_length)
+        fp = fingerprint("silver", candidates.fp, teacher.fp, self.cfg.cross_encoder.max_length, self.cfg.task,
+                         self.cfg.sampling.kde.model_dump() if self.cfg.sampling.strategy in SELECTORS else None)
 
         def run() -> dict:
             from augsbert_ray.labeling import label_candidates
@@ -216,12 +270,20 @@ class Job:
             t0 = time.perf_counter()
             silver = label_candidates(cands, teacher.result["model"], lab, self.cfg.cross_encoder.max_length, cpus)
             seconds = time.perf_counter() - t0
+            labelled = silver.num_rows
+            self.log(f"[silver] labelled {labelled} pairs ({labelled / seconds:.1f} pairs/s)")
+            select = SELECTORS.get(self.cfg.sampling.strategy)
+            if select is not None:  # e.g. KDE: the labelled pool is kept, the selection trains
+                self.rd.write_table("silver_pool.parquet", silver)
+                gold_labels = self.rd.read_table("gold/train.parquet").column(schema.LABEL).to_numpy()
+                silver = select(silver, gold_labels, self.cfg.task, self.cfg.seed, self.cfg.sampling)
+                self.log(f"[silver] {self.cfg.sampling.strategy} selection kept {silver.num_rows} of {labelled}")
             self.rd.write_table("silver.parquet", silver)
             labels = silver.column(schema.LABEL).to_numpy()
-            self.log(f"[silver] labelled {silver.num_rows} pairs ({silver.num_rows / seconds:.1f} pairs/s)")
             return {
+                "labelled": labelled,
                 "silver": silver.num_rows,
-                "pairs_per_s": silver.num_rows / seconds,
+                "pairs_per_s": labelled / seconds,
                 "label_mean": float(labels.mean()) if len(labels) else None,
                 "label_hist": np.histogram(labels, bins=10, range=(0, 1))[0].tolist(),
             }
@@ -229,64 +291,72 @@ class Job:
         return self.stage("silver", fp, run)
 
     # -- step 3 --------------------------------------------------------------------------
-    def train_bi_encoder(self, gold: dict[str, pa.Table], silver: Stage | None) -> Stage | None:
+    def train_bi_encoder(self, gold: dict[str, pa.Table], silver: Stage | None) -> Stage:
         b = self.cfg.bi_encoder
         name = "gold_only" if silver is None else "augsbert"
-        if silver is None and not self.cfg.evaluation.gold_only_baseline:
-            return None
-        fp = fingerprint(name, b.model_dump(), _model_id(b.model), self.cfg.seed, self.gold_fp,
+        objective = b.resolved_objective(self.cfg.task)
+        fp = fingerprint(name, b.model_dump(), objective, _model_id(b.model), self.cfg.seed, self.gold_fp,
                          silver.fp if silver else None)
         out = self.rd.path("models", f"bi-encoder-{name.replace('_', '-')}")
 
         def run() -> dict:
             train = gold["train"].select(PAIR_COLUMNS)
             if silver is not None:
-                train = pa.concat_tables([train, self.rd.read_table("silver.parquet").select(PAIR_COLUMNS)])
+                silver_pairs = self.rd.read_table("silver.parquet").select(PAIR_COLUMNS)
+                if self.cfg.task == "binary":  # the teacher's score becomes a class, as gold's are
+                    classes = pa.array(silver_pairs.column(schema.LABEL).to_numpy() >= 0.5, pa.float32())
+                    silver_pairs = silver_pairs.set_column(2, silver_pairs.schema.field(schema.LABEL), classes)
+                train = pa.concat_tables([train, silver_pairs])
             stats = train_on_ray(
                 "bi_encoder",
                 train,
-                recipe={"model": resolve_model(b.model), "max_length": b.max_length, "num_layers": b.num_layers},
+                recipe={"model": resolve_model(b.model), "max_length": b.max_length, "num_layers": b.num_layers,
+                        "objective": objective},
                 hparams=self._hparams(b),
                 resources=self._worker_resources(),
                 storage_dir=self.rd.path("ray_train"),
                 out_dir=out,
                 name=f"bi-encoder-{name}",
             )
-            scores = remote_call(_evaluate_bi_encoder, str(out), self._eval_splits(gold),
-                                 self.cfg.evaluation.batch_size, b.max_length, None, **self._eval_resources())
-            self.log(f"[{name}] dev {_fmt(scores['dev'])}, test {_fmt(scores['test'])}")
+            scores = self._metrics(gold, remote_call(_predict_bi_encoder, str(out), self._eval_splits(gold),
+                                                     self.cfg.evaluation.batch_size, b.max_length, None,
+                                                     **self._eval_resources()))
+            self.log(f"[{name}] dev {self._fmt(scores['dev'])}, test {self._fmt(scores['test'])}")
             return {"model": str(out), "train": stats, "scores": scores}
 
         return self.stage(name, fp, run)
 
     def _hparams(self, c) -> dict:
+        seed = getattr(c, "seed", None)
         return {"epochs": c.epochs, "lr": c.lr, "batch_size": c.batch_size, "warmup_ratio": c.warmup_ratio,
-                "seed": self.cfg.seed}
+                "seed": self.cfg.seed if seed is None else seed}
 
     def _worker_resources(self) -> WorkerResources:
         t = self.cfg.training
         return WorkerResources(t.num_workers, t.use_gpu, self.cpus_per_worker)
 
     # -- report --------------------------------------------------------------------------
-    def finish(self) -> dict:
+    def finish(self, gold: dict[str, pa.Table]) -> dict:
         r = self.results
-        scores = {
-            key: r[stage]["scores"]
-            for key, stage in [("zero_shot", "zero_shot"), ("gold_only", "gold_only"),
-                               ("cross_encoder", "cross_encoder"), ("augsbert", "augsbert")]
-            if stage in r
-        }
+        splits = self._eval_splits(gold)
+        scores = {key: r[key]["scores"] for key in ("zero_shot", "gold_only", "cross_encoder", "augsbert") if key in r}
+        baselines = {"jaccard": task_metrics(self.cfg.task, jaccard_predictions(splits), splits)}
+        if self.cfg.task == "binary":
+            baselines["majority"] = majority_metrics(gold["train"], splits)
         metrics = {
             "job": self.cfg.name,
             "task": self.cfg.task,
-            "primary_metric": PRIMARY_METRIC,
+            "primary_metric": self.metric,
             "scores": scores,
-            "data": r["data"],
+            "baselines": baselines,
+            "data": {**r["data"], "dev_carved": r.get("dev_carved")},
+            "bi_encoder_objective": self.cfg.bi_encoder.resolved_objective(self.cfg.task),
             "sampling": {
                 "strategy": self.cfg.sampling.strategy,
                 "top_k": self.cfg.sampling.top_k,
                 "sentences": r["candidates"]["sentences"],
                 "candidates": r["candidates"]["candidates"],
+                "labelled": r["silver"].get("labelled", r["silver"]["silver"]),
                 "silver": r["silver"]["silver"],
                 "silver_label_mean": r["silver"]["label_mean"],
                 "silver_label_hist": r["silver"]["label_hist"],
@@ -299,38 +369,40 @@ class Job:
             "versions": versions(),
             "run_dir": str(self.rd.root),
         }
+        write_density_plot(
+            self.rd.path("silver_density.png"),
+            gold["train"].column(schema.LABEL).to_numpy(),
+            self.rd.read_table("silver.parquet").column(schema.LABEL).to_numpy(),
+            f"{self.cfg.name}: {self.cfg.sampling.strategy}",
+        )
         write_report(self.rd, metrics)
         self.log(f"[augsbert] wrote {self.rd.path('metrics.json')} and {self.rd.path('summary.md')}")
         return metrics
 
 
-def _fmt(split_scores: dict) -> str:
-    return f"{PRIMARY_METRIC} {split_scores[PRIMARY_METRIC]:.2f}"
-
-
-# Evaluation runs as Ray tasks (on a GPU node when training uses GPUs); these are their bodies.
-def _evaluate_bi_encoder(model: str, splits: dict, batch_size: int, max_length: int, num_layers: int | None) -> dict:
+# Predictions run as Ray tasks (on a GPU node when training uses GPUs); these are their bodies.
+def _predict_bi_encoder(model: str, splits: dict, batch_size: int, max_length: int, num_layers: int | None) -> dict:
     import ray
     import torch
 
-    from augsbert_ray.evaluation import evaluate_bi_encoder
+    from augsbert_ray.evaluation import bi_encoder_predictions
     from augsbert_ray.models import load_bi_encoder
 
     torch.set_num_threads(max(1, int(ray.get_runtime_context().get_assigned_resources().get("CPU", 1))))
     device = "cuda" if torch.cuda.is_available() else "cpu"
     st = load_bi_encoder(model, max_length, num_layers, device=device)
-    return evaluate_bi_encoder(st, splits, batch_size)
+    return bi_encoder_predictions(st, splits, batch_size)
 
 
-def _evaluate_cross_encoder(model_dir: str, splits: dict, batch_size: int, max_length: int) -> dict:
+def _predict_cross_encoder(model_dir: str, splits: dict, batch_size: int, max_length: int) -> dict:
     import ray
     import torch
 
-    from augsbert_ray.evaluation import evaluate_cross_encoder
+    from augsbert_ray.evaluation import cross_encoder_predictions
     from augsbert_ray.models import load_cross_encoder
 
     torch.set_num_threads(max(1, int(ray.get_runtime_context().get_assigned_resources().get("CPU", 1))))
     device = "cuda" if torch.cuda.is_available() else "cpu"
     model, tokenizer = load_cross_encoder(model_dir, device=device)
     model.eval()
-    return evaluate_cross_encoder(model, tokenizer, splits, batch_size, max_length, device)
+    return cross_encoder_predictions(model, tokenizer, splits, batch_size, max_length, device)

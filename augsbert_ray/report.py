@@ -7,6 +7,7 @@ import platform
 
 from augsbert_ray.rundir import RunDir
 
+BASELINE_ROWS = [("majority", "Majority label"), ("jaccard", "Jaccard word overlap")]
 MODEL_ROWS = [
     ("zero_shot", "Zero-shot bi-encoder"),
     ("gold_only", "Bi-encoder, gold only"),
@@ -39,11 +40,17 @@ def summary_markdown(metrics: dict) -> str:
     lines = [
         f"# {metrics['job']}: AugSBERT ({metrics['sampling']['strategy']})",
         "",
-        f"{metric} x100 of the model's similarity vs gold labels.",
+        f"{metric} x100 of the model's similarity vs gold labels"
+        + (" (binary: threshold chosen on dev, applied to test)." if metrics.get("task") == "binary" else "."),
         "",
         "| model | dev | test |",
         "|---|---:|---:|",
     ]
+    baselines = metrics.get("baselines", {})
+    for key, title in BASELINE_ROWS:
+        if key in baselines:
+            s = baselines[key]
+            lines.append(f"| {title} | {s['dev'][metric]:.2f} | {s['test'][metric]:.2f} |")
     for key, title in MODEL_ROWS:
         if key in scores:
             s = scores[key]
@@ -58,10 +65,13 @@ def summary_markdown(metrics: dict) -> str:
             f"{tc['gold_only_dev']:.2f} ({tc['gap']:+.2f})."
         )
     d = metrics["data"]
+    if d.get("dev_carved"):
+        lines.append(f"Dev split carved from train: {d['dev_carved']}.")
     lines += [
         "",
         f"Gold pairs: train {d['train']}, dev {d['dev']}, test {d['test']}; skipped malformed rows: {d['skipped_rows']}.",
-        f"Candidates: {metrics['sampling']['candidates']}; silver pairs: {metrics['sampling']['silver']}.",
+        f"Candidates: {metrics['sampling']['candidates']}; labelled: {metrics['sampling'].get('labelled', metrics['sampling']['silver'])}; "
+        f"silver pairs used: {metrics['sampling']['silver']} (density plot: silver_density.png).",
         "",
         "| stage | seconds |",
         "|---|---:|",
@@ -72,6 +82,32 @@ def summary_markdown(metrics: dict) -> str:
         for name, sec in metrics["stage_seconds"].items()
     ]
     return "\n".join(lines) + "\n"
+
+
+def write_density_plot(path, gold_labels, silver_labels, title: str) -> None:
+    """Density of gold vs silver labels (the paper's Figure 4), as a PNG.
+
+    The silver distribution explains most of a strategy's result: labels far from
+    gold's distribution (random pairs are mostly dissimilar) teach the wrong prior.
+    """
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    fig, ax = plt.subplots(figsize=(5, 3.2), dpi=120)
+    bins = np.linspace(0, 1, 21)
+    ax.hist(gold_labels, bins=bins, density=True, alpha=0.55, label=f"gold (n={len(gold_labels)})")
+    if len(silver_labels):
+        ax.hist(silver_labels, bins=bins, density=True, alpha=0.55, label=f"silver (n={len(silver_labels)})")
+    ax.set_xlabel("label (scaled to [0, 1])")
+    ax.set_ylabel("density")
+    ax.set_title(title)
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
 
 
 def write_report(rd: RunDir, metrics: dict) -> None:

@@ -96,3 +96,16 @@ def tiny_stsb(tmp_path) -> dict[str, Path]:
         split: write_stsb(tmp_path / f"sts-{split}.csv", n, seed)
         for split, n, seed in [("train", 48, 1), ("dev", 24, 2), ("test", 24, 3)]
     }
+
+
+def write_mrpc(path: Path, n: int, seed: int) -> Path:
+    """Writes an MRPC-format file (BOM, CRLF, header) of ``n`` synthetic 0/1 pairs."""
+    rng = random.Random(seed)
+    lines = ["\ufeffQuality\t#1 ID\t#2 ID\t#1 String\t#2 String"]
+    for i in range(n):
+        a = make_sentence(rng)
+        paraphrase = rng.random() < 0.5
+        b = a.replace(".", " today.") if paraphrase else make_sentence(rng)
+        lines.append(f"{int(paraphrase)}\t{1000 + i}\t{5000 + i}\t{a}\t{b}")
+    path.write_bytes("\r\n".join(lines).encode("utf-8") + b"\r\n")
+    return path

@@ -34,3 +34,50 @@ def test_cosine_scores_embed_each_sentence_once():
     scores = cosine_scores(enc, ["a", "a", "c"], ["b", "c", "c"])
     np.testing.assert_allclose(scores, [0.0, np.sqrt(0.5), 1.0], atol=1e-6)
     assert sorted(enc.calls[0]) == ["a", "b", "c"]
+
+
+from augsbert_ray.evaluation import best_f1_threshold, binary_metrics, f1_accuracy, jaccard_predictions, majority_metrics
+
+
+def brute_force_best_threshold(scores, gold):
+    best = (-1.0, None)
+    for t in sorted(set(scores), reverse=True):
+        f1, _ = f1_accuracy(scores >= t, gold)
+        if f1 > best[0]:
+            best = (f1, t)
+    return best[1]
+
+
+def test_f1_accuracy_by_hand():
+    f1, acc = f1_accuracy(np.array([1, 1, 0, 0], bool), np.array([1, 0, 1, 0]))
+    assert f1 == pytest.approx(50.0) and acc == pytest.approx(50.0)
+    assert f1_accuracy(np.zeros(3, bool), np.array([1, 1, 0]))[0] == 0.0
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_best_threshold_matches_brute_force(seed):
+    rng = np.random.default_rng(seed)
+    gold = rng.integers(0, 2, 80)
+    scores = np.round(gold * 0.3 + rng.random(80), 2)  # rounding makes ties
+    t = best_f1_threshold(scores, gold)
+    assert f1_accuracy(scores >= t, gold)[0] == pytest.approx(f1_accuracy(scores >= brute_force_best_threshold(scores, gold), gold)[0])
+
+
+def test_threshold_is_chosen_on_dev_and_applied_to_test():
+    dev_scores, dev_gold = np.array([0.9, 0.8, 0.3, 0.2]), np.array([1, 1, 0, 0])
+    test_scores, test_gold = np.array([0.85, 0.5, 0.1]), np.array([1, 1, 0])
+    m = binary_metrics({"dev": dev_scores, "test": test_scores}, {"dev": dev_gold, "test": test_gold})
+    assert m["dev"]["threshold"] == m["test"]["threshold"] == 0.8
+    assert m["dev"]["f1"] == pytest.approx(100)
+    assert m["test"]["f1"] == pytest.approx(2 / 3 * 100)  # 0.5 falls under dev's threshold
+    assert m["test"]["accuracy"] == pytest.approx(2 / 3 * 100)
+
+
+def test_baselines():
+    import pyarrow as pa
+
+    t = pa.table({"sentence1": ["a b c", "x y"], "sentence2": ["a b d", "z"], "label": [1.0, 0.0]})
+    np.testing.assert_allclose(jaccard_predictions({"dev": t})["dev"], [0.5, 0.0])
+    train = pa.table({"label": [1.0, 1.0, 0.0]})
+    m = majority_metrics(train, {"test": t})["test"]
+    assert m["predicts"] == 1 and m["accuracy"] == pytest.approx(50) and m["f1"] == pytest.approx(2 / 3 * 100)

@@ -47,7 +47,7 @@ def test_reports_all_four_models(finished_run):
             value = metrics["scores"][key][split]["spearman"]
             assert np.isfinite(value) and -100 <= value <= 100
     assert metrics["data"] == {"train": 48, "dev": 24, "test": 24, "rows_read": {"train": 48, "dev": 24, "test": 24},
-                               "skipped_rows": 0, "subsample": {}}
+                               "skipped_rows": 0, "subsample": {}, "dev_carved": None}
     assert metrics["teacher_check"]["gap"] == pytest.approx(
         metrics["scores"]["cross_encoder"]["dev"]["spearman"] - metrics["scores"]["gold_only"]["dev"]["spearman"]
     )
@@ -106,3 +106,63 @@ def test_rerun_skips_completed_stages_and_redoes_changed_ones(finished_run):
     third = run_job(changed, log=lines.append)
     assert sorted(third["stages_reused"]) == ["cross_encoder", "gold_only", "zero_shot"]
     assert third["sampling"]["candidates"] < metrics["sampling"]["candidates"]
+
+
+def test_binary_task_end_to_end(tmp_path, tiny_model, ray_local):
+    from conftest import write_mrpc
+
+    train, test = write_mrpc(tmp_path / "train.txt", 60, 4), write_mrpc(tmp_path / "test.txt", 30, 5)
+    cfg = validate_tree(
+        {
+            "name": "tiny-binary",
+            "task": "binary",
+            "run_dir": str(tmp_path / "run"),
+            "data": {"train": {"format": "mrpc", "path": str(train)}, "dev": None, "dev_fraction": 0.2,
+                     "test": {"format": "mrpc", "path": str(test)}},
+            "cross_encoder": {"model": tiny_model, "epochs": 1, "batch_size": 8},
+            "bi_encoder": {"model": tiny_model, "epochs": 1, "batch_size": 8},
+            "sampling": {"strategy": "bm25", "top_k": 2},
+            "labeling": {"block_size": 32, "micro_batch_size": 8},
+        }
+    )
+    metrics = run_job(cfg, log=lambda line: None)
+    assert metrics["primary_metric"] == "f1" and metrics["bi_encoder_objective"] == "softmax"
+    assert metrics["data"]["train"] == 48 and metrics["data"]["dev"] == 12  # 20% of 60 carved off
+    assert "12 of 60 training pairs" in metrics["data"]["dev_carved"]
+    for key in MODELS:
+        s = metrics["scores"][key]
+        assert s["dev"]["threshold"] == s["test"]["threshold"]  # chosen on dev, applied to test
+        assert 0 <= s["test"]["f1"] <= 100 and 0 <= s["test"]["accuracy"] <= 100
+    assert set(metrics["baselines"]) == {"jaccard", "majority"}
+    assert (cfg.resolved_run_dir / "silver_density.png").stat().st_size > 1000
+
+
+def test_teacher_check_stops_when_asked(tmp_path):
+    from augsbert_ray.errors import TeacherCheckError
+    from augsbert_ray.pipeline import Job, Stage
+    from augsbert_ray.rundir import RunDir
+
+    cfg = tiny_job({s: tmp_path / f"{s}.csv" for s in ("train", "dev", "test")}, "m", tmp_path / "run")
+    weak, strong = Stage({"scores": {"dev": {"spearman": 70.0}}}, "a"), Stage({"scores": {"dev": {"spearman": 80.0}}}, "b")
+    lines = []
+    job = Job(cfg, RunDir(tmp_path / "run"), lines.append)
+    job.teacher_check(weak, strong)
+    assert "WARNING" in lines[-1] and job.results["teacher_check"]["gap"] == -10.0
+    job.teacher_check(strong, weak)
+    assert "leads" in lines[-1]
+    stopping = cfg.model_copy(update={"evaluation": cfg.evaluation.model_copy(update={"teacher_check": "stop"})})
+    with pytest.raises(TeacherCheckError, match="not better"):
+        Job(stopping, RunDir(tmp_path / "run2"), lines.append).teacher_check(weak, strong)
+
+
+def test_carve_dev_is_seeded_and_disjoint():
+    import pyarrow as pa
+
+    from augsbert_ray.pipeline import carve_dev
+
+    t = pa.table({"sentence1": [f"s{i}" for i in range(50)], "split": ["train"] * 50})
+    train, dev = carve_dev(t, 0.2, seed=1)
+    assert dev.num_rows == 10 and train.num_rows == 40
+    assert set(dev.column("split").to_pylist()) == {"dev"}
+    assert not set(dev.column("sentence1").to_pylist()) & set(train.column("sentence1").to_pylist())
+    assert carve_dev(t, 0.2, seed=1)[1].equals(dev) and not carve_dev(t, 0.2, seed=2)[1].equals(dev)

@@ -24,3 +24,25 @@ def cross_encoder_loss(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tens
     [0, 1]) and binary tasks, and the trained model's sigmoid output is the silver label.
     """
     return F.binary_cross_entropy_with_logits(logits.reshape(-1), labels.to(logits.dtype))
+
+
+def softmax_pair_loss(emb_a: torch.Tensor, emb_b: torch.Tensor, labels: torch.Tensor, head: torch.nn.Module) -> torch.Tensor:
+    """SBERT's classification objective: softmax over W(u, v, |u - v|) (Reimers & Gurevych 2019, eq. 1).
+
+    Args:
+        emb_a, emb_b: (batch, dim) embeddings.
+        labels: (batch,) class ids (0/1 for binary tasks; float labels are rounded).
+        head: maps (batch, 3 * dim) to (batch, classes) logits; trained with the encoder, then discarded.
+    """
+    features = torch.cat([emb_a, emb_b, torch.abs(emb_a - emb_b)], dim=-1)
+    return F.cross_entropy(head(features), labels.round().long())
+
+
+def contrastive_loss(emb_a: torch.Tensor, emb_b: torch.Tensor, labels: torch.Tensor, margin: float = 0.5) -> torch.Tensor:
+    """Contrastive loss on cosine distance (Hadsell et al. 2006), as in SBERT's ContrastiveLoss.
+
+    Positive pairs (label 1) are pulled to distance 0; negatives pushed beyond ``margin``.
+    """
+    d = 1 - F.cosine_similarity(emb_a, emb_b, dim=-1)
+    y = labels.to(d.dtype)
+    return 0.5 * (y * d.pow(2) + (1 - y) * F.relu(margin - d).pow(2)).mean()

@@ -11,7 +11,12 @@ from typing import Any, Protocol
 import torch
 
 from augsbert_ray.models import load_bi_encoder, load_cross_encoder
-from augsbert_ray.training.objectives import cosine_similarity_loss, cross_encoder_loss
+from augsbert_ray.training.objectives import (
+    contrastive_loss,
+    cosine_similarity_loss,
+    cross_encoder_loss,
+    softmax_pair_loss,
+)
 
 
 class Recipe(Protocol):
@@ -26,29 +31,61 @@ def _unwrap(module: torch.nn.Module) -> torch.nn.Module:
     return getattr(module, "module", module)  # DistributedDataParallel keeps the model in .module
 
 
+class _PairEncoder(torch.nn.Module):
+    """A bi-encoder plus the (optional) classifier head of its objective, as one module.
+
+    Keeping the head inside the module that data-parallel training wraps means its
+    gradients are synchronised like the encoder's.
+    """
+
+    def __init__(self, st, head: torch.nn.Module | None):
+        super().__init__()
+        self.st = st
+        self.head = head
+
+    def forward(self, features: dict) -> torch.Tensor:
+        return self.st(features)["sentence_embedding"]
+
+
 @dataclass
 class BiEncoderRecipe:
-    """A sentence-transformers bi-encoder trained with the cosine-similarity loss."""
+    """A sentence-transformers bi-encoder (mean pooling) trained with one pair objective.
+
+    Objectives: ``cosine`` (MSE of cosine vs score, for similarity scores), ``softmax``
+    (SBERT's classifier over (u, v, |u-v|), for binary labels), ``contrastive``.
+    """
 
     model: str
     max_length: int = 128
     num_layers: int | None = None
+    objective: str = "cosine"
     _st: Any = field(default=None, repr=False)
 
     def build(self, device: str) -> torch.nn.Module:
+        if self.objective not in OBJECTIVES:
+            raise ValueError(f"unknown objective '{self.objective}'; valid: {', '.join(sorted(OBJECTIVES))}")
         self._st = load_bi_encoder(self.model, self.max_length, self.num_layers, device=device)
-        return self._st
+        head = None
+        if self.objective == "softmax":
+            head = torch.nn.Linear(3 * self._st.get_embedding_dimension(), 2).to(device)
+        return _PairEncoder(self._st, head)
 
     def loss(self, module, s1, s2, labels):
         # One forward over both sides: DistributedDataParallel expects one forward per backward.
         features = self._st.tokenize(list(s1) + list(s2))
         device = labels.device
         features = {k: v.to(device) if torch.is_tensor(v) else v for k, v in features.items()}
-        emb = module(features)["sentence_embedding"]
-        return cosine_similarity_loss(emb[: len(s1)], emb[len(s1) :], labels)
+        emb = module(features)
+        a, b = emb[: len(s1)], emb[len(s1) :]
+        if self.objective == "softmax":
+            return softmax_pair_loss(a, b, labels, _unwrap(module).head)
+        return OBJECTIVES[self.objective](a, b, labels)
 
     def save(self, module, out_dir: str) -> None:
-        _unwrap(module).save(out_dir, safe_serialization=True)
+        _unwrap(module).st.save(out_dir, safe_serialization=True)
+
+
+OBJECTIVES = {"cosine": cosine_similarity_loss, "softmax": softmax_pair_loss, "contrastive": contrastive_loss}
 
 
 @dataclass

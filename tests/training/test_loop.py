@@ -154,7 +154,7 @@ def test_bi_encoder_save_loads_in_sentence_transformers(tiny_model, tmp_path):
     recipe.save(module, str(out))
     loaded = SentenceTransformer(str(out), device="cpu")
     module.eval()
-    expected = module.encode(s1, convert_to_numpy=True)
+    expected = module.st.encode(s1, convert_to_numpy=True)
     got = loaded.encode(s1, convert_to_numpy=True)
     np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-6)
     # The trained weights were saved, not the starting ones.
@@ -221,3 +221,23 @@ def test_make_recipe_builds_by_name_and_rejects_unknown_names():
     assert make_recipe("cross_encoder", model="m") == CrossEncoderRecipe(model="m")
     with pytest.raises(ValueError, match=r"unknown recipe 'student'; valid: bi_encoder, cross_encoder"):
         make_recipe("student", model="m")
+
+
+@pytest.mark.parametrize("objective", ["softmax", "contrastive"])
+def test_binary_objectives_train_and_save_only_the_encoder(tiny_model, tmp_path, objective):
+    from sentence_transformers import SentenceTransformer
+
+    s1, s2, labels = _toy_pairs(8)
+    labels = (np.asarray(labels) >= 0.5).astype(np.float32)
+    recipe = make_recipe("bi_encoder", model=tiny_model, max_length=32, objective=objective)
+    module, stats = train_pairs(recipe, s1, s2, labels, HParams(epochs=2, lr=1e-3, batch_size=4, warmup_ratio=0.0, seed=0),
+                                log=lambda _: None)
+    assert (module.head is not None) == (objective == "softmax")
+    assert np.isfinite(stats["final_loss"])
+    recipe.save(module, str(tmp_path / "bi"))
+    assert SentenceTransformer(str(tmp_path / "bi"), device="cpu").encode(["A man."]).shape == (1, 32)
+
+
+def test_unknown_objective_is_rejected(tiny_model):
+    with pytest.raises(ValueError, match="valid: contrastive, cosine, softmax"):
+        make_recipe("bi_encoder", model=tiny_model, objective="triplet").build("cpu")
