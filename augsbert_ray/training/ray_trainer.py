@@ -7,6 +7,7 @@ trained model comes back as a Ray Train checkpoint under the run directory's sto
 from __future__ import annotations
 
 import shutil
+import sys
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,6 +22,12 @@ class WorkerResources:
     num_workers: int
     use_gpu: bool
     cpus_per_worker: float
+
+
+def _stdout_line(line: str) -> None:
+    # Not print(): Ray Train patches print to tee into its logger, which shows every line twice.
+    sys.stdout.write(line + "\n")
+    sys.stdout.flush()
 
 
 def _train_loop_per_worker(config: dict) -> None:
@@ -53,7 +60,7 @@ def _train_loop_per_worker(config: dict) -> None:
         rank=rank,
         world=world,
         wrap=wrap,
-        log=lambda line: print(line, flush=True) if rank == 0 else None,
+        log=_stdout_line if rank == 0 else (lambda line: None),
         name=config["name"],
     )
     with tempfile.TemporaryDirectory() as tmp:
