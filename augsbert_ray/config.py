@@ -201,16 +201,32 @@ def _expand_env(value: Any, path: str | None, key: str = "") -> Any:
     return _ENV.sub(sub, value)
 
 
+# PyYAML lets some malformed input escape as plain Python errors: an impossible date
+# (2020-13-45) or a bad value under an explicit tag (!!int x, !!bool maybe, !!timestamp x)
+# raises ValueError, KeyError or AttributeError, and very deep nesting RecursionError.
+_YAML_ERRORS = (yaml.YAMLError, ValueError, LookupError, AttributeError, RecursionError)
+
+
+def _yaml_problem(e: Exception) -> str:
+    mark = getattr(e, "problem_mark", None)
+    where = f" (line {mark.line + 1})" if mark else ""
+    return f"invalid YAML{where}: {getattr(e, 'problem', None) or e}"
+
+
 def parse_override(text: str) -> tuple[list[str], Any]:
     """Parses ``key.sub=value`` into (["key", "sub"], value), the value read as YAML.
 
     Raises:
-        ConfigError: if the text has no ``=`` or an empty key.
+        ConfigError: if the text has no ``=``, an empty key, or a value that is not YAML.
     """
     key, sep, raw = text.partition("=")
     if not sep or not key.strip():
         raise ConfigError(None, text, "an override must look like key.sub=value")
-    return key.strip().split("."), yaml.safe_load(raw) if raw.strip() else ""
+    try:
+        value = yaml.safe_load(raw) if raw.strip() else ""
+    except _YAML_ERRORS as e:
+        raise ConfigError(None, key.strip(), _yaml_problem(e)) from e
+    return key.strip().split("."), value
 
 
 def apply_overrides(tree: dict, overrides: list[str]) -> dict:
@@ -246,19 +262,20 @@ def load_job(path: str | os.PathLike, overrides: list[str] | None = None) -> Job
             tree = yaml.safe_load(f)
     except OSError as e:
         raise ConfigError(path, None, f"cannot read: {e.strerror}") from e
-    except yaml.YAMLError as e:
-        mark = getattr(e, "problem_mark", None)
-        where = f" (line {mark.line + 1})" if mark else ""
-        raise ConfigError(path, None, f"invalid YAML{where}: {getattr(e, 'problem', e)}") from e
-    except UnicodeDecodeError as e:
+    except UnicodeDecodeError as e:  # before _YAML_ERRORS: it is a ValueError too
         raise ConfigError(path, None, f"not UTF-8 text: {e.reason} at byte {e.start}") from e
+    except _YAML_ERRORS as e:
+        raise ConfigError(path, None, _yaml_problem(e)) from e
     if not isinstance(tree, dict):
         raise ConfigError(path, None, "a job file must be a YAML mapping")
     try:
         tree = apply_overrides(tree, overrides or [])
     except ConfigError as e:
         raise ConfigError(path, e.key, e.reason) from e
-    tree = _expand_env(tree, path)
+    try:
+        tree = _expand_env(tree, path)
+    except RecursionError:  # a YAML alias inside itself (&a [*a]) makes an endless tree
+        raise ConfigError(path, None, "a value contains itself (a recursive YAML alias?)") from None
     return validate_tree(tree, path)
 
 

@@ -76,15 +76,19 @@ def tab_rows(
         extra_ok: accept (and drop) fields after ``names``; otherwise such a row is bad.
 
     Returns:
-        ``(line number, fields)`` per row, or a :class:`BadRow`. Blank lines are not rows.
+        ``(line number, fields)`` per row, or a :class:`BadRow`. Blank lines are not rows;
+        a line holding a lone CR (mixed line endings) is a bad row.
 
     Raises:
-        DataError: the header is not the expected one (so no data row is taken for it).
+        DataError: the file is empty, or the header is not the expected one (so no data
+            row is taken for it).
     """
     lines = read_lines(path)
     if header:
         first = next(lines, None)
-        found = first.text.split("\t") if first is not None else None
+        if first is None:
+            raise DataError(path, None, None, "empty file: a header row is needed")
+        found = first.text.split("\t")
         if found != list(names):
             raise DataError(path, 1, None, f"expected header {list(names)}, found {found}")
     need = len(names)
@@ -92,6 +96,12 @@ def tab_rows(
         fields = line.text.split("\t")
         if line.error:
             yield BadRow(line.number, None, line.error)
+        elif "\r" in line.text:
+            # A lone CR (mixed line endings) would join two rows into one line, and STSb's
+            # ignored extra fields would then swallow the second row without a trace.
+            index = next(i for i, f in enumerate(fields) if "\r" in f)
+            field = names[index] if index < len(names) else None
+            yield BadRow(line.number, field, "carriage return inside a line (mixed line endings?)")
         elif not line.text:
             continue
         elif len(fields) < need:

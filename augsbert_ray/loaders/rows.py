@@ -107,12 +107,12 @@ def collect(
             s1 = _sentence(record.sentence1, schema.SENTENCE1)
             s2 = _sentence(record.sentence2, schema.SENTENCE2)
             label = _label(record.label, label_range, binary)
+            genre = None if record.genre is None else _unicode(str(record.genre), schema.GENRE)
         except _Invalid as bad:
             if on_bad_rows == "error":
                 raise DataError(path, record.line, bad.field, bad.reason) from None
             skipped.append(SkippedRow(path, record.line, bad.field, bad.reason))
             continue
-        genre = None if record.genre is None else str(record.genre)
         values = (s1, s2, label, split, path, record.line, genre)  # PAIR_SCHEMA's order
         for name, value in zip(schema.PAIR_SCHEMA.names, values):
             columns[name].append(value)
@@ -125,6 +125,16 @@ def _sentence(value: object, field: str) -> str:
     text = value.strip()
     if not text:
         raise _Invalid(field, "empty sentence")
+    return _unicode(text, field)
+
+
+def _unicode(text: str, field: str) -> str:
+    # JSON's \ud800-style escapes decode to lone surrogates, which Arrow cannot store.
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as e:
+        reason = f"lone surrogate U+{ord(text[e.start]):04X} (a bad \\u escape?)"
+        raise _Invalid(field, reason) from None
     return text
 
 
@@ -136,6 +146,8 @@ def _label(value: object, label_range: tuple[float, float], binary: bool) -> flo
         x = float(value)
     except ValueError:
         raise _Invalid(schema.LABEL, f"not a number: {value!r}") from None
+    except OverflowError:  # an integer too large for a float, e.g. a 400-digit JSON number
+        raise _Invalid(schema.LABEL, f"out of range: a {len(str(value))}-digit integer") from None
     if not math.isfinite(x):
         raise _Invalid(schema.LABEL, f"not a finite number: {value!r}")
     lo, hi = label_range

@@ -91,6 +91,9 @@ def read_jsonl(source: DataSource) -> Iterator[RawRow | BadRow]:
         except json.JSONDecodeError as e:
             yield BadRow(line.number, None, f"invalid JSON: {e.msg} (column {e.colno})")
             continue
+        except (ValueError, RecursionError) as e:  # an integer of > 4300 digits; deep nesting
+            yield BadRow(line.number, None, f"invalid JSON: {e}")
+            continue
         if not isinstance(record, dict):
             yield BadRow(line.number, None, f"not a JSON object: {type(record).__name__}")
             continue
@@ -104,6 +107,21 @@ def read_parquet(source: DataSource) -> Iterator[RawRow | BadRow]:
     except (OSError, pa.ArrowException) as e:
         raise DataError(source.path, None, None, f"cannot read Parquet: {e}") from None
     require_columns(source.path, table.column_names, source.columns, line=None)
-    records = table.select(required_columns(source.columns)).to_pylist()
-    for number, record in enumerate(records, start=1):
-        yield map_record(number, record, source.columns)
+    table = table.select(required_columns(source.columns))
+    try:
+        records = table.to_pylist()
+    except (ValueError, OverflowError, pa.ArrowException):
+        records = None  # a value Python cannot hold (a timestamp past year 9999): go row by row
+    for number in range(1, table.num_rows + 1):
+        record = records[number - 1] if records is not None else _parquet_row(table, number)
+        yield record if isinstance(record, BadRow) else map_record(number, record, source.columns)
+
+
+def _parquet_row(table: pa.Table, number: int) -> dict[str, object] | BadRow:
+    record = {}
+    for name in table.column_names:
+        try:
+            record[name] = table.column(name)[number - 1].as_py()
+        except (ValueError, OverflowError, pa.ArrowException) as e:
+            return BadRow(number, name, f"value cannot be read: {e}")
+    return record

@@ -1,0 +1,1156 @@
+"""Property-based fuzzing of the gold-pair loaders and the job config reader (hypothesis).
+
+Hypothesis builds files from a mix of valid rows and corruptions (empty files, missing or
+extra columns, quoting errors, NaN / inf / out-of-range labels, duplicate pairs, empty or
+whitespace-only sentences, extremely long lines, invalid UTF-8, mixed newlines) and keeps,
+beside the bytes, what a correct loader must make of every row. Each file is loaded under
+``on_bad_rows="error"`` and ``"skip"``: it loads with every row accounted for, or raises
+``DataError`` naming the file and a line that exists in it. Job files and ``key=value``
+overrides are fuzzed the same way against ``ConfigError``. Any other exception fails.
+
+The figures (inputs tried, accepted, rejected with a typed error, untyped errors) are
+printed by ``test_zz_fuzz_summary``, the module's last test.
+"""
+
+from __future__ import annotations
+
+import collections
+import csv
+import io
+import json
+import math
+import os
+from dataclasses import dataclass
+from decimal import Decimal
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+import yaml
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from augsbert_ray.config import load_job
+from augsbert_ray.errors import ConfigError, DataError
+from augsbert_ray.loaders import load_pairs
+from augsbert_ray.loaders.mrpc import HEADER as MRPC_HEADER
+from augsbert_ray.loaders.stsb import FIELDS as STSB_FIELDS
+from augsbert_ray.sources import DataSource
+
+
+def _fuzz(max_examples: int) -> settings:
+    return settings(
+        max_examples=max_examples,
+        deadline=None,
+        database=None,  # nothing written into the repository
+        suppress_health_check=[
+            HealthCheck.too_slow,
+            HealthCheck.data_too_large,
+            HealthCheck.large_base_example,
+        ],
+    )
+
+
+# What test_zz_fuzz_summary prints. Every load counts, hypothesis's replays included.
+FIGURES: dict[str, collections.Counter] = {
+    "loaders": collections.Counter(),
+    "config": collections.Counter(),
+}
+
+GOOD, BAD, BLANK, UNKNOWN = "good", "bad", "blank", "unknown"
+ANY = "<any>"  # an expected error field or key that is not checked
+
+TEXT_FORMATS = ["stsb", "mrpc", "csv", "tsv", "jsonl"]
+CUSTOM_COLUMNS = {"sentence1": "text_a", "sentence2": "text_b", "label": "score", "genre": "domain"}
+GENRES = ["main-captions", "main-forums", "main-news"]
+PADS = ["", " ", "  ", "\u00a0", " \u3000"]
+BLANK_SENTENCES = ["", " ", "   ", "\u00a0", "\u3000 ", "\x0b", "\x0c", "\u2028", " \u2003 "]
+# Each is invalid UTF-8 wherever it is inserted (a lone lead, a lone continuation, an
+# overlong form, a surrogate, bytes that never occur).
+INVALID_UTF8 = [b"\xff", b"\xfe", b"\xc3", b"\xa9", b"\xc0\xaf", b"\xed\xa0\x80", b"\xf8\x88\x80"]
+NON_FINITE = ["nan", "NaN", "inf", "-inf", "Infinity", "+inf", "-nan", "1e999", "-1e999"]
+NOT_NUMBERS = ["", "abc", "1.2.3", "five", "0x1", "--1", "\u00bd", "1,5", "label", "1e", "."]
+LONG_LENGTHS = [20_000, 140_000, 300_000]  # csv's field limit (131,072 characters) lies between
+
+
+# ----------------------------------------------------------------------------------------
+# Loading, counting, and what must hold of any outcome
+# ----------------------------------------------------------------------------------------
+
+
+def _attempt(suite: str, typed: type[Exception], call):
+    """Runs ``call``; returns (result, None) or (None, the typed error); counts the outcome."""
+    FIGURES[suite]["tried"] += 1
+    try:
+        result = call()
+    except typed as e:
+        FIGURES[suite]["rejected"] += 1
+        return None, e
+    except BaseException:
+        FIGURES[suite]["untyped"] += 1
+        raise
+    FIGURES[suite]["accepted"] += 1
+    return result, None
+
+
+def _rarely(draw, one_in: int) -> bool:
+    """True about once in ``one_in`` draws (hypothesis favours a 0 from integers(), so
+    ``integers(0, n) == 0`` would be far more common than it reads)."""
+    return draw(st.sampled_from([False] * (one_in - 1) + [True]))
+
+
+def _physical_lines(data: bytes) -> int:
+    """Lines as the loaders number them: LF-separated, a final LF ends the last line."""
+    data = data.removeprefix(b"\xef\xbb\xbf")
+    return data.count(b"\n") + (0 if data.endswith(b"\n") or not data else 1)
+
+
+def _load(source: DataSource, mode: str, binary: bool):
+    return _attempt(
+        "loaders", DataError, lambda: load_pairs(source, "train", binary=binary, on_bad_rows=mode)
+    )
+
+
+def _check_invariants(result, error, path: str, n_lines: int, mode: str) -> None:
+    """Holds for any input: a typed error names the file and a real line, or every row is
+    loaded (error mode) or loaded-or-listed (skip mode) with clean values."""
+    if error is not None:
+        assert error.path == path
+        assert error.line is None or 1 <= error.line <= n_lines, (error.line, n_lines)
+        assert error.field is None or isinstance(error.field, str)
+        assert error.reason and str(error).startswith(path)
+        return
+    table = result.table
+    assert result.rows_read == table.num_rows + len(result.skipped)  # nothing silently dropped
+    if mode == "error":
+        assert result.skipped == []
+    rows = table.to_pylist()
+    for row in rows:
+        assert math.isfinite(row["label"]) and 0.0 <= row["label"] <= 1.0
+        for name in ("sentence1", "sentence2"):
+            assert row[name] and row[name] == row[name].strip()
+        assert 1 <= row["line"] <= n_lines
+        assert row["source"] == path and row["split"] == "train"
+    lines = [row["line"] for row in rows]
+    skipped_lines = [s.line for s in result.skipped]
+    assert lines == sorted(set(lines)) and skipped_lines == sorted(set(skipped_lines))
+    assert not set(lines) & set(skipped_lines)  # a row is loaded or skipped, not both
+    for skipped in result.skipped:
+        assert skipped.path == path and 1 <= skipped.line <= n_lines and skipped.reason
+
+
+# ----------------------------------------------------------------------------------------
+# Strategies: sentences and labels
+# ----------------------------------------------------------------------------------------
+
+sentence_text = st.text(
+    st.characters(exclude_categories=("Cs",), exclude_characters="\t\n\r"),
+    min_size=1,
+    max_size=12,
+).filter(lambda s: s.strip())
+sentences = st.builds(
+    lambda a, s, b: a + s + b, st.sampled_from(PADS), sentence_text, st.sampled_from(PADS)
+)
+
+
+@dataclass(frozen=True)
+class Labels:
+    """The raw label range of a file and whether the task is binary."""
+
+    lo: float
+    hi: float
+    binary: bool
+
+    def scaled(self, raw: object) -> float:
+        """The label the table must hold (float32) for a good raw label."""
+        return float(np.float32((float(raw) - self.lo) / (self.hi - self.lo)))
+
+    def is_good(self, raw: object) -> bool:
+        """The loader's rule, applied to a value of a known type (Parquet's odd columns)."""
+        if isinstance(raw, bool) or not isinstance(raw, (int, float, str)):
+            return False
+        try:
+            x = float(raw)
+        except (ValueError, OverflowError):
+            return False
+        if not (math.isfinite(x) and self.lo <= x <= self.hi):
+            return False
+        return not self.binary or (x - self.lo) / (self.hi - self.lo) in (0.0, 1.0)
+
+
+def _good_label(draw, labels: Labels) -> str:
+    lo, hi = labels.lo, labels.hi
+    if labels.binary:
+        x = draw(st.sampled_from([lo, hi]))
+    else:
+        frac = draw(st.sampled_from([0.0, 0.2, 0.25, 0.5, 1.0]) | st.floats(0.0, 1.0))
+        x = min(max(lo + (hi - lo) * frac, lo), hi)
+    form = draw(st.sampled_from(["repr", "g", ".3f", "e", "int"]))
+    if form == "int" and x.is_integer():
+        text = str(int(x))
+    elif form in ("g", ".3f", "e"):
+        text = format(x, form)
+    else:
+        text = repr(x)
+    return draw(st.sampled_from(["", " "])) + text
+
+
+def _bad_label(draw, labels: Labels) -> str:
+    lo, hi = labels.lo, labels.hi
+    offsets = [0.5, 1.0, 1e-6, 100.0, 1e300]
+    choices = NON_FINITE + NOT_NUMBERS + [repr(hi + d) for d in offsets]
+    choices += [repr(lo - d) for d in offsets]
+    if labels.binary:  # in range, but scales to neither 0 nor 1
+        choices += [repr(lo + (hi - lo) * 0.5), repr(lo + (hi - lo) * 0.25)]
+    return draw(st.sampled_from(choices))
+
+
+# ----------------------------------------------------------------------------------------
+# Strategies: rows of the text formats
+# ----------------------------------------------------------------------------------------
+
+
+@dataclass
+class Row:
+    """One generated row: its physical lines and what a correct loader must make of them.
+
+    Attributes:
+        lines: the row's physical lines, without line endings.
+        kind: GOOD, BAD, BLANK (not a row) or UNKNOWN (after an unterminated quote, whose
+            effect on later lines is not predicted).
+        pair: for a GOOD row, (sentence1, sentence2, label, genre) as the table must hold it.
+        field: for a BAD row, the field its error must name (ANY: not checked).
+    """
+
+    lines: list[bytes]
+    kind: str
+    pair: tuple | None = None
+    field: str | None = ANY
+
+
+@dataclass
+class Layout:
+    """One format's row: its fields in file order, which one is what, how it is written."""
+
+    fmt: str
+    columns: list[str]
+    s1: str
+    s2: str
+    label: str
+    genre: str | None
+
+    @property
+    def delimiter(self) -> str:
+        return "," if self.fmt == "csv" else "\t"
+
+    def render(self, values: dict, quote_all: bool = False) -> bytes:
+        if self.fmt == "jsonl":
+            return json.dumps(values, ensure_ascii=quote_all).encode()
+        if self.fmt in ("stsb", "mrpc"):  # no quoting at all
+            return "\t".join(str(v) for v in values.values()).encode()
+        return _delimited(list(values.values()), self.delimiter, quote_all).encode()
+
+    def pair(self, values: dict, labels: Labels) -> tuple:
+        genre_column = "genre" if self.fmt == "stsb" else self.genre
+        genre = None if genre_column is None else str(values[genre_column])
+        s1, s2 = values[self.s1].strip(), values[self.s2].strip()
+        return (s1, s2, labels.scaled(values[self.label]), genre)
+
+
+def _delimited(fields: list, delimiter: str, quote_all: bool = False) -> str:
+    # The writer quotes a field holding a character of its line terminator, so the
+    # terminator must hold both CR and LF; it is cut off again here.
+    buf = io.StringIO()
+    quoting = csv.QUOTE_ALL if quote_all else csv.QUOTE_MINIMAL
+    csv.writer(buf, delimiter=delimiter, lineterminator="\r\n", quoting=quoting).writerow(fields)
+    return buf.getvalue().removesuffix("\r\n")
+
+
+def _values(draw, layout: Layout, labels: Labels) -> dict:
+    """A good row's values by column, in file order."""
+    label = _good_label(draw, labels)
+    s1, s2, genre = draw(sentences), draw(sentences), draw(st.sampled_from(GENRES))
+    if layout.fmt == "stsb":
+        number = str(draw(st.integers(0, 9999)))
+        values = dict(zip(STSB_FIELDS, [genre, "MSRvid", "2012test", number, label, s1, s2]))
+        if _rarely(draw, 5):  # news lines carry two more fields
+            values["source1"] = values["source2"] = "Europe Media Monitor"
+        return values
+    if layout.fmt == "mrpc":
+        ids = [str(draw(st.integers(1, 10**7))) for _ in range(2)]
+        return dict(zip(MRPC_HEADER, [label, *ids, s1, s2]))
+    mapped = {layout.s1: s1, layout.s2: s2, layout.label: label, layout.genre: genre}
+    return {c: mapped.get(c, f"x{i}") for i, c in enumerate(layout.columns)}
+
+
+KINDS = ["valid"] * 5 + [
+    "dup", "dup", "bad_label", "blank_sentence", "missing_field", "extra_field", "bad_utf8",
+    "cr_join", "blank_line", "ws_line", "long",
+]
+FORMAT_KINDS = {
+    "stsb": [],
+    "mrpc": ["bad_id"],
+    "csv": ["quote_garbage", "bare_quote", "unterminated", "multiline", "quote_all"],
+    "tsv": ["quote_garbage", "bare_quote", "unterminated", "multiline", "quote_all"],
+    "jsonl": [
+        "not_object", "bad_json", "wrong_type", "huge_int", "deep", "surrogate", "number",
+        "quote_all",
+    ],
+}
+
+
+@st.composite
+def rows_of(draw, layout: Layout, labels: Labels, good_so_far: list[dict]) -> Row:
+    """One row of ``layout``'s format: valid, a duplicate, or with exactly one corruption."""
+    kind = draw(st.sampled_from(KINDS + FORMAT_KINDS[layout.fmt]))
+    values = _values(draw, layout, labels)
+
+    def good(vals: dict, quote_all: bool = False) -> Row:
+        good_so_far.append(vals)
+        lines = layout.render(vals, quote_all).split(b"\n")  # a quoted field may hold LFs
+        return Row(lines, GOOD, layout.pair(vals, labels))
+
+    def bad(line: bytes, field: str | None = ANY) -> Row:
+        return Row([line], BAD, field=field)
+
+    if kind in ("valid", "quote_all"):
+        return good(values, quote_all=kind == "quote_all")
+    if kind == "dup":  # the same pair again: duplicates are all kept
+        return good(dict(draw(st.sampled_from(good_so_far))) if good_so_far else values)
+    if kind == "bad_label":
+        raw: object = _bad_label(draw, labels)
+        if layout.fmt == "jsonl" and raw in NON_FINITE and draw(st.booleans()):
+            raw = float(raw)  # written as JSON's NaN / Infinity
+        values[layout.label] = raw
+        return bad(layout.render(values), "label")
+    if kind == "blank_sentence":
+        which = draw(st.sampled_from([0, 1]))
+        values[(layout.s1, layout.s2)[which]] = draw(st.sampled_from(BLANK_SENTENCES))
+        return bad(layout.render(values), ("sentence1", "sentence2")[which])
+    if kind == "missing_field":
+        return _missing_field(draw, layout, values)
+    if kind == "extra_field":
+        if layout.fmt == "jsonl":  # an unmapped key is ignored
+            values["unused"] = draw(sentences)
+            return good(values)
+        line = layout.render(values) + layout.delimiter.encode() + b"extra"
+        if layout.fmt == "stsb":  # fields after the seventh are ignored (news sources)
+            good_so_far.append(values)
+            return Row([line], GOOD, layout.pair(values, labels))
+        return bad(line, None)
+    if kind == "bad_utf8":
+        line = layout.render(values)
+        at = draw(st.integers(0, len(line)))
+        return bad(line[:at] + draw(st.sampled_from(INVALID_UTF8)) + line[at:], None)
+    if kind == "cr_join":  # a lone CR joins two rows: one bad line, never one silent row
+        line = layout.render(values) + b"\r" + layout.render(_values(draw, layout, labels))
+        return bad(line, {"stsb": ANY, "mrpc": "#2 String"}.get(layout.fmt))
+    if kind == "blank_line":
+        return Row([b""], BLANK)
+    if kind == "ws_line":
+        line = draw(st.sampled_from([b" ", b"   ", b"\t", b" \t "]))
+        return Row([line], BLANK) if layout.fmt == "jsonl" else bad(line)
+    if kind == "long":
+        n = draw(st.sampled_from(LONG_LENGTHS))
+        values[draw(st.sampled_from([layout.s1, layout.s2]))] = ("long words " * (n // 10))[:n]
+        if layout.fmt in ("csv", "tsv") and n > csv.field_size_limit():
+            return bad(layout.render(values), None)
+        return good(values)
+    if kind == "bad_id":
+        which = draw(st.sampled_from(["#1 ID", "#2 ID"]))
+        values[which] = draw(st.sampled_from(["-1", "12a", "", " 12", "1.5", "\u0661\u0662"]))
+        return bad(layout.render(values), which)
+    if kind in ("quote_garbage", "bare_quote", "unterminated", "multiline"):
+        return _quoting_row(draw, kind, layout, labels, values, good)
+    return _jsonl_row(draw, kind, layout, values, good, bad)
+
+
+def _missing_field(draw, layout: Layout, values: dict) -> Row:
+    if layout.fmt == "jsonl":
+        required = [c for c in (layout.s1, layout.s2, layout.label, layout.genre) if c]
+        dropped = draw(st.lists(st.sampled_from(required), min_size=1, unique=True))
+        kept = {k: v for k, v in values.items() if k not in dropped}
+        first = next(c for c in required if c in dropped)
+        return Row([layout.render(kept)], BAD, field=first)
+    names = list(values)[: len(layout.columns)]  # STSb's news fields are not counted
+    keep = draw(st.integers(1, len(names) - 1))
+    kept = {k: values[k] for k in names[:keep]}
+    return Row([layout.render(kept)], BAD, field=names[keep])
+
+
+def _quoting_row(draw, kind: str, layout: Layout, labels: Labels, values: dict, good) -> Row:
+    d = layout.delimiter
+    fields = [_delimited([v], d) for v in values.values()]
+    if kind in ("quote_garbage", "unterminated"):
+        index = draw(st.integers(0, len(fields) - 1))
+        text = str(list(values.values())[index])
+        if kind == "quote_garbage":  # "text"x: strict csv refuses text after a closing quote
+            fields[index] = '"' + text.replace('"', '""') + '"x'
+            return Row([d.join(fields).encode()], BAD, field=None)
+        # an unterminated quote swallows later lines up to the next quote: not predicted
+        fields[index] = '"' + text.replace('"', "")
+        return Row([d.join(fields).encode()], UNKNOWN)
+    column = draw(st.sampled_from([layout.s1, layout.s2]))
+    index = list(values).index(column)
+    if kind == "bare_quote":  # a quote inside an unquoted field is just a character
+        word = draw(st.text("abc xyz", min_size=1, max_size=6))
+        values[column] = fields[index] = "A" + word + '"' + word + "Z"
+    else:  # multiline: a quoted field with line breaks spans several physical lines
+        values[column] = "\n".join(draw(st.lists(sentence_text, min_size=2, max_size=3)))
+        fields[index] = '"' + values[column].replace('"', '""') + '"'
+    row = good(values)
+    row.lines = d.join(fields).encode().split(b"\n")
+    return row
+
+
+def _jsonl_row(draw, kind: str, layout: Layout, values: dict, good, bad) -> Row:
+    def with_raw_label(raw: bytes) -> bytes:
+        values[layout.label] = "@@LABEL@@"
+        return layout.render(values).replace(b'"@@LABEL@@"', raw)
+
+    if kind == "not_object":
+        value = draw(st.sampled_from([[1, 2], 3, "x", None, True, [values]]))
+        return bad(json.dumps(value).encode(), None)
+    if kind == "bad_json":
+        text = layout.render(values)
+        cut = draw(st.integers(1, len(text) - 1))
+        broken = [text[:cut], text.replace(b'"', b"'"), text[:-1] + b",}"]  # cut, 'quotes', ,}
+        return bad(draw(st.sampled_from(broken)), None)
+    if kind == "wrong_type":
+        which = draw(st.sampled_from(["sentence1", "sentence2", "label"]))
+        column = {"sentence1": layout.s1, "sentence2": layout.s2, "label": layout.label}[which]
+        odd = [None, [], [0.5], {"a": 1}, True, False] + ([1, 2.5] if which != "label" else [])
+        values[column] = draw(st.sampled_from(odd))
+        return bad(layout.render(values), which)
+    if kind == "huge_int":  # too large for a float (400 digits) or for int() itself (5000)
+        digits = draw(st.sampled_from([400, 5000]))
+        return bad(with_raw_label(b"1" + b"0" * digits), "label" if digits < 4300 else None)
+    if kind == "surrogate":  # a \udc00 escape decodes to a string Arrow cannot hold
+        which = draw(st.sampled_from(["sentence1", "sentence2"]))
+        values[{"sentence1": layout.s1, "sentence2": layout.s2}[which]] = "a\udc00b"
+        return bad(json.dumps(values).encode(), which)
+    if kind == "deep":  # nesting past the recursion limit: a bad line, not a crash
+        depth = draw(st.sampled_from([50, 100_000]))
+        return bad(with_raw_label(b"[" * depth + b"]" * depth), "label" if depth < 1000 else None)
+    # number: the label as a JSON number rather than text
+    x = float(values[layout.label])
+    values[layout.label] = int(x) if x.is_integer() and draw(st.booleans()) else x
+    return good(values)
+
+
+# ----------------------------------------------------------------------------------------
+# Strategies: whole text files
+# ----------------------------------------------------------------------------------------
+
+
+@dataclass
+class TextCase:
+    """A generated file and what loading it must give."""
+
+    data: bytes
+    source_kwargs: dict
+    binary: bool
+    rows: list[tuple[int, Row]]  # (first physical line, row)
+    file_error: tuple | None  # (line, field) of a whole-file error, due in both modes
+
+
+@st.composite
+def text_files(draw, fmt: str) -> TextCase:
+    source_kwargs: dict = {}
+    if fmt in ("stsb", "mrpc"):
+        lo, hi = {"stsb": (0.0, 5.0), "mrpc": (0.0, 1.0)}[fmt]
+    else:
+        lo, hi = source_kwargs["label_range"] = draw(
+            st.sampled_from([(0.0, 1.0), (0.0, 5.0), (-1.0, 1.0)])
+        )
+    labels = Labels(lo, hi, binary=_rarely(draw, 4))
+    layout = _layout(draw, fmt, source_kwargs)
+    good_so_far: list[dict] = []
+    rows = draw(st.lists(rows_of(layout, labels, good_so_far), max_size=8))
+    for i, row in enumerate(rows):  # an unterminated quote makes everything after it unknown
+        if i and rows[i - 1].kind == UNKNOWN:
+            row.kind = UNKNOWN
+
+    header, file_error = _header(draw, layout)
+    physical = [header] if header is not None else []
+    numbered = []
+    for row in rows:
+        numbered.append((len(physical) + 1, row))
+        physical += row.lines
+    n = len(physical)
+    endings = draw(st.lists(st.sampled_from([b"\n", b"\r\n"]), min_size=n, max_size=n))
+    data = b"".join(line + end for line, end in zip(physical, endings))
+    if data and draw(st.booleans()):  # no line ending after the last line
+        data = data[:-1]
+    if _rarely(draw, 5):
+        data = b"\xef\xbb\xbf" + data
+    if fmt in ("csv", "tsv", "mrpc") and _rarely(draw, 20):  # an empty file
+        data = draw(st.sampled_from([b"", b"\xef\xbb\xbf"]))
+        return TextCase(data, source_kwargs, labels.binary, [], (None, None))
+    return TextCase(data, source_kwargs, labels.binary, numbered, file_error)
+
+
+def _layout(draw, fmt: str, source_kwargs: dict) -> Layout:
+    if fmt == "stsb":
+        return Layout(fmt, list(STSB_FIELDS), "sentence1", "sentence2", "score", None)
+    if fmt == "mrpc":
+        return Layout(fmt, list(MRPC_HEADER), "#1 String", "#2 String", "Quality", None)
+    columns = draw(st.sampled_from([{}, CUSTOM_COLUMNS, {**CUSTOM_COLUMNS, "genre": None}]))
+    if columns:
+        source_kwargs["columns"] = columns
+    s1, s2 = columns.get("sentence1", "sentence1"), columns.get("sentence2", "sentence2")
+    label, genre = columns.get("label", "label"), columns.get("genre")
+    names = [c for c in (s1, s2, label, genre) if c]
+    extra = ["id", "note", "extra col", "x,y", 'q"t']
+    names += draw(st.lists(st.sampled_from(extra), unique=True, max_size=2))
+    return Layout(fmt, list(draw(st.permutations(names))), s1, s2, label, genre)
+
+
+def _header(draw, layout: Layout) -> tuple[bytes | None, tuple | None]:
+    """The header line (None: the format has none) and the whole-file error it causes."""
+    if layout.fmt in ("stsb", "jsonl"):
+        return None, None
+    fault = draw(st.sampled_from(["none"] * 16 + ["missing", "renamed", "bad_utf8", "quote"]))
+    names = list(layout.columns)
+    mapped = [c for c in (layout.s1, layout.s2, layout.label, layout.genre) if c]
+    gone = draw(st.sampled_from(mapped))
+    if fault == "missing":
+        names.remove(gone)
+    elif fault == "renamed":
+        names[names.index(gone)] = "typo_" + gone
+    if layout.fmt == "mrpc":
+        line = "\t".join(names).encode()
+        expected = None if fault == "none" else (1, None)
+    else:
+        line = _delimited(names, layout.delimiter).encode()
+        expected = {"none": None, "missing": (1, gone), "renamed": (1, gone)}.get(fault, (1, None))
+    if fault == "bad_utf8":
+        line = line[:3] + b"\xff" + line[3:]
+    elif fault == "quote":  # text after a closing quote: mrpc sees a wrong header, csv an error
+        line = b'"a"x' + layout.delimiter.encode() + line
+    return line, expected
+
+
+# ----------------------------------------------------------------------------------------
+# Properties: text formats
+# ----------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def workdir(tmp_path_factory):
+    return tmp_path_factory.mktemp("fuzz")
+
+
+def _check_expected(case: TextCase, mode: str, result, error) -> None:
+    """What the generated rows say loading must give, up to the first unpredictable row."""
+    if case.file_error is not None:
+        assert error is not None, "a whole-file problem is refused in either mode"
+        line, field_ = case.file_error
+        assert error.line == line and (field_ is ANY or error.field == field_), error
+        return
+    rows = [(start, row) for start, row in case.rows if row.kind != BLANK]
+    cut = next((start for start, row in rows if row.kind == UNKNOWN), math.inf)
+    known = [(start, row) for start, row in rows if row.kind != UNKNOWN]
+    first = next(((start, row) for start, row in rows if row.kind != GOOD), None)
+    if mode == "error" and first is not None:
+        if first[1].kind == BAD:
+            assert error is not None, f"bad row at line {first[0]} loaded"
+            assert error.line == first[0], (error, first[0])
+            assert first[1].field is ANY or error.field == first[1].field, (error, first[1].field)
+        elif error is not None:
+            assert error.line >= first[0]
+        return
+    assert error is None, error  # skip mode, or no bad row: nothing refuses the whole file
+    got = [
+        ((r["sentence1"], r["sentence2"], r["label"], r["genre"]), r["line"])
+        for r in result.table.to_pylist()
+        if r["line"] < cut
+    ]
+    want = [(row.pair, start) for start, row in known if row.kind == GOOD]
+    assert got == want
+    skipped = [(s.line, s.field) for s in result.skipped if s.line < cut]
+    want_skipped = [(start, row.field) for start, row in known if row.kind == BAD]
+    assert [line for line, _ in skipped] == [line for line, _ in want_skipped]
+    for (_, got_field), (_, want_field) in zip(skipped, want_skipped):
+        assert want_field is ANY or got_field == want_field
+    if cut == math.inf:
+        assert result.rows_read == len(known)
+    if mode == "skip":
+        pairs = collections.Counter(pair[:2] for pair, _ in got)
+        FIGURES["loaders"]["duplicate pairs kept"] += sum(n - 1 for n in pairs.values() if n > 1)
+
+
+@pytest.mark.parametrize("fmt", TEXT_FORMATS)
+@_fuzz(100)
+@given(data=st.data())
+def test_text_files_load_every_row_or_fail_typed(workdir, fmt, data):
+    case = data.draw(text_files(fmt), label="case")
+    path = workdir / f"fuzz-{fmt}.txt"
+    path.write_bytes(case.data)
+    source = DataSource(format=fmt, path=str(path), **case.source_kwargs)
+    for mode in ("error", "skip"):
+        result, error = _load(source, mode, case.binary)
+        _check_invariants(result, error, str(path), _physical_lines(case.data), mode)
+        _check_expected(case, mode, result, error)
+
+
+@st.composite
+def mutated(draw, data: bytes) -> bytes:
+    """``data`` with a few random byte edits: structural bytes, invalid UTF-8, noise."""
+    data = bytearray(data)
+    structural = [b"\n", b"\r", b"\r\n", b"\t", b",", b'"', b"{", b"\xff", b"\x00"]
+    noise = st.sampled_from(structural) | st.binary(min_size=1, max_size=4)
+    for _ in range(draw(st.integers(1, 4))):
+        at = draw(st.integers(0, len(data)))
+        op = draw(st.sampled_from(["insert", "delete", "replace"]))
+        if op == "insert":
+            data[at:at] = draw(noise)
+        elif op == "delete":
+            del data[at : at + draw(st.integers(1, 8))]
+        else:
+            data[at : at + 1] = draw(noise)
+    return bytes(data)
+
+
+@pytest.mark.parametrize("fmt", TEXT_FORMATS)
+@_fuzz(40)
+@given(data=st.data())
+def test_mutated_or_random_bytes_fail_typed(workdir, fmt, data):
+    """Byte-level damage to a file, or plain noise: whatever loads is clean and complete."""
+    case = data.draw(text_files(fmt), label="case")
+    raw = data.draw(mutated(case.data) | st.binary(max_size=200), label="bytes")
+    path = workdir / f"fuzz-mutated-{fmt}.txt"
+    path.write_bytes(raw)
+    source = DataSource(format=fmt, path=str(path), **case.source_kwargs)
+    for mode in ("error", "skip"):
+        result, error = _load(source, mode, case.binary)
+        _check_invariants(result, error, str(path), _physical_lines(raw), mode)
+
+
+# ----------------------------------------------------------------------------------------
+# Parquet: odd column types, nulls, missing and extra columns, damaged files
+# ----------------------------------------------------------------------------------------
+
+UNREADABLE = object()  # a value pyarrow cannot turn into a Python object
+LABEL_KINDS = [
+    "float64", "float32", "int64", "string", "bool", "null", "decimal", "timestamp", "date32",
+    "list",
+]
+
+
+def _sentence_column(draw, n: int) -> pa.Array:
+    if not _rarely(draw, 3):  # a clean column
+        return pa.array(draw(st.lists(sentences, min_size=n, max_size=n)), pa.string())
+    kinds = ["string", "large_string", "dictionary", "binary", "int64", "null"]
+    kind = draw(st.sampled_from(kinds))
+    if kind == "null":
+        return pa.nulls(n)
+    if kind == "int64":
+        values = draw(st.lists(st.integers(-5, 5) | st.none(), min_size=n, max_size=n))
+        return pa.array(values, pa.int64())
+    text = sentences | st.sampled_from(BLANK_SENTENCES) | st.none()
+    values = draw(st.lists(text, min_size=n, max_size=n))
+    if kind == "binary":
+        return pa.array([None if v is None else v.encode() for v in values], pa.binary())
+    if kind == "dictionary":
+        return pa.array(values, pa.string()).dictionary_encode()
+    return pa.array(values, pa.string() if kind == "string" else pa.large_string())
+
+
+def _label_column(draw, n: int, labels: Labels) -> pa.Array:
+    lo, hi = labels.lo, labels.hi
+    if not _rarely(draw, 3):  # a clean column
+        good = st.sampled_from([lo, hi]) if labels.binary else st.floats(lo, hi)
+        return pa.array(draw(st.lists(good, min_size=n, max_size=n)), pa.float64())
+    kind = draw(st.sampled_from(LABEL_KINDS))
+    odd_floats = [lo, hi, (lo + hi) / 2, hi + 0.5, lo - 1e-3, math.nan, math.inf, -math.inf]
+    floats = st.sampled_from(odd_floats) | st.floats(lo, hi)
+
+    def column(values_strategy, type_):
+        return pa.array(draw(st.lists(values_strategy | st.none(), min_size=n, max_size=n)), type_)
+
+    if kind in ("float64", "float32"):
+        return column(floats, pa.float64() if kind == "float64" else pa.float32())
+    if kind == "int64":
+        return column(st.integers(-2, 6), pa.int64())
+    if kind == "string":
+        texts = NON_FINITE + NOT_NUMBERS + ["0", "1", " 0.5 ", "5", "2.5e0"]
+        return column(st.sampled_from(texts), pa.string())
+    if kind == "bool":
+        return column(st.booleans(), pa.bool_())
+    if kind == "null":
+        return pa.nulls(n, pa.float64())
+    if kind == "decimal":
+        decimals = [Decimal("0.5"), Decimal("1.00"), Decimal("7.25")]
+        return column(st.sampled_from(decimals), pa.decimal128(5, 2))
+    if kind == "timestamp":  # 2**60 ms lies past year 9999: pyarrow cannot make a datetime of it
+        return column(st.sampled_from([0, 10**12, 2**60]), pa.timestamp("ms"))
+    if kind == "date32":
+        return column(st.sampled_from([0, 2**30]), pa.date32())
+    return column(st.lists(floats, max_size=2), pa.list_(pa.float64()))
+
+
+def _python_values(array: pa.Array) -> list:
+    out = []
+    for scalar in array:
+        try:
+            out.append(scalar.as_py())
+        except (ValueError, OverflowError):
+            out.append(UNREADABLE)
+    return out
+
+
+@dataclass
+class ParquetCase:
+    table: pa.Table
+    source_kwargs: dict
+    binary: bool
+    expected: list[tuple[str, object]] | None  # per row: (GOOD, pair) or (BAD, field)
+    file_error: tuple | None
+
+
+@st.composite
+def parquet_tables(draw) -> ParquetCase:
+    n = draw(st.integers(0, 6))
+    lo, hi = draw(st.sampled_from([(0.0, 1.0), (0.0, 5.0), (-1.0, 1.0)]))
+    labels = Labels(lo, hi, binary=_rarely(draw, 4))
+    roles = ["sentence1", "sentence2", "label"] + (["genre"] if draw(st.booleans()) else [])
+    columns = dict(zip(roles, roles))
+    source_kwargs = {"label_range": (lo, hi), "columns": columns}
+    arrays: dict[str, pa.Array] = {}
+    for role in roles:
+        if _rarely(draw, 25):
+            continue  # a missing column
+        if role == "label":
+            arrays[role] = _label_column(draw, n, labels)
+        elif role == "genre":
+            genres = st.sampled_from(GENRES) | st.none()
+            arrays[role] = pa.array(draw(st.lists(genres, min_size=n, max_size=n)), pa.string())
+        else:
+            arrays[role] = _sentence_column(draw, n)
+    extra = ["id", "", "x y", "\u00e9t\u00e9"]  # unmapped columns, oddly named
+    for name in draw(st.lists(st.sampled_from(extra), unique=True, max_size=2)):
+        arrays[name] = _sentence_column(draw, n)
+    order = draw(st.permutations(list(arrays)))
+    table = pa.table({name: arrays[name] for name in order})
+    missing = [role for role in roles if role not in arrays]
+    if missing:
+        return ParquetCase(table, source_kwargs, labels.binary, None, (None, missing[0]))
+    values = {role: _python_values(arrays[role]) for role in roles}
+    expected = []
+    for i in range(n):
+        row = {role: values[role][i] for role in roles}
+        expected.append(_parquet_expectation(row, labels))
+    return ParquetCase(table, source_kwargs, labels.binary, expected, None)
+
+
+def _parquet_expectation(row: dict, labels: Labels) -> tuple[str, object]:
+    for role, value in row.items():  # conversion happens before any check
+        if value is UNREADABLE:
+            return BAD, role
+    for role in ("sentence1", "sentence2"):
+        if not (isinstance(row[role], str) and row[role].strip()):
+            return BAD, role
+    if not labels.is_good(row["label"]):
+        return BAD, "label"
+    genre = None if row.get("genre") is None else str(row["genre"])
+    s1, s2 = row["sentence1"].strip(), row["sentence2"].strip()
+    return GOOD, (s1, s2, labels.scaled(row["label"]), genre)
+
+
+@_fuzz(100)
+@given(
+    case=parquet_tables(),
+    damage=st.sampled_from(["none"] * 8 + ["truncate", "noise", "empty"]),
+    data=st.data(),
+)
+def test_parquet_loads_every_row_or_fails_typed(workdir, case, damage, data):
+    path = workdir / "fuzz.parquet"
+    pq.write_table(case.table, path, row_group_size=data.draw(st.integers(1, 4)))
+    raw = path.read_bytes()
+    if damage == "empty":
+        raw = b""
+    elif damage == "truncate":
+        raw = raw[: data.draw(st.integers(0, len(raw) - 1))]
+    elif damage == "noise":
+        raw = data.draw(mutated(raw) | st.binary(max_size=300))
+    path.write_bytes(raw)
+    source = DataSource(format="parquet", path=str(path), **case.source_kwargs)
+    for mode in ("error", "skip"):
+        result, error = _load(source, mode, case.binary)
+        _check_invariants(result, error, str(path), case.table.num_rows, mode)
+        if damage in ("empty", "truncate"):
+            assert error is not None and error.line is None
+        if damage != "none":
+            continue
+        if case.file_error is not None:
+            assert error is not None and (error.line, error.field) == case.file_error, error
+            continue
+        bad = [(i + 1, what) for i, (kind, what) in enumerate(case.expected) if kind == BAD]
+        if mode == "error" and bad:
+            assert error is not None and (error.line, error.field) == bad[0], (error, bad[0])
+            continue
+        assert error is None, error
+        got = [
+            ((r["sentence1"], r["sentence2"], r["label"], r["genre"]), r["line"])
+            for r in result.table.to_pylist()
+        ]
+        want = [(pair, i + 1) for i, (kind, pair) in enumerate(case.expected) if kind == GOOD]
+        assert got == want
+        assert [(s.line, s.field) for s in result.skipped] == bad
+
+
+# ----------------------------------------------------------------------------------------
+# The config reader: job files and key=value overrides
+# ----------------------------------------------------------------------------------------
+
+UNSET_VAR = "AUGSBERT_FUZZ_NEVER_SET"
+BASE_JOB = {
+    "name": "fuzz",
+    "data": {
+        "train": {"format": "stsb", "path": "a.csv"},
+        "dev": None,
+        "test": {"format": "csv", "path": "b.csv", "columns": {"label": "score"}},
+    },
+}
+# (dotted key, value, what the loaded config must then hold: a value, or ANY)
+GOOD_SETTINGS = [
+    ("seed", 7, 7),
+    ("task", "binary", "binary"),
+    ("bi_encoder.epochs", 3, 3),
+    ("sampling.strategy", "rs", "rs"),
+    ("sampling.top_k", 5, 5),
+    ("data.on_bad_rows", "skip", "skip"),
+    ("labeling.num_gpus", 0.5, 0.5),
+    ("ray.num_cpus", 2, 2),
+    ("data.subsample.train", 10, 10),
+    ("evaluation.teacher_check", "stop", "stop"),
+    ("sampling.faiss.index", "hnsw", "hnsw"),
+    ("cross_encoder.lr", 0.0001, 0.0001),
+    ("training.use_gpu", True, True),
+    ("data.train.path", "${%s:-x.csv}" % UNSET_VAR, "x.csv"),
+    ("bi_encoder.num_layers", None, None),
+    ("data.dev", {"format": "jsonl", "path": "d.jsonl"}, ANY),
+]
+# (dotted key, value, the key the ConfigError must name, or ANY)
+BAD_SETTINGS = [
+    ("bi_encoder.epochz", 2, "bi_encoder.epochz"),
+    ("foo", 1, "foo"),
+    ("data.train.colums", {}, "data.train.colums"),
+    ("sampling.faiss.nlist", 3, "sampling.faiss.nlist"),
+    ("bi_encoder.epochs", 0, "bi_encoder.epochs"),
+    ("task", "multiclass", "task"),
+    ("name", "bad name!", "name"),
+    ("data.train.format", "xml", "data.train.format"),
+    ("data.on_bad_rows", "ignore", "data.on_bad_rows"),
+    ("sampling.strategy", "magic", ANY),  # a whole-job check: the message names the key
+    ("data.train.label_range", [5, 0], ANY),
+    ("labeling.num_gpus", -1, "labeling.num_gpus"),
+    ("data.train.path", "${%s}" % UNSET_VAR, "data.train.path"),
+    ("seed", "abc", "seed"),
+    ("data.dev_fraction", 1.5, "data.dev_fraction"),
+]
+REQUIRED = [
+    "name", "data", "data.train", "data.dev", "data.test", "data.train.path", "data.test.format",
+]
+# YAML that PyYAML refuses, or builds into odd values: must come out as a ConfigError or a job.
+ODD_YAML = [
+    "2020-13-45", "!!int abc", "!!timestamp foo", "!!bool maybe", "!!float x", "&a [*a]",
+    "[" * 600 + "]" * 600, "[" * 30 + "]" * 30, "!!binary '###'", "!!python/name:os.system",
+    "1e999", ".nan", "0x1F", "0o17", "1_000", "~", "2001-12-14t21:59:43.10-99:99", "[", "{a",
+    "'unterminated", "- - -", ": :", "*undefined", "!!set {a, b}", "? [a, b]", "@", "`x",
+    "a: b: c", "!!str", "{a: 1, a: 2}", "&x 1", "<<: {a: 1}", "!!omap [a, b]", "\u00e9",
+]
+BROKEN_LINES = [  # appended to a job file, each makes it invalid YAML
+    "key: [unclosed", "key: {a: 1", "\tindent: tab", "a: b: c", "x: *undefined", "- item",
+    "@reserved: 1",
+]
+NOT_MAPPINGS = [
+    b"", b"null\n", b"- a\n- b\n", b"42\n", b"'text'\n", b"[1, 2]\n", b"~\n", b"# a comment\n",
+]
+ANY_VALUE = (
+    st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=5)
+    | st.lists(st.integers(), max_size=2)
+)
+ODD_KEYS = ["seed", "name", "data.train.path", "a..b", ".", "seed.x", "data.train.path.x", "foo"]
+
+
+def _set(tree: dict, key: str, value) -> None:
+    *parents, last = key.split(".")
+    for k in parents:
+        if not isinstance(tree.get(k), dict):
+            tree[k] = {}
+        tree = tree[k]
+    tree[last] = value
+
+
+def _remove(tree: dict, key: str) -> None:
+    *parents, last = key.split(".")
+    for k in parents:
+        tree = tree.get(k) if isinstance(tree, dict) else None
+    if isinstance(tree, dict):
+        tree.pop(last, None)
+
+
+def _override(key: str, value) -> str:
+    return f"{key}={json.dumps(value)}"  # JSON is YAML
+
+
+@dataclass
+class JobCase:
+    data: bytes
+    overrides: list[str]
+    outcome: str  # "valid", "invalid" or "either"
+    key: str | None = ANY  # the key an invalid job's error must name
+    holds: tuple = ()  # (dotted key, value) a valid job must hold
+
+
+@st.composite
+def job_files(draw) -> JobCase:
+    tree = json.loads(json.dumps(BASE_JOB))
+    changes = []  # (key, outcome, expected key or value)
+    clean = _rarely(draw, 3)  # a third of the jobs hold only good settings
+    for _ in range(draw(st.integers(0, 3))):
+        what = "good" if clean else draw(st.sampled_from(["good", "good", "bad", "remove", "odd"]))
+        if what == "good":
+            key, value, holds = draw(st.sampled_from(GOOD_SETTINGS))
+            _set(tree, key, value)
+            changes.append((key, "valid", holds))
+        elif what == "bad":
+            key, value, names = draw(st.sampled_from(BAD_SETTINGS))
+            _set(tree, key, value)
+            changes.append((key, "invalid", names))
+        elif what == "remove":
+            key = draw(st.sampled_from(REQUIRED))
+            _remove(tree, key)
+            changes.append((key, "invalid", key))
+        else:
+            key = draw(st.sampled_from([k for k, _, _ in GOOD_SETTINGS + BAD_SETTINGS]))
+            _set(tree, key, draw(ANY_VALUE))
+            changes.append((key, "either", ANY))
+    overrides = []
+    for _ in range(draw(st.integers(0, 3))):
+        choices = ["good", "good", "bad", "malformed", "odd", "odd"]
+        what = "good" if clean else draw(st.sampled_from(choices))
+        if what == "good":
+            key, value, holds = draw(st.sampled_from(GOOD_SETTINGS))
+            overrides.append(_override(key, value))
+            changes.append((key, "valid", holds))
+        elif what == "bad":
+            key, value, names = draw(st.sampled_from(BAD_SETTINGS))
+            overrides.append(_override(key, value))
+            changes.append((key, "invalid", names))
+        elif what == "malformed":  # no "=" or no key: refused whatever else the job holds
+            overrides.append(draw(st.sampled_from(["noequals", "=1", " =1", "  = x", "seed"])))
+            changes.append((None, "refused", ANY))
+        else:
+            key = draw(st.sampled_from(ODD_KEYS))
+            value = draw(st.sampled_from(ODD_YAML) | st.text(max_size=8))
+            overrides.append(f"{key}={value}")
+            changes.append((key, "either", ANY))
+
+    text = yaml.safe_dump(tree, default_flow_style=draw(st.booleans()), allow_unicode=True)
+    damages = ["none"] * 3 + ["odd_line", "broken_line", "bad_utf8", "not_mapping"]
+    damage = "none" if clean else draw(st.sampled_from(damages))
+    if damage == "odd_line":
+        key = draw(st.sampled_from(["seed", "name", "ray", "extra"]))
+        text += f"{key}: {draw(st.sampled_from(ODD_YAML))}\n"
+        changes.append((key, "either", ANY))
+    elif damage == "broken_line":
+        text += draw(st.sampled_from(BROKEN_LINES)) + "\n"
+    data = text.encode()
+    if damage == "bad_utf8":
+        at = draw(st.integers(0, len(data)))
+        data = data[:at] + draw(st.sampled_from(INVALID_UTF8)) + data[at:]
+    elif damage == "not_mapping":
+        data = draw(st.sampled_from(NOT_MAPPINGS))
+    if damage in ("broken_line", "bad_utf8", "not_mapping"):  # the file fails before overrides
+        return JobCase(data, overrides, "invalid", key=None)
+    return _job_outcome(data, overrides, changes)
+
+
+def _job_outcome(data: bytes, overrides: list[str], changes: list[tuple]) -> JobCase:
+    outcomes = {outcome for _, outcome, _ in changes}
+    if "refused" in outcomes:
+        return JobCase(data, overrides, "invalid")
+    keys = [key for key, _, _ in changes]
+    overlapping = any(  # settings of one key, or of a key and a key inside it
+        a == b or a.startswith(b + ".") or b.startswith(a + ".")
+        for i, a in enumerate(keys)
+        for b in keys[i + 1 :]
+    )
+    if "either" in outcomes or (overlapping and "invalid" in outcomes):
+        return JobCase(data, overrides, "either")
+    if "invalid" in outcomes:
+        invalid = [named for _, outcome, named in changes if outcome == "invalid"]
+        return JobCase(data, overrides, "invalid", key=invalid[0] if len(invalid) == 1 else ANY)
+    last = dict((key, holds) for key, _, holds in changes)  # the last setting of a key wins
+    if overlapping:
+        last = {}
+    return JobCase(data, overrides, "valid", holds=tuple(last.items()))
+
+
+def _lookup(cfg, key: str):
+    node = cfg
+    for k in key.split("."):
+        node = node[k] if isinstance(node, dict) else getattr(node, k)
+    return node
+
+
+@_fuzz(180)
+@given(case=job_files())
+def test_job_files_and_overrides_validate_or_fail_typed(workdir, case):
+    assert UNSET_VAR not in os.environ
+    path = workdir / "job.yaml"
+    path.write_bytes(case.data)
+    cfg, error = _attempt("config", ConfigError, lambda: load_job(path, case.overrides))
+    if error is not None:
+        assert error.path == str(path) and str(error).startswith(str(path))
+        assert error.key is None or isinstance(error.key, str)
+        assert case.outcome != "valid", error
+        assert case.key is ANY or error.key == case.key, (error, case.key)
+        return
+    assert case.outcome != "invalid", "an invalid job was accepted"
+    for key, value in case.holds:
+        assert value is ANY or _lookup(cfg, key) == value, key
+
+
+@_fuzz(60)
+@given(raw=st.binary(max_size=300), overrides=st.lists(st.text(max_size=20), max_size=3))
+def test_random_config_bytes_and_overrides_fail_typed(workdir, raw, overrides):
+    path = workdir / "noise.yaml"
+    path.write_bytes(raw)
+    _, error = _attempt("config", ConfigError, lambda: load_job(path, overrides))
+    assert error is None or error.path == str(path)
+
+
+# ----------------------------------------------------------------------------------------
+# Regressions: inputs that escaped as untyped errors or were silently mangled
+# ----------------------------------------------------------------------------------------
+
+
+def _one_jsonl_row(tmp_path, label: bytes) -> DataSource:
+    path = tmp_path / "p.jsonl"
+    path.write_bytes(b'{"sentence1": "a", "sentence2": "b", "label": ' + label + b"}\n")
+    return DataSource(format="jsonl", path=str(path))
+
+
+@pytest.mark.parametrize(
+    ("label", "field"),
+    [
+        (b"1" + b"0" * 400, "label"),  # was OverflowError: int too large to convert to float
+        (b"1" + b"0" * 5000, None),  # was ValueError: exceeds the limit for int conversion
+        (b"[" * 100_000 + b"]" * 100_000, None),  # was RecursionError
+    ],
+    ids=["400-digit-int", "5000-digit-int", "deep-nesting"],
+)
+def test_regression_jsonl_huge_or_deep_values_are_bad_rows(tmp_path, label, field):
+    source = _one_jsonl_row(tmp_path, label)
+    with pytest.raises(DataError) as info:
+        load_pairs(source, "train")
+    assert (info.value.line, info.value.field) == (1, field)
+    result = load_pairs(source, "train", on_bad_rows="skip")
+    assert result.rows_read == 1 and result.table.num_rows == 0 and len(result.skipped) == 1
+
+
+@pytest.mark.parametrize("genre", [None, "domain"])
+def test_regression_jsonl_lone_surrogate_is_a_bad_row(tmp_path, genre):
+    # json.loads turns "\udc00" into a lone surrogate; building the Arrow table then raised
+    # UnicodeEncodeError, in either mode.
+    path = tmp_path / "p.jsonl"
+    record = {"sentence1": "a\udc00", "sentence2": "b", "label": 1, "domain": "x"}
+    if genre:
+        record = {**record, "sentence1": "a", "domain": "\ud800"}
+    path.write_text(json.dumps(record) + "\n", encoding="ascii")
+    source = DataSource(format="jsonl", path=str(path), columns={"genre": "domain"})
+    with pytest.raises(DataError) as info:
+        load_pairs(source, "train")
+    assert (info.value.line, info.value.field) == (1, "genre" if genre else "sentence1")
+    assert "surrogate" in info.value.reason
+    assert load_pairs(source, "train", on_bad_rows="skip").rows_read == 1
+
+
+def test_regression_parquet_value_python_cannot_hold_is_a_bad_row(tmp_path):
+    # 2**60 ms is past year 9999: to_pylist raised OverflowError for the whole file.
+    path = tmp_path / "p.parquet"
+    labels = pa.array([0, 2**60], pa.timestamp("ms"))
+    table = pa.table({"sentence1": ["a", "b"], "sentence2": ["c", "d"], "label": labels})
+    pq.write_table(table, path)
+    source = DataSource(format="parquet", path=str(path))
+    with pytest.raises(DataError) as info:
+        load_pairs(source, "train")
+    assert (info.value.line, info.value.field) == (1, "label")  # a datetime is no label either
+    result = load_pairs(source, "train", on_bad_rows="skip")
+    assert [(s.line, s.field) for s in result.skipped] == [(1, "label"), (2, "label")]
+    assert "cannot be read" in result.skipped[1].reason
+
+
+def test_regression_stsb_lone_cr_does_not_swallow_a_row(tmp_path):
+    # STSb ignores fields after the seventh, so two rows joined by a lone CR loaded as one.
+    path = tmp_path / "sts.csv"
+    row = "main-captions\tMSRvid\t2012test\t0001\t{}\tA {}.\tB {}."
+    text = f"{row.format(5, 1, 1)}\r{row.format(4, 2, 2)}\n{row.format(3, 3, 3)}\n"
+    path.write_bytes(text.encode())
+    source = DataSource(format="stsb", path=str(path))
+    with pytest.raises(DataError) as info:
+        load_pairs(source, "train")
+    assert (info.value.line, info.value.field) == (1, "sentence2")
+    result = load_pairs(source, "train", on_bad_rows="skip")
+    assert result.rows_read == 2 and [s.line for s in result.skipped] == [1]
+    assert result.table.column("sentence1").to_pylist() == ["A 3."]
+
+
+@pytest.mark.parametrize("data", [b"", b"\xef\xbb\xbf"], ids=["empty", "bom-only"])
+def test_regression_empty_mrpc_file_names_no_line(tmp_path, data):
+    path = tmp_path / "msr.txt"
+    path.write_bytes(data)
+    with pytest.raises(DataError) as info:  # it named line 1 of a file with no lines
+        load_pairs(DataSource(format="mrpc", path=str(path)), "train", on_bad_rows="skip")
+    assert info.value.line is None and "empty file" in info.value.reason
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        "2020-13-45", "!!int abc", "!!float x", "!!bool maybe", "!!timestamp foo", "[", "&a [*a]",
+        "[" * 600,
+    ],
+)
+@pytest.mark.parametrize("where", ["override", "file"])
+def test_regression_yaml_pyyaml_cannot_build_is_a_config_error(tmp_path, value, where):
+    # PyYAML raised ValueError / KeyError / AttributeError / RecursionError for these,
+    # and a bad override value escaped as yaml's own error.
+    text = yaml.safe_dump(BASE_JOB)
+    overrides = [f"seed={value}"] if where == "override" else []
+    path = tmp_path / "job.yaml"
+    path.write_text(text + (f"seed: {value}\n" if where == "file" else ""), encoding="utf-8")
+    with pytest.raises(ConfigError) as info:
+        load_job(path, overrides)
+    assert info.value.path == str(path)
+    if where == "override" and value != "&a [*a]":  # the recursive alias fails after parsing
+        assert info.value.key == "seed"
+
+
+# ----------------------------------------------------------------------------------------
+# The figures. Tests in a module run in file order, so this one comes last.
+# ----------------------------------------------------------------------------------------
+
+
+def test_zz_fuzz_summary(capsys):
+    lines = ["", "fuzz figures (inputs tried / accepted / rejected with a typed error / untyped):"]
+    for suite, typed in (("loaders", "DataError"), ("config", "ConfigError")):
+        f = FIGURES[suite]
+        lines.append(
+            f"  {suite:8s} tried {f['tried']:5d}  accepted {f['accepted']:5d}  "
+            f"rejected ({typed}) {f['rejected']:5d}  untyped {f['untyped']}"
+        )
+    total = sum((FIGURES[s] for s in FIGURES), collections.Counter())
+    lines.append(
+        f"  {'total':8s} tried {total['tried']:5d}  accepted {total['accepted']:5d}  "
+        f"rejected {total['rejected']:5d}  untyped {total['untyped']}  "
+        f"(duplicate pairs kept: {FIGURES['loaders']['duplicate pairs kept']})"
+    )
+    with capsys.disabled():
+        print("\n".join(lines))
+    assert total["untyped"] == 0
