@@ -155,7 +155,9 @@ class Job:
         if skipped:
             self.log(f"[gold] skipped {len(skipped)} malformed rows (listed in gold/skipped_rows.jsonl)")
         self.log("[gold] pairs: " + ", ".join(f"{s} {gold[s].num_rows}" for s in SPLITS))
-        self.gold_fp = {s: table_fingerprint(gold[s]) for s in SPLITS}
+        # Content, not provenance: the same pairs read through another path (a different
+        # AUGSBERT_DATA_DIR spelling, a copied file) must not invalidate finished stages.
+        self.gold_fp = {s: table_fingerprint(gold[s].drop_columns([schema.SOURCE])) for s in SPLITS}
         return gold
 
     def _eval_splits(self, gold: dict[str, pa.Table]) -> dict[str, pa.Table]:

@@ -166,3 +166,25 @@ def test_carve_dev_is_seeded_and_disjoint():
     assert set(dev.column("split").to_pylist()) == {"dev"}
     assert not set(dev.column("sentence1").to_pylist()) & set(train.column("sentence1").to_pylist())
     assert carve_dev(t, 0.2, seed=1)[1].equals(dev) and not carve_dev(t, 0.2, seed=2)[1].equals(dev)
+
+
+def test_gold_fingerprint_ignores_the_path_data_was_read_from(tmp_path):
+    import shutil
+
+    from augsbert_ray.pipeline import Job
+    from augsbert_ray.rundir import RunDir
+    from conftest import write_stsb
+
+    first = {s: write_stsb(tmp_path / f"sts-{s}.csv", 20, i) for i, s in enumerate(("train", "dev", "test"))}
+    (tmp_path / "copy").mkdir()
+    second = {s: shutil.copy(p, tmp_path / "copy" / p.name) for s, p in first.items()}
+    fps = []
+    for files in (first, second):
+        job = Job(tiny_job(files, "m", tmp_path / "run"), RunDir(tmp_path / "run"), lambda line: None)
+        job.load_gold()
+        fps.append(job.gold_fp)
+    assert fps[0] == fps[1]
+    write_stsb(second["train"], 20, 99)  # different content: a different fingerprint
+    job = Job(tiny_job(second, "m", tmp_path / "run"), RunDir(tmp_path / "run"), lambda line: None)
+    job.load_gold()
+    assert job.gold_fp["train"] != fps[0]["train"] and job.gold_fp["dev"] == fps[0]["dev"]
