@@ -138,6 +138,42 @@ class EvaluationConfig(_Strict):
     teacher_check: Literal["warn", "stop"] = "warn"
 
 
+class SeedSearchConfig(_Strict):
+    """Seed optimisation (AugSBERT, after Dodge et al. 2020) as Ray Tune trials.
+
+    Every seed trains to ``prune_at`` of its steps and is scored on dev; exactly the best
+    ``keep`` resume from their checkpoints and train to the end; the best of those on dev
+    is the model. See augsbert_ray/training/seed_search.py.
+    """
+
+    enabled: bool = False
+    targets: list[Literal["bi_encoder", "cross_encoder"]] = ["bi_encoder"]  # which encoders are searched
+    # A count N (the encoder's seed, seed + 1, ..., seed + N - 1) or the seeds themselves.
+    seeds: PositiveInt | list[int] = 5
+    keep: PositiveInt = 1  # seeds that continue past the pruning point
+    prune_at: float = Field(0.2, gt=0, le=1)  # fraction of the training steps at which seeds are scored
+    # exact: the paper's semantics (all seeds scored, then exactly `keep` continue).
+    # asha: Ray Tune's asynchronous ASHA; cheaper to schedule, but the number that survive varies.
+    scheduler: Literal["exact", "asha"] = "exact"
+    audit: bool = False  # also train the pruned seeds to the end and report how well the early ranking held
+    cpus_per_trial: float | None = Field(None, gt=0)  # null: the cluster's CPUs / seeds, at least 1
+    gpus_per_trial: float | None = Field(None, ge=0)  # null: 1 when training.use_gpu, else 0
+
+    @model_validator(mode="after")
+    def _check(self) -> "SeedSearchConfig":
+        n = self.seeds if isinstance(self.seeds, int) else len(self.seeds)
+        if not isinstance(self.seeds, int) and len(set(self.seeds)) != n:
+            raise ValueError(f"seeds: {self.seeds} repeats a seed")
+        if n == 0:
+            raise ValueError("seeds: give at least one seed")
+        if self.keep > n:
+            raise ValueError(f"keep: {self.keep} is more than the {n} seeds searched")
+        return self
+
+    def seed_list(self, base: int) -> list[int]:
+        return [base + i for i in range(self.seeds)] if isinstance(self.seeds, int) else list(self.seeds)
+
+
 class RayConfig(_Strict):
     # null: connect to RAY_ADDRESS if set, else start a local Ray inside the process.
     address: str | None = None
@@ -158,6 +194,7 @@ class JobConfig(_Strict):
     bi_encoder: BiEncoderConfig = BiEncoderConfig()
     training: TrainingConfig = TrainingConfig()
     evaluation: EvaluationConfig = EvaluationConfig()
+    seed_search: SeedSearchConfig = SeedSearchConfig()
     ray: RayConfig = RayConfig()
 
     @model_validator(mode="after")

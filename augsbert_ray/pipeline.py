@@ -176,20 +176,14 @@ class Job:
     # -- step 1 --------------------------------------------------------------------------
     def train_cross_encoder(self, gold: dict[str, pa.Table]) -> Stage:
         c = self.cfg.cross_encoder
-        fp = fingerprint("cross_encoder", c.model_dump(), _model_id(c.model), self.cfg.seed, self.gold_fp)
+        fp = fingerprint("cross_encoder", c.model_dump(), _model_id(c.model), self.cfg.seed, self.gold_fp,
+                         self._search_fp("cross_encoder"))
         out = self.rd.path("models", "cross-encoder")
 
         def run() -> dict:
-            stats = train_on_ray(
-                "cross_encoder",
-                gold["train"],
-                recipe={"model": resolve_model(c.model), "max_length": c.max_length},
-                hparams=self._hparams(c),
-                resources=self._worker_resources(),
-                storage_dir=self.rd.path("ray_train"),
-                out_dir=out,
-                name="cross-encoder",
-            )
+            stats = self._fit("cross_encoder", gold["train"], gold,
+                              recipe={"model": resolve_model(c.model), "max_length": c.max_length},
+                              hparams=self._hparams(c), out=out, name="cross-encoder")
             scores = self._metrics(gold, remote_call(_predict_cross_encoder, str(out), self._eval_splits(gold),
                                                      self.cfg.evaluation.batch_size, c.max_length, **self._eval_resources()))
             self.log(f"[cross_encoder] dev {self._fmt(scores['dev'])}, test {self._fmt(scores['test'])}")
@@ -298,7 +292,7 @@ class Job:
         name = "gold_only" if silver is None else "augsbert"
         objective = b.resolved_objective(self.cfg.task)
         fp = fingerprint(name, b.model_dump(), objective, _model_id(b.model), self.cfg.seed, self.gold_fp,
-                         silver.fp if silver else None)
+                         silver.fp if silver else None, self._search_fp("bi_encoder"))
         out = self.rd.path("models", f"bi-encoder-{name.replace('_', '-')}")
 
         def run() -> dict:
@@ -309,17 +303,10 @@ class Job:
                     classes = pa.array(silver_pairs.column(schema.LABEL).to_numpy() >= 0.5, pa.float32())
                     silver_pairs = silver_pairs.set_column(2, silver_pairs.schema.field(schema.LABEL), classes)
                 train = pa.concat_tables([train, silver_pairs])
-            stats = train_on_ray(
-                "bi_encoder",
-                train,
-                recipe={"model": resolve_model(b.model), "max_length": b.max_length, "num_layers": b.num_layers,
-                        "objective": objective},
-                hparams=self._hparams(b),
-                resources=self._worker_resources(),
-                storage_dir=self.rd.path("ray_train"),
-                out_dir=out,
-                name=f"bi-encoder-{name}",
-            )
+            stats = self._fit("bi_encoder", train, gold,
+                              recipe={"model": resolve_model(b.model), "max_length": b.max_length,
+                                      "num_layers": b.num_layers, "objective": objective},
+                              hparams=self._hparams(b), out=out, name=f"bi-encoder-{name.replace('_', '-')}")
             scores = self._metrics(gold, remote_call(_predict_bi_encoder, str(out), self._eval_splits(gold),
                                                      self.cfg.evaluation.batch_size, b.max_length, None,
                                                      **self._eval_resources()))
@@ -327,6 +314,32 @@ class Job:
             return {"model": str(out), "train": stats, "scores": scores}
 
         return self.stage(name, fp, run)
+
+    def _searched(self, kind: str) -> bool:
+        return self.cfg.seed_search.enabled and kind in self.cfg.seed_search.targets
+
+    def _search_fp(self, kind: str) -> dict | None:
+        """The seed search's settings, when it decides this encoder (otherwise they change nothing)."""
+        return self.cfg.seed_search.model_dump() if self._searched(kind) else None
+
+    def _fit(self, kind: str, train: pa.Table, gold: dict[str, pa.Table], *, recipe: dict, hparams: dict,
+             out, name: str) -> dict:
+        """Trains one encoder: one Ray Train run, or a seed search on Ray Tune when configured."""
+        if not self._searched(kind):
+            return train_on_ray(kind, train, recipe=recipe, hparams=hparams, resources=self._worker_resources(),
+                                storage_dir=self.rd.path("ray_train"), out_dir=out, name=name)
+        from augsbert_ray.training.seed_search import SearchPlan, seed_search
+
+        ss = self.cfg.seed_search
+        seeds = ss.seed_list(hparams["seed"])
+        gpus = ss.gpus_per_trial if ss.gpus_per_trial is not None else (1 if self.cfg.training.use_gpu else 0)
+        plan = SearchPlan(seeds=seeds, keep=ss.keep, prune_at=ss.prune_at, scheduler=ss.scheduler, audit=ss.audit,
+                          cpus_per_trial=per_worker_cpus(ss.cpus_per_trial, self.cluster.cpus, len(seeds)),
+                          gpus_per_trial=gpus)
+        record = seed_search(kind, train, gold["dev"], task=self.cfg.task, metric=self.metric, recipe=recipe,
+                             hparams=hparams, plan=plan, storage_dir=self.rd.path("ray_tune"), out_dir=out, name=name,
+                             eval_batch_size=self.cfg.evaluation.batch_size, log=self.log)
+        return {"seed_search": record}
 
     def _hparams(self, c) -> dict:
         seed = getattr(c, "seed", None)
@@ -365,6 +378,8 @@ class Job:
                 "labeling_pairs_per_s": r["silver"]["pairs_per_s"],
             },
             "teacher_check": r.get("teacher_check"),
+            "seed_search": {key: r[key]["train"]["seed_search"] for key in ("cross_encoder", "gold_only", "augsbert")
+                            if key in r and "seed_search" in r[key].get("train", {})},
             "stage_seconds": self.stage_seconds,
             "stages_reused": self.reused,
             "cluster": {"cpus": self.cluster.cpus, "gpus": self.cluster.gpus},

@@ -64,6 +64,8 @@ def summary_markdown(metrics: dict) -> str:
             f"Teacher check (dev): cross-encoder {tc['cross_encoder_dev']:.2f} vs gold-only bi-encoder "
             f"{tc['gold_only_dev']:.2f} ({tc['gap']:+.2f})."
         )
+    for stage, rec in metrics.get("seed_search", {}).items():
+        lines += ["", *seed_search_markdown(stage, rec, metric)]
     d = metrics["data"]
     if d.get("dev_carved"):
         lines.append(f"Dev split carved from train: {d['dev_carved']}.")
@@ -82,6 +84,35 @@ def summary_markdown(metrics: dict) -> str:
         for name, sec in metrics["stage_seconds"].items()
     ]
     return "\n".join(lines) + "\n"
+
+
+def seed_search_markdown(stage: str, rec: dict, metric: str) -> list[str]:
+    """A seed search's trials, its choice, its cost, and (audit mode) how well the early ranking held."""
+    prune, total = rec["prune_step"], rec["total_steps"]
+    lines = [
+        f"Seed search for {stage.replace('_', ' ')}: {len(rec['seeds'])} seeds scored on dev at step {prune} of "
+        f"{total}, best {rec['keep']} continued ({rec['scheduler']}{', audit' if rec['audit'] else ''}); "
+        f"chose seed {rec['chosen_seed']}.",
+        "",
+        f"| seed | dev {metric} at step {prune} | dev {metric} at the end | steps | status |",
+        "|---:|---:|---:|---:|---|",
+    ]
+    for t in rec["trials"]:
+        early = next(score for step, score in t["curve"] if step == prune)
+        end = f"{t['curve'][-1][1]:.2f}" if t["steps"] == total else ""
+        lines.append(f"| {t['seed']} | {early:.2f} | {end} | {t['steps']} | {t['status']} |")
+    c = rec["cost"]
+    lines += ["", f"Cost: {c['search_steps']} training steps against {c['all_seeds_steps']} for training every "
+              f"seed to the end ({c['search_fraction']:.0%}); {c['train_seconds']:.0f} s of training ran "
+              f"({c['wall_seconds']:.0f} s wall), about {c['all_seeds_seconds_estimate']:.0f} s for every seed."]
+    audit = rec.get("audit_result")
+    if audit:
+        rho = "n/a" if audit["rank_correlation"] is None else f"{audit['rank_correlation']:.2f}"
+        lines.append(f"Audit: Spearman rank correlation of the step-{prune} and final dev rankings {rho}; the "
+                     f"step-{prune} pick (seed {audit['pick_at_prune']}) "
+                     + ("is" if audit["pick_is_best"] else f"is not (seed {audit['best_at_end']} is)")
+                     + " the best at the end.")
+    return lines
 
 
 def write_density_plot(path, gold_labels, silver_labels, title: str) -> None:

@@ -124,3 +124,24 @@ def test_bad_label_range_rejected():
     with pytest.raises(ConfigError) as e:
         validate_tree(tree)
     assert e.value.key.startswith("data.train")
+
+
+@pytest.mark.parametrize("search,message", [
+    ({"seeds": 2, "keep": 3}, "keep: 3 is more than the 2 seeds"),
+    ({"seeds": [1, 1, 2]}, "repeats a seed"),
+    ({"seeds": []}, "at least one seed"),
+    ({"prune_at": 0}, "prune_at"),
+    ({"targets": ["student"]}, "targets"),
+])
+def test_seed_search_settings_are_checked(search, message):
+    src = {"format": "stsb", "path": "t.csv"}
+    tree = {"name": "x", "data": {"train": src, "dev": src, "test": src}, "seed_search": search}
+    with pytest.raises(ConfigError, match=message):
+        validate_tree(tree)
+
+
+def test_seed_list_counts_from_the_encoders_seed():
+    from augsbert_ray.config import SeedSearchConfig
+
+    assert SeedSearchConfig(seeds=3).seed_list(42) == [42, 43, 44]
+    assert SeedSearchConfig(seeds=[7, 1]).seed_list(42) == [7, 1]

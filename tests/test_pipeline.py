@@ -188,3 +188,25 @@ def test_gold_fingerprint_ignores_the_path_data_was_read_from(tmp_path):
     job = Job(tiny_job(second, "m", tmp_path / "run"), RunDir(tmp_path / "run"), lambda line: None)
     job.load_gold()
     assert job.gold_fp["train"] != fps[0]["train"] and job.gold_fp["dev"] == fps[0]["dev"]
+
+
+def test_seed_search_decides_every_encoder_and_works_with_semantic_search(tmp_path, tiny_model, ray_local):
+    """Seed search is a config switch: both encoders searched, SS sampling on the searched gold-only model."""
+    from conftest import write_stsb
+
+    stsb = {s: write_stsb(tmp_path / f"sts-{s}.csv", n, seed) for s, n, seed in [("train", 32, 1), ("dev", 16, 2), ("test", 16, 3)]}
+    cfg = tiny_job(stsb, tiny_model, tmp_path / "run", strategy="ss")
+    cfg = validate_tree({**json.loads(cfg.model_dump_json()),
+                         "seed_search": {"enabled": True, "targets": ["bi_encoder", "cross_encoder"], "seeds": [3, 4],
+                                         "keep": 1, "prune_at": 0.5}})
+    metrics = run_job(cfg, log=lambda line: None)
+    searched = metrics["seed_search"]
+    assert sorted(searched) == ["augsbert", "cross_encoder", "gold_only"]
+    for stage, rec in searched.items():
+        assert rec["seeds"] == [3, 4] and rec["chosen_seed"] in (3, 4)
+        finished = [t for t in rec["trials"] if t["steps"] == rec["total_steps"]]
+        assert len(finished) == 1 and finished[0]["seed"] == rec["chosen_seed"]
+        # the job's own evaluation of the chosen model reproduces the score the search chose it by
+        assert metrics["scores"][stage]["dev"]["spearman"] == pytest.approx(rec["chosen_dev"], abs=1e-3)
+    summary = (cfg.resolved_run_dir / "summary.md").read_text()
+    assert summary.count("Seed search for") == 3 and "training steps against" in summary

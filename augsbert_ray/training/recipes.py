@@ -5,9 +5,11 @@ The loop in ``loop.py`` knows nothing of either model; a recipe knows nothing of
 
 from __future__ import annotations
 
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+import numpy as np
 import torch
 
 from augsbert_ray.models import load_bi_encoder, load_cross_encoder
@@ -26,9 +28,21 @@ class Recipe(Protocol):
 
     def save(self, module: torch.nn.Module, out_dir: str) -> None: ...
 
+    def predict(self, module: torch.nn.Module, s1: list[str], s2: list[str], batch_size: int) -> np.ndarray: ...
 
-def _unwrap(module: torch.nn.Module) -> torch.nn.Module:
+
+def unwrap(module: torch.nn.Module) -> torch.nn.Module:
     return getattr(module, "module", module)  # DistributedDataParallel keeps the model in .module
+
+
+@contextmanager
+def _eval_mode(module: torch.nn.Module):
+    was_training = module.training
+    module.eval()
+    try:
+        yield
+    finally:
+        module.train(was_training)
 
 
 class _PairEncoder(torch.nn.Module):
@@ -78,11 +92,18 @@ class BiEncoderRecipe:
         emb = module(features)
         a, b = emb[: len(s1)], emb[len(s1) :]
         if self.objective == "softmax":
-            return softmax_pair_loss(a, b, labels, _unwrap(module).head)
+            return softmax_pair_loss(a, b, labels, unwrap(module).head)
         return OBJECTIVES[self.objective](a, b, labels)
 
     def save(self, module, out_dir: str) -> None:
-        _unwrap(module).st.save(out_dir, safe_serialization=True)
+        unwrap(module).st.save(out_dir, safe_serialization=True)
+
+    def predict(self, module, s1, s2, batch_size: int = 64) -> np.ndarray:
+        """Cosine similarity per pair, in eval mode (the module's mode is restored)."""
+        from augsbert_ray.evaluation import cosine_scores
+
+        with _eval_mode(module):
+            return cosine_scores(unwrap(module).st, s1, s2, batch_size)
 
 
 OBJECTIVES = {"cosine": cosine_similarity_loss, "softmax": softmax_pair_loss, "contrastive": contrastive_loss}
@@ -107,8 +128,17 @@ class CrossEncoderRecipe:
         return cross_encoder_loss(module(**enc).logits, labels)
 
     def save(self, module, out_dir: str) -> None:
-        _unwrap(module).save_pretrained(out_dir, safe_serialization=True)
+        unwrap(module).save_pretrained(out_dir, safe_serialization=True)
         self._tokenizer.save_pretrained(out_dir)
+
+    def predict(self, module, s1, s2, batch_size: int = 64) -> np.ndarray:
+        """The sigmoid score per pair, in eval mode (the module's mode is restored)."""
+        from augsbert_ray.labeling import score_pairs
+
+        model = unwrap(module)
+        with _eval_mode(model):
+            return score_pairs(model, self._tokenizer, list(s1), list(s2), micro_batch_size=batch_size,
+                               max_length=self.max_length, device=str(next(model.parameters()).device))
 
 
 RECIPES = {"bi_encoder": BiEncoderRecipe, "cross_encoder": CrossEncoderRecipe}

@@ -1,0 +1,287 @@
+"""Seed optimisation on Ray Tune: train N seeds to a pruning point, continue only the best K.
+
+Fine-tuning on small data depends heavily on the random seed (Dodge et al. 2020). The
+AugSBERT paper trains several seeds, scores each on dev after 20% of the training steps,
+and continues only the best one. This module gives exactly those semantics:
+
+1. *explore*: N Ray Tune trials (one per seed, in parallel as resources allow) train to
+   the pruning step, score dev, save their full training state as a checkpoint and end,
+   releasing their resources;
+2. *exploit*: exactly the K best trials by that dev score are resumed from their
+   checkpoints (the step counter continues; nothing restarts) and trained to the end;
+   the survivor with the best final dev score is the model.
+
+Ray's ASHA scheduler is asynchronous and cannot promise that exactly K survive (a trial
+reaching the pruning point early is judged against whoever has reported so far), so it
+is offered only as ``scheduler: asha``. Audit mode trains every seed to the end and
+reports how well the ranking at the pruning point predicted the final ranking (the
+paper's Appendix D); the chosen model is still the search's, so auditing changes no
+result.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import shutil
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+import pyarrow as pa
+from scipy.stats import spearmanr
+
+from augsbert_ray import schema
+
+STATE_FILE = "trainer_state.pt"
+MODEL_DIR = "model"
+
+
+@dataclass(frozen=True)
+class SearchPlan:
+    """What to search: the seeds, how many continue, and where the pruning point is."""
+
+    seeds: list[int]
+    keep: int
+    prune_at: float
+    scheduler: str = "exact"  # exact | asha
+    audit: bool = False
+    cpus_per_trial: float = 1
+    gpus_per_trial: float = 0
+
+    def prune_step(self, total_steps: int) -> int:
+        """The step at which every seed is scored: ``prune_at`` of the total, at least 1."""
+        return min(total_steps, max(1, math.ceil(self.prune_at * total_steps)))
+
+
+def _columns(t: pa.Table) -> tuple[list[str], list[str], np.ndarray]:
+    return (t.column(schema.SENTENCE1).to_pylist(), t.column(schema.SENTENCE2).to_pylist(),
+            t.column(schema.LABEL).to_numpy())
+
+
+def _trial(config: dict, data: pa.Table, dev: pa.Table) -> None:
+    """One seed's training as a Tune function trainable.
+
+    Trains from the start (or from ``config["resume"]``, a checkpoint) up to
+    ``config["stop_step"]``, scoring dev at each step of ``config["eval_steps"]`` on the way
+    and reporting it with a checkpoint of the training state; at the last step of training
+    the checkpoint also holds the exported model.
+    """
+    import ray.tune
+    import torch
+
+    from augsbert_ray.evaluation import task_metrics
+    from augsbert_ray.training.loop import HParams, PairTrainer
+    from augsbert_ray.training.recipes import make_recipe
+
+    torch.set_num_threads(max(1, int(config["threads"])))
+    device = "cuda" if config["gpus"] and torch.cuda.is_available() else "cpu"
+    s1, s2, labels = _columns(data)
+    recipe = make_recipe(config["kind"], **config["recipe"])
+    hp = HParams(**{**config["hparams"], "seed": config["seed"]})
+    trainer = PairTrainer(recipe, s1, s2, labels, hp, device=device, log=lambda line: None, name=config["name"])
+    resume = config.get("resume", {}).get(str(config["seed"]))
+    if resume is not None:
+        with resume.as_directory() as d:
+            trainer.load_state(os.path.join(d, STATE_FILE))
+    started = trainer.step
+    for target in [s for s in config["eval_steps"] if s > trainer.step] or [trainer.total]:
+        target = min(target, config["stop_step"])
+        trainer.run(until=target)
+        preds = recipe.predict(trainer.module, *_columns(dev)[:2], config["eval_batch_size"])
+        score = task_metrics(config["task"], {"dev": preds}, {"dev": dev})["dev"][config["metric"]]
+        with tempfile.TemporaryDirectory() as tmp:
+            trainer.save_state(os.path.join(tmp, STATE_FILE))
+            if trainer.step == trainer.total:
+                recipe.save(trainer.module, os.path.join(tmp, MODEL_DIR))
+            ray.tune.report(
+                {"seed": config["seed"], "step": trainer.step, "total_steps": trainer.total, "dev": score,
+                 "resumed_from_step": started, "train_seconds": trainer.seconds},
+                checkpoint=ray.tune.Checkpoint.from_directory(tmp),
+            )
+        if trainer.step >= config["stop_step"]:
+            break
+
+
+def total_steps(n_pairs: int, hparams: dict) -> int:
+    from augsbert_ray.training.loop import steps_per_epoch
+
+    return steps_per_epoch(n_pairs, hparams["batch_size"], 1) * hparams["epochs"]
+
+
+def seed_search(
+    kind: str,
+    pairs: pa.Table,
+    dev: pa.Table,
+    *,
+    task: str,
+    metric: str,
+    recipe: dict,
+    hparams: dict,
+    plan: SearchPlan,
+    storage_dir: Path,
+    out_dir: Path,
+    name: str,
+    eval_batch_size: int = 64,
+    log: Callable[[str], None] = print,
+) -> dict:
+    """Runs a seed search for one encoder and copies the chosen model to ``out_dir``.
+
+    Args:
+        kind: ``bi_encoder`` or ``cross_encoder`` (see ``recipes.RECIPES``).
+        pairs: training pairs; ``dev``: the pairs every trial is scored on.
+        task, metric: how dev is scored (``evaluation.task_metrics``; greater is better).
+        recipe, hparams: as for ``ray_trainer.train_on_ray``; ``hparams["seed"]`` is replaced
+            by each trial's seed.
+        plan: seeds, survivors, pruning point, scheduler, audit mode, resources per trial.
+        storage_dir: Ray Tune's storage (trial checkpoints and logs).
+        out_dir: where the chosen model is written, loadable by sentence-transformers.
+        name: names the Tune experiments.
+
+    Returns:
+        A record of the search: every trial's dev curve and fate, the chosen seed, the
+        steps and seconds spent against training every seed to the end, and in audit
+        mode the rank correlation between the pruning-point and final dev rankings.
+    """
+    import ray.tune
+
+    if not 1 <= plan.keep <= len(plan.seeds):
+        raise ValueError(f"seed search keeps {plan.keep} of {len(plan.seeds)} seeds; need 1 <= keep <= seeds")
+    columns = [schema.SENTENCE1, schema.SENTENCE2, schema.LABEL]
+    total = total_steps(pairs.num_rows, hparams)
+    prune = plan.prune_step(total)
+    base = {
+        "kind": kind, "name": name, "recipe": recipe, "hparams": hparams, "task": task, "metric": metric,
+        "threads": plan.cpus_per_trial, "gpus": plan.gpus_per_trial, "eval_batch_size": eval_batch_size,
+    }
+    # with_parameters puts the pairs in the object store once; every trial reads them from there.
+    trainable = ray.tune.with_resources(
+        ray.tune.with_parameters(_trial, data=pairs.select(columns), dev=dev.select(columns)),
+        {"cpu": plan.cpus_per_trial, "gpu": plan.gpus_per_trial},
+    )
+    storage = str(Path(storage_dir).absolute())
+
+    def fit(experiment: str, space: dict, **tune_config) -> list:
+        t0 = time.perf_counter()
+        tuner = ray.tune.Tuner(
+            trainable,
+            param_space={**base, **space},
+            tune_config=ray.tune.TuneConfig(**tune_config),
+            run_config=ray.tune.RunConfig(name=experiment, storage_path=storage, verbose=0),
+        )
+        grid = tuner.fit()
+        if grid.errors:
+            raise RuntimeError(f"seed search '{experiment}': {len(grid.errors)} trial(s) failed: {grid.errors[0]}")
+        results = sorted(grid, key=lambda r: r.metrics["seed"])
+        log(f"[{name}] {experiment}: {len(results)} trial(s) in {time.perf_counter() - t0:.1f}s")
+        return results
+
+    t0 = time.perf_counter()
+    log(f"[{name}] seed search: seeds {plan.seeds}, {total} steps each, pruning at step {prune}, "
+        f"keeping {plan.keep} ({plan.scheduler}{', audit' if plan.audit else ''})")
+    trials = {s: {"seed": s, "curve": [], "status": "pruned"} for s in plan.seeds}
+
+    def record(results: list) -> None:
+        for r in results:
+            t = trials[r.metrics["seed"]]
+            rows = r.metrics_dataframe[["step", "dev"]].to_dict("records")
+            t["curve"] = sorted(t["curve"] + [[int(row["step"]), float(row["dev"])] for row in rows])
+            # each Tune trial that trained this seed: the step it started from and where it ended
+            t.setdefault("segments", []).append([int(r.metrics["resumed_from_step"]), int(r.metrics["step"])])
+            t["steps"] = t["curve"][-1][0]
+            t["train_seconds"] = float(r.metrics["train_seconds"])
+            t["checkpoint"] = r.checkpoint
+
+    if plan.scheduler == "asha":
+        from ray.tune.schedulers import ASHAScheduler
+
+        results = fit(f"{name}-asha", {"seed": ray.tune.grid_search(plan.seeds), "eval_steps": [prune, total],
+                                       "stop_step": total},
+                      scheduler=ASHAScheduler(time_attr="step", metric="dev", mode="max", max_t=total,
+                                              grace_period=prune, reduction_factor=max(2, len(plan.seeds) / plan.keep)))
+        record(results)
+    else:
+        record(fit(f"{name}-explore", {"seed": ray.tune.grid_search(plan.seeds), "eval_steps": [prune],
+                                       "stop_step": prune}))
+        at_prune = {s: _score_at(t["curve"], prune) for s, t in trials.items()}
+        # Best first; equal scores go to the smaller seed, so the choice is deterministic.
+        ranked = sorted(plan.seeds, key=lambda s: (-at_prune[s], s))
+        continued = plan.seeds if plan.audit else ranked[: plan.keep]
+        if prune < total:
+            log(f"[{name}] dev at step {prune}: " + ", ".join(f"seed {s} {at_prune[s]:.2f}" for s in ranked)
+                + f"; continuing {sorted(ranked[: plan.keep])}" + (" (audit: all seeds run to the end)" if plan.audit else ""))
+            record(fit(f"{name}-exploit", {"seed": ray.tune.grid_search(continued),
+                                           "resume": {str(s): trials[s]["checkpoint"] for s in continued},
+                                           "eval_steps": [total], "stop_step": total}))
+        survivors = ranked[: plan.keep]
+    if plan.scheduler == "asha":
+        survivors = [s for s in plan.seeds if trials[s]["steps"] == total]
+    wall = time.perf_counter() - t0
+
+    at_prune = {s: _score_at(t["curve"], prune) for s, t in trials.items()}
+    final = {s: trials[s]["curve"][-1][1] for s in survivors}
+    chosen = max(survivors, key=lambda s: (final[s], -s))
+    for s in survivors:
+        trials[s]["status"] = "continued"
+    if plan.audit:
+        for s in plan.seeds:
+            if s not in survivors:
+                trials[s]["status"] = "pruned (trained to the end for the audit)"
+    trials[chosen]["status"] = "chosen"
+    with trials[chosen]["checkpoint"].as_directory() as d:
+        out_dir = Path(out_dir)
+        if out_dir.exists():
+            shutil.rmtree(out_dir)
+        out_dir.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copytree(os.path.join(d, MODEL_DIR), out_dir)
+
+    spent = sum(t["steps"] for t in trials.values())
+    search_steps = len(plan.seeds) * prune + len(survivors) * (total - prune)
+    per_step = sum(t["train_seconds"] for t in trials.values()) / max(1, spent)
+    record_out = {
+        "seeds": plan.seeds,
+        "keep": plan.keep,
+        "scheduler": plan.scheduler,
+        "audit": plan.audit,
+        "total_steps": total,
+        "prune_step": prune,
+        "chosen_seed": chosen,
+        "chosen_dev": final[chosen],
+        "trials": [{k: v for k, v in t.items() if k != "checkpoint"} for t in trials.values()],
+        "cost": {
+            "search_steps": search_steps,
+            "all_seeds_steps": len(plan.seeds) * total,
+            "search_fraction": search_steps / (len(plan.seeds) * total),
+            "steps_run": spent,
+            "train_seconds": sum(t["train_seconds"] for t in trials.values()),
+            "wall_seconds": wall,
+            "seconds_per_step": per_step,
+            "all_seeds_seconds_estimate": per_step * len(plan.seeds) * total,
+        },
+    }
+    if plan.audit and plan.scheduler == "exact":
+        finals = [trials[s]["curve"][-1][1] for s in plan.seeds]
+        early = [at_prune[s] for s in plan.seeds]
+        rho = spearmanr(early, finals).statistic if len(plan.seeds) > 1 else float("nan")
+        best_final = max(plan.seeds, key=lambda s: (trials[s]["curve"][-1][1], -s))
+        pick = min(plan.seeds, key=lambda s: (-at_prune[s], s))
+        record_out["audit_result"] = {
+            "rank_correlation": None if np.isnan(rho) else float(rho),
+            "pick_at_prune": pick,
+            "best_at_end": best_final,
+            "pick_is_best": pick == best_final,
+        }
+    log(f"[{name}] seed search chose seed {chosen} (dev {final[chosen]:.2f}); "
+        f"{search_steps} of {len(plan.seeds) * total} steps of training every seed "
+        f"({record_out['cost']['search_fraction']:.0%})")
+    return record_out
+
+
+def _score_at(curve: list, step: int) -> float:
+    for s, score in curve:
+        if s == step:
+            return score
+    raise ValueError(f"no dev score at step {step} in {curve}")
