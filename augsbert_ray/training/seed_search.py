@@ -250,7 +250,9 @@ def seed_search(
         "prune_step": prune,
         "chosen_seed": chosen,
         "chosen_dev": final[chosen],
-        "trials": [{k: v for k, v in t.items() if k != "checkpoint"} for t in trials.values()],
+        # each trial's last checkpoint (training state; at the end also the model, in MODEL_DIR)
+        "trials": [{**{k: v for k, v in t.items() if k != "checkpoint"}, "checkpoint": t["checkpoint"].path}
+                   for t in trials.values()],
         "cost": {
             "search_steps": search_steps,
             "all_seeds_steps": len(plan.seeds) * total,
