@@ -209,8 +209,12 @@ class JobConfig(_Strict):
         return self
 
     @property
-    def resolved_run_dir(self) -> Path:
-        return Path(self.run_dir.replace("${name}", self.name))
+    def resolved_run_dir(self) -> Path | str:
+        """The run directory: a local Path, or a storage URI (``s3://...``) kept as a string."""
+        from augsbert_ray.rundir import is_uri
+
+        location = self.run_dir.replace("${name}", self.name)
+        return location if is_uri(location) else Path(location)
 
 
 _ENV = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")

@@ -46,8 +46,14 @@ def file_sha256(path: Path, chunk: int = 1 << 20) -> str:
     return h.hexdigest()
 
 
-def resolve_model(name: str) -> str:
-    """Maps a configured model name to something ``from_pretrained`` accepts."""
+def resolve_model(name):
+    """Maps a configured model name to something ``from_pretrained`` accepts.
+
+    A ``artifacts.ShippedModel`` is unpacked on this node and its local path returned.
+    """
+    from augsbert_ray.artifacts import local_model
+
+    name = local_model(name)
     if name == EMBEDDED_MODEL:
         return str(embedded_model_dir())
     return name
@@ -66,7 +72,7 @@ def load_bi_encoder(name: str, max_length: int, num_layers: int | None = None, d
     """
     from sentence_transformers import SentenceTransformer
 
-    model = SentenceTransformer(name, device=device, trust_remote_code=False)
+    model = SentenceTransformer(resolve_model(name), device=device, trust_remote_code=False)
     model.max_seq_length = max_length
     if num_layers is not None:
         truncate_layers(model[0].auto_model, num_layers)
@@ -94,6 +100,7 @@ def load_cross_encoder(name: str, device: str = "cpu"):
     from transformers import AutoModelForSequenceClassification, AutoTokenizer
     from transformers.utils import logging as hf_logging
 
+    name = resolve_model(name)
     verbosity = hf_logging.get_verbosity()
     hf_logging.set_verbosity_error()  # the "newly initialized head" notice is expected here
     try:

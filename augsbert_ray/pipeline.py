@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import json
 import time
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Callable
 
 import numpy as np
@@ -28,7 +28,7 @@ from augsbert_ray.config import EMBEDDED_MODEL, JobConfig, dump_job
 from augsbert_ray.errors import TeacherCheckError
 from augsbert_ray.evaluation import PRIMARY_METRIC, jaccard_predictions, majority_metrics, task_metrics
 from augsbert_ray.loaders import load_pairs
-from augsbert_ray.models import EMBEDDED_SHA256, resolve_model
+from augsbert_ray.models import EMBEDDED_SHA256
 from augsbert_ray.report import versions, write_density_plot, write_report
 from augsbert_ray.rundir import RunDir, fingerprint, table_fingerprint
 from augsbert_ray.runtime import ClusterResources, per_worker_cpus, remote_call, start_ray
@@ -40,7 +40,7 @@ PAIR_COLUMNS = [schema.SENTENCE1, schema.SENTENCE2, schema.LABEL]
 
 def run_job(cfg: JobConfig, log: Callable[[str], None] = print) -> dict:
     """Runs one AugSBERT job end to end and returns its metrics (also written to the run dir)."""
-    job = Job(cfg, RunDir(cfg.resolved_run_dir), log)
+    job = Job(cfg, RunDir(cfg.resolved_run_dir, log), log)
     gold = job.load_gold()  # gold pairs (checked before any cluster work starts)
     job.start()
     teacher = job.train_cross_encoder(gold)  # step 1
@@ -86,13 +86,18 @@ class Job:
     stage_seconds: dict = field(default_factory=dict)
     reused: list = field(default_factory=list)  # stages skipped because an earlier run completed them
     stage_fp: dict = field(default_factory=dict)  # stage name -> fingerprint, for dependants
+    _shipped: dict = field(default_factory=dict)  # model path -> ShippedModel
 
     # -- plumbing -------------------------------------------------------------------------
     def start(self) -> None:
         self.rd.write_text("config.yaml", dump_job(self.cfg))
-        self.log(f"[augsbert] job '{self.cfg.name}': run directory {self.rd.root}")
+        self.log(f"[augsbert] job '{self.cfg.name}': run directory {self.rd.location}"
+                 + (f" (staged locally in {self.rd.root})" if self.rd.uri else ""))
         self.cluster = start_ray(self.cfg.ray.address, self.cfg.ray.num_cpus)
-        self.log(f"[augsbert] Ray cluster: {self.cluster.cpus:g} CPUs, {self.cluster.gpus:g} GPUs")
+        self.log(f"[augsbert] Ray cluster: {self.cluster.describe()}")
+        if self.cluster.logs or self.cluster.dashboard:
+            self.log(f"[augsbert] Ray logs: {self.cluster.logs or 'see the cluster'}; dashboard: "
+                     f"{self.cluster.dashboard or 'not started'} (bound to the head; reach it by SSH tunnel)")
 
     def stage(self, name: str, fp: str, run: Callable[[], dict]) -> Stage:
         done = self.rd.completed(name, fp)
@@ -182,12 +187,12 @@ class Job:
 
         def run() -> dict:
             stats = self._fit("cross_encoder", gold["train"], gold,
-                              recipe={"model": resolve_model(c.model), "max_length": c.max_length},
+                              recipe={"model": self._base_model(c.model), "max_length": c.max_length},
                               hparams=self._hparams(c), out=out, name="cross-encoder")
-            scores = self._metrics(gold, remote_call(_predict_cross_encoder, str(out), self._eval_splits(gold),
+            scores = self._metrics(gold, remote_call(_predict_cross_encoder, self._ship(out), self._eval_splits(gold),
                                                      self.cfg.evaluation.batch_size, c.max_length, **self._eval_resources()))
             self.log(f"[cross_encoder] dev {self._fmt(scores['dev'])}, test {self._fmt(scores['test'])}")
-            return {"model": str(out), "train": stats, "scores": scores}
+            return {"model": "models/cross-encoder", "train": stats, "scores": scores}
 
         return self.stage("cross_encoder", fp, run)
 
@@ -197,7 +202,7 @@ class Job:
         fp = fingerprint("zero_shot", _model_id(b.model), b.max_length, b.num_layers, self.gold_fp["dev"], self.gold_fp["test"])
 
         def run() -> dict:
-            scores = self._metrics(gold, remote_call(_predict_bi_encoder, resolve_model(b.model), self._eval_splits(gold),
+            scores = self._metrics(gold, remote_call(_predict_bi_encoder, self._base_model(b.model), self._eval_splits(gold),
                                                      self.cfg.evaluation.batch_size, b.max_length, b.num_layers,
                                                      **self._eval_resources()))
             self.log(f"[zero_shot] dev {self._fmt(scores['dev'])}, test {self._fmt(scores['test'])}")
@@ -238,7 +243,8 @@ class Job:
 
         def run() -> dict:
             sentences = unique_sentences(gold["train"])
-            ss_model = self.results["gold_only"]["model"] if s.ss_model == "gold_only" else resolve_model(self.cfg.bi_encoder.model)
+            ss_model = (self._ship(self.rd.path(self.results["gold_only"]["model"])) if s.ss_model == "gold_only"
+                        else self._base_model(self.cfg.bi_encoder.model))
             ctx = SamplingContext(
                 sentences, gold_pair_keys(gold["train"], sentences), s, self.rd.path("index"), self.cfg.seed,
                 bi_encoder=ss_model, max_length=self.cfg.bi_encoder.max_length,
@@ -264,7 +270,8 @@ class Job:
             cands = self.rd.read_table("candidates.parquet")
             cpus = per_worker_cpus(lab.num_cpus, self.cluster.cpus, lab.actors)
             t0 = time.perf_counter()
-            silver = label_candidates(cands, teacher.result["model"], lab, self.cfg.cross_encoder.max_length, cpus)
+            silver = label_candidates(cands, self._ship(self.rd.path(teacher.result["model"])), lab,
+                                      self.cfg.cross_encoder.max_length, cpus)
             seconds = time.perf_counter() - t0
             labelled = silver.num_rows
             self.log(f"[silver] labelled {labelled} pairs ({labelled / seconds:.1f} pairs/s)")
@@ -304,16 +311,35 @@ class Job:
                     silver_pairs = silver_pairs.set_column(2, silver_pairs.schema.field(schema.LABEL), classes)
                 train = pa.concat_tables([train, silver_pairs])
             stats = self._fit("bi_encoder", train, gold,
-                              recipe={"model": resolve_model(b.model), "max_length": b.max_length,
+                              recipe={"model": self._base_model(b.model), "max_length": b.max_length,
                                       "num_layers": b.num_layers, "objective": objective},
                               hparams=self._hparams(b), out=out, name=f"bi-encoder-{name.replace('_', '-')}")
-            scores = self._metrics(gold, remote_call(_predict_bi_encoder, str(out), self._eval_splits(gold),
+            scores = self._metrics(gold, remote_call(_predict_bi_encoder, self._ship(out), self._eval_splits(gold),
                                                      self.cfg.evaluation.batch_size, b.max_length, None,
                                                      **self._eval_resources()))
             self.log(f"[{name}] dev {self._fmt(scores['dev'])}, test {self._fmt(scores['test'])}")
-            return {"model": str(out), "train": stats, "scores": scores}
+            return {"model": f"models/{out.name}", "train": stats, "scores": scores}
 
         return self.stage(name, fp, run)
+
+    def _ship(self, path) -> "ShippedModel":
+        """A model directory of this run, put in the object store once for workers on any node."""
+        from augsbert_ray.artifacts import ship_model
+
+        key = str(path)
+        if key not in self._shipped:
+            self._shipped[key] = ship_model(path)
+        return self._shipped[key]
+
+    def _base_model(self, name: str):
+        """A configured starting model as workers should get it: a name they resolve, or shipped files."""
+        if name == EMBEDDED_MODEL:
+            return name  # installed with the package on every node; each checks its hash
+        from augsbert_ray.artifacts import ship_if_local
+
+        if name not in self._shipped:
+            self._shipped[name] = ship_if_local(name)
+        return self._shipped[name]
 
     def _searched(self, kind: str) -> bool:
         return self.cfg.seed_search.enabled and kind in self.cfg.seed_search.targets
@@ -327,7 +353,7 @@ class Job:
         """Trains one encoder: one Ray Train run, or a seed search on Ray Tune when configured."""
         if not self._searched(kind):
             return train_on_ray(kind, train, recipe=recipe, hparams=hparams, resources=self._worker_resources(),
-                                storage_dir=self.rd.path("ray_train"), out_dir=out, name=name)
+                                storage_dir=self.rd.storage("ray_train"), out_dir=out, name=name)
         from augsbert_ray.training.seed_search import SearchPlan, seed_search
 
         ss = self.cfg.seed_search
@@ -337,7 +363,7 @@ class Job:
                           cpus_per_trial=per_worker_cpus(ss.cpus_per_trial, self.cluster.cpus, len(seeds)),
                           gpus_per_trial=gpus)
         record = seed_search(kind, train, gold["dev"], task=self.cfg.task, metric=self.metric, recipe=recipe,
-                             hparams=hparams, plan=plan, storage_dir=self.rd.path("ray_tune"), out_dir=out, name=name,
+                             hparams=hparams, plan=plan, storage_dir=self.rd.storage("ray_tune"), out_dir=out, name=name,
                              eval_batch_size=self.cfg.evaluation.batch_size, log=self.log)
         return {"seed_search": record}
 
@@ -382,9 +408,10 @@ class Job:
                             if key in r and "seed_search" in r[key].get("train", {})},
             "stage_seconds": self.stage_seconds,
             "stages_reused": self.reused,
-            "cluster": {"cpus": self.cluster.cpus, "gpus": self.cluster.gpus},
+            "cluster": asdict(self.cluster),
+            "stage_throughput": stage_throughput(r),
             "versions": versions(),
-            "run_dir": str(self.rd.root),
+            "run_dir": self.rd.location,
         }
         write_density_plot(
             self.rd.path("silver_density.png"),
@@ -393,8 +420,32 @@ class Job:
             f"{self.cfg.name}: {self.cfg.sampling.strategy}",
         )
         write_report(self.rd, metrics)
-        self.log(f"[augsbert] wrote {self.rd.path('metrics.json')} and {self.rd.path('summary.md')}")
+        self.rd.push()
+        self.log(f"[augsbert] wrote metrics.json and summary.md in {self.rd.location}")
         return metrics
+
+
+def stage_throughput(results: dict) -> dict[str, str]:
+    """What each stage processed per second of its wall time (as a readable rate)."""
+    out = {}
+    for name, r in results.items():
+        if not isinstance(r, dict) or not r.get("seconds"):
+            continue
+        sec = r["seconds"]
+        train = r.get("train", {})
+        if train.get("pairs_per_s"):
+            out[name] = f"{train['pairs_per_s']:.1f} training pairs/s (in the training loop)"
+        elif "seed_search" in train:
+            c = train["seed_search"]["cost"]
+            out[name] = f"{c['steps_run'] / sec:.2f} training steps/s over all seeds"
+        elif "labelled" in r:
+            out[name] = f"{r['labelled'] / sec:.1f} pairs labelled/s"
+        elif "candidates" in r:
+            out[name] = f"{r['candidates'] / sec:.1f} candidate pairs/s ({r['sentences'] / sec:.1f} sentences/s)"
+        elif "scores" in r:
+            pairs = sum(split.get("pairs", 0) for split in r["scores"].values())
+            out[name] = f"{pairs / sec:.1f} evaluated pairs/s"
+    return out
 
 
 # Predictions run as Ray tasks (on a GPU node when training uses GPUs); these are their bodies.

@@ -75,14 +75,20 @@ def summary_markdown(metrics: dict) -> str:
         f"Candidates: {metrics['sampling']['candidates']}; labelled: {metrics['sampling'].get('labelled', metrics['sampling']['silver'])}; "
         f"silver pairs used: {metrics['sampling']['silver']} (density plot: silver_density.png).",
         "",
-        "| stage | seconds |",
-        "|---|---:|",
+        "| stage | seconds | throughput |",
+        "|---|---:|---|",
     ]
     reused = set(metrics.get("stages_reused", []))
+    rates = metrics.get("stage_throughput", {})
     lines += [
-        f"| {name} | {sec:.1f}{' (earlier run)' if name in reused else ''} |"
+        f"| {name} | {sec:.1f}{' (earlier run)' if name in reused else ''} | {rates.get(name, '')} |"
         for name, sec in metrics["stage_seconds"].items()
     ]
+    c = metrics.get("cluster")
+    if c:
+        lines += ["", f"Ray cluster: {c.get('nodes', 1)} node(s), {c['cpus']:g} CPUs, {c['gpus']:g} GPUs"
+                  + (f", {c['memory_gb']:.1f} GiB memory, {c['object_store_gb']:.1f} GiB object store" if "memory_gb" in c else "")
+                  + f". Run directory: {metrics.get('run_dir', '')}."]
     return "\n".join(lines) + "\n"
 
 

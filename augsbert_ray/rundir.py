@@ -3,6 +3,14 @@
 Each stage's marker stores a fingerprint of everything the stage depends on (its
 config, its inputs' fingerprints). Re-running a job skips a stage whose marker matches
 and redoes it, and everything downstream, when anything it depends on changed.
+
+The run directory is a local path or a URI on shared storage (``s3://``, ``gs://``, ...,
+anything ``pyarrow.fs`` opens). With a URI the job works in a local staging copy
+(``AUGSBERT_STAGING_DIR``, default ``~/.cache/augsbert/staging``): it first downloads
+what an earlier run left there (markers and artifacts, not Ray's checkpoints), and after
+each completed stage uploads what changed, markers last, so a marker on the storage
+always means its artifacts are there too. Ray Train and Ray Tune write their checkpoints
+straight to the storage, so workers on other nodes need no shared disk.
 """
 
 from __future__ import annotations
@@ -10,6 +18,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 from pathlib import Path
 from typing import Any
 
@@ -31,10 +40,95 @@ def table_fingerprint(table: pa.Table) -> str:
     return hashlib.sha256(sink.getvalue().to_pybytes()).hexdigest()
 
 
+_URI = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
+_NOT_SYNCED = ("ray_train/", "ray_tune/", "index/")  # Ray writes its own; the index is rebuilt
+
+
+def is_uri(location: str | os.PathLike) -> bool:
+    """True for ``scheme://...`` locations other than ``file://``."""
+    text = str(location)
+    return bool(_URI.match(text)) and not text.startswith("file://")
+
+
 class RunDir:
-    def __init__(self, root: str | os.PathLike):
-        self.root = Path(root).absolute()
+    def __init__(self, root: str | os.PathLike, log=lambda line: None):
+        self.uri = str(root).rstrip("/") if is_uri(root) else None
+        self.log = log
+        if self.uri is None:
+            self.root = Path(root).absolute()
+            self.root.mkdir(parents=True, exist_ok=True)
+            return
+        import pyarrow.fs as pafs
+
+        self.fs, self.remote = pafs.FileSystem.from_uri(self.uri)
+        staging = os.environ.get("AUGSBERT_STAGING_DIR") or Path.home() / ".cache" / "augsbert" / "staging"
+        self.root = Path(staging).absolute() / hashlib.sha256(self.uri.encode()).hexdigest()[:16]
         self.root.mkdir(parents=True, exist_ok=True)
+        self._synced: dict[str, tuple[int, int]] = {}
+        self.pull()
+
+    @property
+    def location(self) -> str:
+        """Where the run directory lives: its URI, or its local path."""
+        return self.uri or str(self.root)
+
+    def storage(self, name: str) -> str:
+        """A location for Ray Train / Tune storage under the run directory (remote when it is)."""
+        return f"{self.uri}/{name}" if self.uri else str(self.path(name))
+
+    # -- remote storage ------------------------------------------------------------------
+    def _local_files(self) -> dict[str, tuple[int, int]]:
+        out = {}
+        for p in self.root.rglob("*"):
+            rel = p.relative_to(self.root).as_posix()
+            if p.is_file() and not p.name.startswith(".") and not rel.startswith(_NOT_SYNCED):
+                st = p.stat()
+                out[rel] = (st.st_size, st.st_mtime_ns)
+        return out
+
+    def pull(self) -> None:
+        """Downloads the remote run directory's files that the staging copy lacks or has differently."""
+        import pyarrow.fs as pafs
+
+        infos = self.fs.get_file_info(pafs.FileSelector(self.remote, recursive=True, allow_not_found=True))
+        remote = {info.path[len(self.remote):].lstrip("/"): info for info in infos if info.type == pafs.FileType.File}
+        # The storage is the truth: a marker the staging copy has but the storage lacks is stale.
+        for marker in self.root.glob("stages/*.json"):
+            if f"stages/{marker.name}" not in remote:
+                marker.unlink()
+        n = 0
+        for rel, info in remote.items():
+            if rel.startswith(_NOT_SYNCED):
+                continue
+            local = self.path(rel)
+            # Large files (models, tables) are compared by size; small ones (markers) always fetched.
+            if local.exists() and local.stat().st_size == info.size and info.size > 1 << 20:
+                continue
+            local.parent.mkdir(parents=True, exist_ok=True)
+            tmp = local.with_name(f".{local.name}.part")
+            with self.fs.open_input_stream(info.path) as src, open(tmp, "wb") as dst:
+                while chunk := src.read(1 << 22):
+                    dst.write(chunk)
+            os.replace(tmp, local)
+            n += 1
+        self._synced = self._local_files()
+        if n:
+            self.log(f"[augsbert] fetched {n} file(s) of an earlier run from {self.uri}")
+
+    def push(self) -> None:
+        """Uploads new or changed files to the remote run directory; stage markers go last."""
+        if self.uri is None:
+            return
+        now = self._local_files()
+        changed = sorted((rel for rel, sig in now.items() if self._synced.get(rel) != sig),
+                         key=lambda rel: rel.startswith("stages/"))
+        for rel in changed:
+            target = f"{self.remote}/{rel}"
+            self.fs.create_dir(target.rsplit("/", 1)[0], recursive=True)
+            with open(self.path(rel), "rb") as src, self.fs.open_output_stream(target) as dst:
+                while chunk := src.read(1 << 22):
+                    dst.write(chunk)
+            self._synced[rel] = now[rel]
 
     def path(self, *parts: str) -> Path:
         return self.root.joinpath(*parts)
@@ -72,3 +166,4 @@ class RunDir:
 
     def mark_completed(self, stage: str, fp: str, result: dict) -> None:
         self.write_text(f"stages/{stage}.json", json.dumps({"fingerprint": fp, "result": result}, indent=2))
+        self.push()

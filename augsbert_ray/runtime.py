@@ -13,6 +13,15 @@ log = logging.getLogger(__name__)
 class ClusterResources:
     cpus: float
     gpus: float
+    nodes: int = 1
+    memory_gb: float = 0.0
+    object_store_gb: float = 0.0
+    logs: str | None = None  # where Ray writes this session's logs (on the head node)
+    dashboard: str | None = None
+
+    def describe(self) -> str:
+        return (f"{self.nodes} node(s), {self.cpus:g} CPUs, {self.gpus:g} GPUs, {self.memory_gb:.1f} GiB memory, "
+                f"{self.object_store_gb:.1f} GiB object store")
 
 
 def start_ray(address: str | None = None, num_cpus: int | None = None) -> ClusterResources:
@@ -28,15 +37,24 @@ def start_ray(address: str | None = None, num_cpus: int | None = None) -> Cluste
     """
     import ray
 
+    ctx = None
     if not ray.is_initialized():
         address = address or os.environ.get("RAY_ADDRESS") or None
         if address:
-            ray.init(address=address, log_to_driver=True)
+            ctx = ray.init(address=address, log_to_driver=True)
         else:
             # The dashboard (bound to 127.0.0.1) serves the State API that Ray Train relies on.
-            ray.init(num_cpus=num_cpus or os.cpu_count(), dashboard_host="127.0.0.1", log_to_driver=True)
+            ctx = ray.init(num_cpus=num_cpus or os.cpu_count(), dashboard_host="127.0.0.1", log_to_driver=True)
+    session = (ctx.address_info.get("session_dir") if ctx is not None else None)
     res = ray.cluster_resources()
-    return ClusterResources(cpus=float(res.get("CPU", 0)), gpus=float(res.get("GPU", 0)))
+    gib = 1024**3
+    return ClusterResources(
+        cpus=float(res.get("CPU", 0)), gpus=float(res.get("GPU", 0)),
+        nodes=sum(1 for n in ray.nodes() if n.get("Alive")),
+        memory_gb=float(res.get("memory", 0)) / gib, object_store_gb=float(res.get("object_store_memory", 0)) / gib,
+        logs=os.path.join(session, "logs") if session else None,
+        dashboard=(ctx.dashboard_url or None) if ctx is not None else None,
+    )
 
 
 def per_worker_cpus(configured: float | None, total_cpus: float, workers: int) -> float:

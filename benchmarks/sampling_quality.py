@@ -39,12 +39,26 @@ SHARED_STAGES = ("cross_encoder", "zero_shot", "gold_only")  # independent of th
 
 
 def share_stages(src: Path, dst: Path) -> None:
-    """Offers ``src``'s strategy-independent stage markers to ``dst`` (fingerprints still decide)."""
+    """Offers ``src``'s strategy-independent stage markers to ``dst`` (fingerprints still decide).
+
+    A marker names its model relative to its run directory, so the model is linked too.
+    """
     for stage in SHARED_STAGES:
         marker = src / "stages" / f"{stage}.json"
-        if marker.exists():
-            (dst / "stages").mkdir(parents=True, exist_ok=True)
-            shutil.copyfile(marker, dst / "stages" / f"{stage}.json")
+        if not marker.exists():
+            continue
+        (dst / "stages").mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(marker, dst / "stages" / f"{stage}.json")
+        model = json.loads(marker.read_text())["result"].get("model")
+        if model and not Path(model).is_absolute():
+            link = dst / model
+            if link.is_symlink() or link.exists():
+                if link.is_symlink() or link.is_file():
+                    link.unlink()
+                else:
+                    shutil.rmtree(link)
+            link.parent.mkdir(parents=True, exist_ok=True)
+            link.symlink_to((src / model).resolve(), target_is_directory=True)
 
 
 def silver_shape(run_dir: Path) -> dict:

@@ -63,6 +63,9 @@ def test_run_directory_artifacts(finished_run):
     assert json.loads((rd / "metrics.json").read_text()) == json.loads(json.dumps(metrics))
     summary = (rd / "summary.md").read_text()
     assert "AugSBERT bi-encoder" in summary and "Cross-encoder" in summary
+    # observability: each stage's rate and the cluster it ran on
+    assert "pairs labelled/s" in summary and "training pairs/s" in summary and "Ray cluster: 1 node(s), 2 CPUs" in summary
+    assert metrics["cluster"]["nodes"] == 1 and set(metrics["stage_throughput"]) >= {"silver", "candidates", "augsbert"}
 
 
 def test_silver_pairs_follow_the_rules(finished_run):

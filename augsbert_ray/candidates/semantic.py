@@ -167,7 +167,7 @@ def embed_on_ray(ctx) -> np.ndarray:
     embedded = dataset_of_blocks(ctx.sentences, cfg.query_batch_size).map_batches(
         SentenceEmbedder,
         fn_constructor_kwargs={
-            "model_path": resolve_model(ctx.bi_encoder),
+            "model_path": ctx.bi_encoder,  # a name, a path, or a ShippedModel: resolved in each actor
             "max_length": ctx.max_length,
             "batch_size": cfg.embed_batch_size,
             "threads": ctx.cpus_per_actor,

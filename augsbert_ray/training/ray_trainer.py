@@ -71,6 +71,13 @@ def _train_loop_per_worker(config: dict) -> None:
         ray.train.report(stats, checkpoint=checkpoint)
 
 
+def _storage(location) -> str:
+    """Ray Train's storage: a URI (s3://...) as is, a local path made absolute."""
+    from augsbert_ray.rundir import is_uri
+
+    return str(location) if is_uri(location) else str(Path(location).absolute())
+
+
 def train_on_ray(
     kind: str,
     pairs: pa.Table,
@@ -89,7 +96,7 @@ def train_on_ray(
         recipe: keyword arguments of the recipe (model, max_length, ...).
         hparams: ``loop.HParams`` fields.
         resources: workers, GPUs and CPUs per worker.
-        storage_dir: Ray Train's storage (checkpoints, logs).
+        storage_dir: Ray Train's storage (checkpoints, logs): a local path or a URI.
         out_dir: where the final model is written, loadable by sentence-transformers.
         name: the run's name, shown in progress and used for its storage folder.
 
@@ -116,7 +123,7 @@ def train_on_ray(
             use_gpu=resources.use_gpu,
             resources_per_worker={"CPU": resources.cpus_per_worker},
         ),
-        run_config=RunConfig(name=name, storage_path=str(Path(storage_dir).absolute())),
+        run_config=RunConfig(name=name, storage_path=_storage(storage_dir)),
     )
     result = trainer.fit()
     out_dir = Path(out_dir)

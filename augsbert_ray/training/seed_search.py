@@ -35,6 +35,7 @@ import pyarrow as pa
 from scipy.stats import spearmanr
 
 from augsbert_ray import schema
+from augsbert_ray.rundir import is_uri
 
 STATE_FILE = "trainer_state.pt"
 MODEL_DIR = "model"
@@ -162,7 +163,7 @@ def seed_search(
         ray.tune.with_parameters(_trial, data=pairs.select(columns), dev=dev.select(columns)),
         {"cpu": plan.cpus_per_trial, "gpu": plan.gpus_per_trial},
     )
-    storage = str(Path(storage_dir).absolute())
+    storage = str(storage_dir) if is_uri(storage_dir) else str(Path(storage_dir).absolute())
 
     def fit(experiment: str, space: dict, **tune_config) -> list:
         t0 = time.perf_counter()

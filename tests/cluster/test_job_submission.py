@@ -1,0 +1,150 @@
+"""A real Ray head (`ray start --head`) on loopback with token authentication, and jobs
+submitted to it with `ray job submit`, as users submit them to their clusters.
+
+The head runs with its own temporary directory, ports and HOME (so no token file of the
+user's is found), and is stopped by ending its `--block` process; other Ray instances on
+the machine are left alone (never `ray stop`, which stops every Ray on the host).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from conftest import REPO
+
+pytestmark = pytest.mark.slow
+
+BIN = Path(sys.executable).parent
+
+
+def _free_ports(n: int) -> list[int]:
+    socks = [socket.socket() for _ in range(n)]
+    for s in socks:
+        s.bind(("127.0.0.1", 0))
+    ports = [s.getsockname()[1] for s in socks]
+    for s in socks:
+        s.close()
+    return ports
+
+
+class Head:
+    def __init__(self, token: str):
+        self.token = token
+        # Short: Ray's socket paths live under the temp dir and must stay under ~100 characters.
+        self.tmp = Path(tempfile.mkdtemp(prefix="arh-", dir="/tmp"))
+        self.home = self.tmp / "home"
+        self.home.mkdir()
+        gcs, self.dash, agl, agg, met, rte, nm, om = _free_ports(8)
+        self.address = f"http://127.0.0.1:{self.dash}"
+        self.env = {**os.environ, "HOME": str(self.home), "PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}",
+                    "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": token}
+        self.env.pop("RAY_ADDRESS", None)
+        self.proc = subprocess.Popen(
+            [str(BIN / "ray"), "start", "--head", "--block", "--node-ip-address", "127.0.0.1", "--port", str(gcs),
+             "--dashboard-host", "127.0.0.1", "--dashboard-port", str(self.dash),
+             "--dashboard-agent-listen-port", str(agl), "--dashboard-agent-grpc-port", str(agg),
+             "--metrics-export-port", str(met), "--runtime-env-agent-port", str(rte),
+             "--node-manager-port", str(nm), "--object-manager-port", str(om),
+             "--num-cpus", "2", "--temp-dir", str(self.tmp / "r"), "--disable-usage-stats"],
+            env=self.env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True,
+        )
+        deadline = time.time() + 120
+        while time.time() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"ray start failed:\n{self.proc.stdout.read()}")
+            try:
+                self.get("/api/version", token=token)
+                return
+            except (urllib.error.URLError, ConnectionError):
+                time.sleep(1)
+        raise RuntimeError("the Ray head did not come up in 120 s")
+
+    def get(self, path: str, token: str | None) -> int:
+        req = urllib.request.Request(self.address + path)
+        if token is not None:
+            req.add_header("Authorization", f"Bearer {token}")
+        with urllib.request.urlopen(req, timeout=10) as r:
+            return r.status
+
+    def ray(self, *args: str, env: dict | None = None, timeout: int = 60) -> subprocess.CompletedProcess:
+        return subprocess.run([str(BIN / "ray"), *args], env=env or self.env, cwd=REPO, capture_output=True,
+                              text=True, timeout=timeout)
+
+    def stop(self) -> None:
+        self.proc.send_signal(signal.SIGTERM)  # `ray start --block` stops the processes it started
+        try:
+            self.proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        shutil.rmtree(self.tmp, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def head():
+    h = Head(secrets.token_hex(32))
+    yield h
+    h.stop()
+
+
+def test_the_head_refuses_requests_without_the_token(head):
+    for token in (None, "not-the-token"):
+        with pytest.raises(urllib.error.HTTPError) as err:
+            head.get("/api/jobs/", token=token)
+        assert err.value.code in (401, 403)
+    assert head.get("/api/jobs/", token=head.token) == 200
+
+
+@pytest.mark.parametrize("token", [None, "not-the-token"])
+def test_a_submission_without_the_token_is_refused(head, token, tmp_path):
+    env = {k: v for k, v in head.env.items() if k not in ("RAY_AUTH_TOKEN", "RAY_AUTH_MODE")}
+    if token:
+        env.update(RAY_AUTH_MODE="token", RAY_AUTH_TOKEN=token)
+    marker = tmp_path / "ran"
+    proc = head.ray("job", "submit", "--address", head.address, "--", "touch", str(marker), env=env)
+    assert proc.returncode != 0
+    assert "authentication" in (proc.stdout + proc.stderr).lower()
+    time.sleep(2)
+    assert not marker.exists()  # nothing ran
+
+
+@pytest.mark.data
+def test_the_smoke_job_runs_under_ray_job_submit(head, data_dir, tmp_path):
+    run_dir = tmp_path / "run"
+    runtime_env = {"env_vars": {"AUGSBERT_DATA_DIR": str(data_dir)}}
+    proc = head.ray(
+        "job", "submit", "--address", head.address, "--submission-id", "augsbert-smoke", "--working-dir", ".",
+        "--runtime-env-json", json.dumps(runtime_env), "--",
+        "augsbert", "run", "jobs/smoke.yaml", f"run_dir={run_dir}",
+        # a smaller slice than the smoke job's own: this test is about submission, not quality
+        "data.subsample.train=100", "data.subsample.dev=100", "data.subsample.test=100", "cross_encoder.epochs=1",
+        timeout=1800,
+    )
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out[-4000:]
+    status = head.ray("job", "status", "--address", head.address, "augsbert-smoke")
+    assert "SUCCEEDED" in status.stdout + status.stderr
+    # progress and where things are, in the job's log
+    assert f"run directory {run_dir}" in out
+    for stage in ("cross_encoder", "candidates", "silver", "augsbert"):
+        assert f"[{stage}] done in" in out
+    # the job ran on the submitted-to cluster, not on a Ray of its own
+    metrics = json.loads((run_dir / "metrics.json").read_text())
+    assert metrics["cluster"]["cpus"] == 2
+    assert metrics["scores"]["zero_shot"]["test"]["spearman"] > 70
+    for name in ("summary.md", "silver.parquet", "models/bi-encoder-augsbert/model.safetensors",
+                 "models/cross-encoder/model.safetensors"):
+        assert (run_dir / name).exists(), name

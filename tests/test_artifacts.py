@@ -1,0 +1,46 @@
+"""Models reach workers through the object store: no shared disk is assumed."""
+
+import shutil
+
+import pytest
+
+from augsbert_ray.artifacts import ShippedModel, local_model, ship_if_local, ship_model
+
+
+def test_a_shipped_model_loads_on_a_worker_after_its_directory_is_gone(ray_local, tiny_model, tmp_path):
+    import pyarrow as pa
+
+    from augsbert_ray.evaluation import bi_encoder_predictions
+    from augsbert_ray.models import load_bi_encoder
+    from augsbert_ray.pipeline import _predict_bi_encoder
+    from augsbert_ray.runtime import remote_call
+
+    splits = {"dev": pa.table({"sentence1": ["A man is eating.", "A dog runs."],
+                               "sentence2": ["A man eats.", "The stock fell."], "label": [1.0, 0.0]})}
+    expected = bi_encoder_predictions(load_bi_encoder(tiny_model, 32), splits)["dev"]
+    shipped = ship_model(tiny_model)
+    assert isinstance(shipped, ShippedModel) and len(shipped.digest) == 64
+    shutil.rmtree(tiny_model)  # the driver's copy is gone: the worker can only use the object store
+    got = remote_call(_predict_bi_encoder, shipped, splits, 8, 32, None)["dev"]
+    assert got == pytest.approx(expected, abs=1e-5)
+    # unpacking: once per node, under the content digest
+    cache = tmp_path / "cache"
+    path = local_model(shipped, cache)
+    assert path == str(cache / shipped.digest) and (cache / shipped.digest / "config.json").exists()
+    assert local_model(shipped, cache) == path and len(list(cache.iterdir())) == 1
+
+
+def test_digest_follows_content(tiny_model, tmp_path, ray_local):
+    a = ship_model(tiny_model)
+    assert ship_model(tiny_model).digest == a.digest
+    (tmp_path / "copy").mkdir()
+    shutil.copytree(tiny_model, tmp_path / "copy" / "m")
+    (tmp_path / "copy" / "m" / "config.json").write_text("{}")
+    assert ship_model(tmp_path / "copy" / "m").digest != a.digest
+
+
+def test_names_stay_names(tmp_path):
+    assert local_model("sentence-transformers/all-MiniLM-L6-v2") == "sentence-transformers/all-MiniLM-L6-v2"
+    assert ship_if_local("some-org/some-model") == "some-org/some-model"
+    with pytest.raises(FileNotFoundError, match="no model files"):
+        ship_model(tmp_path)
