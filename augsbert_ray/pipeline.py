@@ -182,7 +182,7 @@ class Job:
     def train_cross_encoder(self, gold: dict[str, pa.Table]) -> Stage:
         c = self.cfg.cross_encoder
         fp = fingerprint("cross_encoder", c.model_dump(), _model_id(c.model), self.cfg.seed, self.gold_fp,
-                         self._search_fp("cross_encoder"))
+                         *self._search_fp("cross_encoder"))
         out = self.rd.path("models", "cross-encoder")
 
         def run() -> dict:
@@ -299,7 +299,7 @@ class Job:
         name = "gold_only" if silver is None else "augsbert"
         objective = b.resolved_objective(self.cfg.task)
         fp = fingerprint(name, b.model_dump(), objective, _model_id(b.model), self.cfg.seed, self.gold_fp,
-                         silver.fp if silver else None, self._search_fp("bi_encoder"))
+                         silver.fp if silver else None, *self._search_fp("bi_encoder"))
         out = self.rd.path("models", f"bi-encoder-{name.replace('_', '-')}")
 
         def run() -> dict:
@@ -344,9 +344,10 @@ class Job:
     def _searched(self, kind: str) -> bool:
         return self.cfg.seed_search.enabled and kind in self.cfg.seed_search.targets
 
-    def _search_fp(self, kind: str) -> dict | None:
-        """The seed search's settings, when it decides this encoder (otherwise they change nothing)."""
-        return self.cfg.seed_search.model_dump() if self._searched(kind) else None
+    def _search_fp(self, kind: str) -> list[dict]:
+        """The seed search's settings when it decides this encoder; nothing otherwise, so
+        fingerprints (and finished stages) of jobs without a seed search stay as they were."""
+        return [self.cfg.seed_search.model_dump()] if self._searched(kind) else []
 
     def _fit(self, kind: str, train: pa.Table, gold: dict[str, pa.Table], *, recipe: dict, hparams: dict,
              out, name: str) -> dict:
