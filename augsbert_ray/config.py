@@ -129,6 +129,10 @@ class TrainingConfig(_Strict):
     num_workers: int = Field(1, gt=0)
     use_gpu: bool = False
     cpus_per_worker: float | None = Field(None, gt=0)  # null: all local CPUs / workers
+    # Checkpoint the full training state every this fraction of the steps (0: only at the
+    # end). After a worker or node failure, training resumes from the latest checkpoint.
+    checkpoint_every: float = Field(0.25, ge=0, le=1)
+    max_failures: int = Field(2, ge=0)  # worker-group restarts before the stage fails
 
 
 class EvaluationConfig(_Strict):

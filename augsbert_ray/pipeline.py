@@ -375,7 +375,7 @@ class Job:
 
     def _worker_resources(self) -> WorkerResources:
         t = self.cfg.training
-        return WorkerResources(t.num_workers, t.use_gpu, self.cpus_per_worker)
+        return WorkerResources(t.num_workers, t.use_gpu, self.cpus_per_worker, t.checkpoint_every, t.max_failures)
 
     # -- report --------------------------------------------------------------------------
     def finish(self, gold: dict[str, pa.Table]) -> dict:

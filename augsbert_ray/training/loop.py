@@ -102,8 +102,11 @@ class PairTrainer:
         self.seconds = 0.0  # training time over every run() so far, across resumes
         self.losses: list[float] = []  # the last log_every losses
 
-    def run(self, until: int | None = None) -> None:
-        """Trains from the current step up to global step ``until`` (default: the end)."""
+    def run(self, until: int | None = None, after_step: Callable[[int], None] | None = None) -> None:
+        """Trains from the current step up to global step ``until`` (default: the end).
+
+        ``after_step(step)`` is called after every optimizer step (a hook for fault injection).
+        """
         until = self.total if until is None else min(until, self.total)
         hp, n = self.hp, len(self.labels)
         started, first = time.perf_counter(), self.step
@@ -119,6 +122,8 @@ class PairTrainer:
             self.optimizer.step()
             self.scheduler.step()
             self.step += 1
+            if after_step is not None:
+                after_step(self.step)
             self.losses = (self.losses + [loss.item()])[-self.log_every :]
             if self.step % self.log_every == 0 or self.step == self.total:
                 rate = (self.step - first) * hp.batch_size * self.world / (time.perf_counter() - started)

@@ -6,6 +6,7 @@ trained model comes back as a Ray Train checkpoint under the run directory's sto
 
 from __future__ import annotations
 
+import os
 import shutil
 import sys
 import tempfile
@@ -22,6 +23,8 @@ class WorkerResources:
     num_workers: int
     use_gpu: bool
     cpus_per_worker: float
+    checkpoint_every: float = 0.25  # fraction of the steps between checkpoints; 0: only the end
+    max_failures: int = 2
 
 
 def _stdout_line(line: str) -> None:
@@ -30,13 +33,17 @@ def _stdout_line(line: str) -> None:
     sys.stdout.flush()
 
 
+STATE_FILE = "trainer_state.pt"
+MODEL_DIR = "model"
+
+
 def _train_loop_per_worker(config: dict) -> None:
     import ray
     import ray.train
     import ray.train.torch
     import torch
 
-    from augsbert_ray.training.loop import HParams, train_pairs
+    from augsbert_ray.training.loop import HParams, PairTrainer
     from augsbert_ray.training.recipes import make_recipe
 
     ctx = ray.train.get_context()
@@ -50,7 +57,7 @@ def _train_loop_per_worker(config: dict) -> None:
     else:
         wrap = lambda m: m.to(device)  # noqa: E731
 
-    module, stats = train_pairs(
+    trainer = PairTrainer(
         recipe,
         table.column(schema.SENTENCE1).to_pylist(),
         table.column(schema.SENTENCE2).to_pylist(),
@@ -63,12 +70,43 @@ def _train_loop_per_worker(config: dict) -> None:
         log=_stdout_line if rank == 0 else (lambda line: None),
         name=config["name"],
     )
-    with tempfile.TemporaryDirectory() as tmp:
-        checkpoint = None
+    checkpoint = ray.train.get_checkpoint()
+    if checkpoint is not None:  # a restarted worker group: continue where the last checkpoint left off
+        with checkpoint.as_directory() as d:
+            trainer.load_state(Path(d) / STATE_FILE)
         if rank == 0:
-            recipe.save(module, tmp)
-            checkpoint = ray.train.Checkpoint.from_directory(tmp)
-        ray.train.report(stats, checkpoint=checkpoint)
+            _stdout_line(f"[{config['name']}] resumed from the checkpoint at step {trainer.step}/{trainer.total}")
+    resumed_from = trainer.step
+    every = max(1, round(config["checkpoint_every"] * trainer.total)) if config["checkpoint_every"] else trainer.total
+    after_step = _fault_hook(config.get("fault"), rank)
+    while trainer.step < trainer.total:
+        trainer.run(until=min(trainer.total, (trainer.step // every + 1) * every), after_step=after_step)
+        with tempfile.TemporaryDirectory() as tmp:
+            ckpt = None
+            if rank == 0:
+                trainer.save_state(Path(tmp) / STATE_FILE)
+                if trainer.step == trainer.total:
+                    recipe.save(trainer.module, str(Path(tmp) / MODEL_DIR))
+                ckpt = ray.train.Checkpoint.from_directory(tmp)
+            ray.train.report({**trainer.stats(), "resumed_from_step": resumed_from}, checkpoint=ckpt)
+
+
+def _fault_hook(fault: dict | None, rank: int):
+    """Fault injection for chaos tests: the worker of ``rank`` exits hard after ``step``, once.
+
+    ``fault = {"rank": r, "step": s, "flag": path}``; the flag file records that the fault
+    fired, so the restarted worker trains on.
+    """
+    if not fault or fault["rank"] != rank:
+        return None
+
+    def hook(step: int) -> None:
+        flag = Path(fault["flag"])
+        if step == fault["step"] and not flag.exists():
+            flag.write_text(str(step))
+            os._exit(1)  # a crash, not an exception: no cleanup, no report
+
+    return hook
 
 
 def _storage(location) -> str:
@@ -87,6 +125,7 @@ def train_on_ray(
     storage_dir: Path,
     out_dir: Path,
     name: str,
+    fault: dict | None = None,
 ) -> dict:
     """Fine-tunes one encoder with Ray Train and copies the trained model to ``out_dir``.
 
@@ -99,6 +138,7 @@ def train_on_ray(
         storage_dir: Ray Train's storage (checkpoints, logs): a local path or a URI.
         out_dir: where the final model is written, loadable by sentence-transformers.
         name: the run's name, shown in progress and used for its storage folder.
+        fault: fault injection for chaos tests (see ``_fault_hook``).
 
     Returns:
         The training statistics reported by rank 0.
@@ -108,6 +148,8 @@ def train_on_ray(
     from ray.train.torch import TorchTrainer
 
     columns = [schema.SENTENCE1, schema.SENTENCE2, schema.LABEL]
+    from ray.train import CheckpointConfig, FailureConfig
+
     trainer = TorchTrainer(
         _train_loop_per_worker,
         train_loop_config={
@@ -117,18 +159,26 @@ def train_on_ray(
             "hparams": hparams,
             "threads": resources.cpus_per_worker,
             "data": ray.put(pairs.select(columns)),
+            "checkpoint_every": resources.checkpoint_every,
+            "fault": fault,
         },
         scaling_config=ScalingConfig(
             num_workers=resources.num_workers,
             use_gpu=resources.use_gpu,
             resources_per_worker={"CPU": resources.cpus_per_worker},
         ),
-        run_config=RunConfig(name=name, storage_path=_storage(storage_dir)),
+        run_config=RunConfig(
+            name=name,
+            storage_path=_storage(storage_dir),
+            failure_config=FailureConfig(max_failures=resources.max_failures),
+            checkpoint_config=CheckpointConfig(num_to_keep=2),  # the latest two training states
+        ),
     )
     result = trainer.fit()
     out_dir = Path(out_dir)
     if out_dir.exists():
         shutil.rmtree(out_dir)
     out_dir.parent.mkdir(parents=True, exist_ok=True)
-    result.checkpoint.to_directory(str(out_dir))
+    with result.checkpoint.as_directory() as d:
+        shutil.copytree(Path(d) / MODEL_DIR, out_dir)
     return dict(result.metrics)

@@ -1,0 +1,62 @@
+"""Chaos: a Ray Train worker dies mid-training; the worker group restarts from the latest
+checkpoint and finishes with the same model as a run that never failed."""
+
+from __future__ import annotations
+
+import random
+
+import pyarrow as pa
+import pytest
+from conftest import make_sentence
+from safetensors.torch import load_file
+
+from augsbert_ray.training.ray_trainer import WorkerResources, train_on_ray
+
+pytestmark = pytest.mark.slow
+
+
+def _pairs(n: int = 48) -> pa.Table:
+    rng = random.Random(5)
+    rows = [(make_sentence(rng), make_sentence(rng), rng.random()) for _ in range(n)]
+    return pa.table({"sentence1": [r[0] for r in rows], "sentence2": [r[1] for r in rows],
+                     "label": pa.array([r[2] for r in rows], pa.float32())})
+
+
+def _train(tiny_model, tmp_path, name, fault=None) -> dict:
+    return train_on_ray(
+        "bi_encoder", _pairs(), recipe={"model": tiny_model, "max_length": 32},
+        hparams={"epochs": 3, "lr": 1e-3, "batch_size": 8, "warmup_ratio": 0.1, "seed": 3},
+        resources=WorkerResources(num_workers=1, use_gpu=False, cpus_per_worker=1, checkpoint_every=0.25,
+                                  max_failures=2),
+        storage_dir=tmp_path / "ray_train", out_dir=tmp_path / name, name=name, fault=fault,
+    )
+
+
+def test_a_killed_training_worker_resumes_from_its_checkpoint(ray_local, tiny_model, tmp_path):
+    flag = tmp_path / "fault-fired"
+    # 18 steps (6 per epoch), checkpoints every round(0.25 x 18) = 4 steps: the worker dies at
+    # step 10, two steps after the checkpoint at step 8.
+    stats = _train(tiny_model, tmp_path, "faulty", fault={"rank": 0, "step": 10, "flag": str(flag)})
+    assert flag.read_text() == "10"  # the fault fired
+    # Resumed, not restarted: from the latest checkpoint Ray Train had registered when the
+    # worker died (step 8, or step 4 if the report at step 8 was still in flight).
+    assert stats["steps"] == 18 and stats["resumed_from_step"] in (4, 8)
+    clean = _train(tiny_model, tmp_path, "clean")
+    assert clean["resumed_from_step"] == 0
+    a = load_file(tmp_path / "faulty" / "model.safetensors")
+    b = load_file(tmp_path / "clean" / "model.safetensors")
+    assert a.keys() == b.keys() and all((a[k] == b[k]).all() for k in a)  # the same model as without the fault
+
+
+def test_failures_beyond_the_limit_fail_the_stage(ray_local, tiny_model, tmp_path):
+    # max_failures=0: the first crash ends training with Ray Train's error, not a hang or a partial model.
+    with pytest.raises(Exception) as err:
+        train_on_ray(
+            "bi_encoder", _pairs(), recipe={"model": tiny_model, "max_length": 32},
+            hparams={"epochs": 1, "lr": 1e-3, "batch_size": 8, "warmup_ratio": 0.1, "seed": 3},
+            resources=WorkerResources(1, False, 1, checkpoint_every=0.5, max_failures=0),
+            storage_dir=tmp_path / "ray_train", out_dir=tmp_path / "out", name="no-retries",
+            fault={"rank": 0, "step": 2, "flag": str(tmp_path / "flag")},
+        )
+    assert "fail" in str(err.value).lower() or "died" in str(err.value).lower()
+    assert not (tmp_path / "out").exists()
