@@ -193,6 +193,7 @@ def test_gold_fingerprint_ignores_the_path_data_was_read_from(tmp_path):
     assert job.gold_fp["train"] != fps[0]["train"] and job.gold_fp["dev"] == fps[0]["dev"]
 
 
+@pytest.mark.slow
 def test_seed_search_decides_every_encoder_and_works_with_semantic_search(tmp_path, tiny_model, ray_local):
     """Seed search is a config switch: both encoders searched, SS sampling on the searched gold-only model."""
     from conftest import write_stsb

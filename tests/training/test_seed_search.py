@@ -123,6 +123,7 @@ def test_keep_must_not_exceed_seeds(ray_local, tiny_model, tmp_path):
         _search(tiny_model, tmp_path, "bad", seeds=[1, 2, 3], keep=4)
 
 
+@pytest.mark.slow
 def test_asha_option_prunes_at_the_grace_period(ray_local, tiny_model, tmp_path):
     """ASHA (asynchronous): how many survive is not fixed, but pruned seeds stop at the pruning step."""
     rec, _ = _search(tiny_model, tmp_path, "asha", seeds=[1, 2, 3, 4], keep=1, scheduler="asha")
