@@ -22,7 +22,7 @@ import numpy as np
 import pyarrow as pa
 
 from augsbert_ray import schema
-from augsbert_ray.candidates import SELECTORS, SamplingContext, get_sampler
+from augsbert_ray.candidates import EMBEDS, SELECTORS, SamplingContext, get_sampler
 from augsbert_ray.candidates.pairs import gold_pair_keys, unique_sentences
 from augsbert_ray.config import EMBEDDED_MODEL, JobConfig, dump_job
 from augsbert_ray.errors import TeacherCheckError
@@ -237,8 +237,11 @@ class Job:
     # -- step 2 --------------------------------------------------------------------------
     def sample_candidates(self, gold: dict[str, pa.Table]) -> Stage:
         s = self.cfg.sampling
-        # Semantic search embeds with a bi-encoder, so its fingerprint is an input too.
-        ss_fp = self.stage_fp.get("gold_only") if s.ss_model == "gold_only" else _model_id(self.cfg.bi_encoder.model)
+        # Semantic search embeds with a bi-encoder, so that model is an input too (and only then:
+        # BM25 or random candidates do not change with the bi-encoder's seed).
+        ss_fp = None
+        if s.strategy in EMBEDS:
+            ss_fp = self.stage_fp.get("gold_only") if s.ss_model == "gold_only" else _model_id(self.cfg.bi_encoder.model)
         fp = fingerprint("candidates", s.model_dump(), self.cfg.seed, self.gold_fp["train"], ss_fp)
 
         def run() -> dict:

@@ -110,6 +110,11 @@ def test_rerun_skips_completed_stages_and_redoes_changed_ones(finished_run):
     assert sorted(third["stages_reused"]) == ["cross_encoder", "gold_only", "zero_shot"]
     assert third["sampling"]["candidates"] < metrics["sampling"]["candidates"]
 
+    # Another bi-encoder seed: BM25 candidates and their labels do not depend on it.
+    reseeded = changed.model_copy(update={"bi_encoder": changed.bi_encoder.model_copy(update={"seed": 77})})
+    fourth = run_job(reseeded, log=lines.append)
+    assert sorted(fourth["stages_reused"]) == ["candidates", "cross_encoder", "silver", "zero_shot"]
+
 
 def test_binary_task_end_to_end(tmp_path, tiny_model, ray_local):
     from conftest import write_mrpc

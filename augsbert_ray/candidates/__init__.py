@@ -41,6 +41,9 @@ SAMPLERS: dict[str, Callable[[SamplingContext], pa.Table]] = {
 }
 
 
+# Strategies that embed sentences with a bi-encoder (so their candidates depend on it).
+EMBEDS: frozenset[str] = frozenset({"ss", "bm25+ss"})
+
 # Strategies that label a pool and then keep part of it: name -> select(silver, gold_labels,
 # task, seed, sampling_cfg) -> the kept silver rows.
 SELECTORS: dict[str, Callable] = {"kde": kde.select}
