@@ -172,6 +172,8 @@ class SeedSearchConfig(_Strict):
             raise ValueError("seeds: give at least one seed")
         if self.keep > n:
             raise ValueError(f"keep: {self.keep} is more than the {n} seeds searched")
+        if self.audit and self.scheduler != "exact":
+            raise ValueError("audit: needs scheduler: exact (ASHA decides survivors as trials report)")
         return self
 
     def seed_list(self, base: int) -> list[int]:

@@ -325,7 +325,7 @@ class Job:
 
         return self.stage(name, fp, run)
 
-    def _ship(self, path) -> "ShippedModel":
+    def _ship(self, path):
         """A model directory of this run, put in the object store once for workers on any node."""
         from augsbert_ray.artifacts import ship_model
 

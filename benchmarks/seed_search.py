@@ -30,7 +30,8 @@ from augsbert_ray.pipeline import PAIR_COLUMNS, Job
 from augsbert_ray.report import versions
 from augsbert_ray.rundir import RunDir
 from augsbert_ray.runtime import per_worker_cpus
-from augsbert_ray.training.seed_search import MODEL_DIR, SearchPlan, seed_search
+from augsbert_ray.training.ray_trainer import MODEL_DIR
+from augsbert_ray.training.seed_search import SearchPlan, seed_search
 
 
 def run(job_path: str, extra: list[str], seeds: int, keep: int, prune_at: float, root: Path) -> dict:

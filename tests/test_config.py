@@ -132,6 +132,7 @@ def test_bad_label_range_rejected():
     ({"seeds": []}, "at least one seed"),
     ({"prune_at": 0}, "prune_at"),
     ({"targets": ["student"]}, "targets"),
+    ({"audit": True, "scheduler": "asha"}, "audit: needs scheduler: exact"),
 ])
 def test_seed_search_settings_are_checked(search, message):
     src = {"format": "stsb", "path": "t.csv"}

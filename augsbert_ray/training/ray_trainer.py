@@ -33,8 +33,32 @@ def _stdout_line(line: str) -> None:
     sys.stdout.flush()
 
 
+# A training checkpoint (Ray Train's or a seed-search trial's): the full training state,
+# and once training has ended also the model, loadable by sentence-transformers.
 STATE_FILE = "trainer_state.pt"
 MODEL_DIR = "model"
+
+
+def write_checkpoint(trainer, recipe, directory: str | os.PathLike) -> None:
+    trainer.save_state(Path(directory) / STATE_FILE)
+    if trainer.step == trainer.total:
+        recipe.save(trainer.module, str(Path(directory) / MODEL_DIR))
+
+
+def restore_checkpoint(trainer, checkpoint) -> None:
+    """Loads the training state of a Ray ``Checkpoint`` into ``trainer``."""
+    with checkpoint.as_directory() as d:
+        trainer.load_state(Path(d) / STATE_FILE)
+
+
+def export_model(checkpoint, out_dir: str | os.PathLike) -> None:
+    """Copies the model of a final checkpoint to ``out_dir`` (replacing what is there)."""
+    out_dir = Path(out_dir)
+    if out_dir.exists():
+        shutil.rmtree(out_dir)
+    out_dir.parent.mkdir(parents=True, exist_ok=True)
+    with checkpoint.as_directory() as d:
+        shutil.copytree(Path(d) / MODEL_DIR, out_dir)
 
 
 def _train_loop_per_worker(config: dict) -> None:
@@ -72,8 +96,7 @@ def _train_loop_per_worker(config: dict) -> None:
     )
     checkpoint = ray.train.get_checkpoint()
     if checkpoint is not None:  # a restarted worker group: continue where the last checkpoint left off
-        with checkpoint.as_directory() as d:
-            trainer.load_state(Path(d) / STATE_FILE)
+        restore_checkpoint(trainer, checkpoint)
         if rank == 0:
             _stdout_line(f"[{config['name']}] resumed from the checkpoint at step {trainer.step}/{trainer.total}")
     resumed_from = trainer.step
@@ -84,9 +107,7 @@ def _train_loop_per_worker(config: dict) -> None:
         with tempfile.TemporaryDirectory() as tmp:
             ckpt = None
             if rank == 0:
-                trainer.save_state(Path(tmp) / STATE_FILE)
-                if trainer.step == trainer.total:
-                    recipe.save(trainer.module, str(Path(tmp) / MODEL_DIR))
+                write_checkpoint(trainer, recipe, tmp)
                 ckpt = ray.train.Checkpoint.from_directory(tmp)
             ray.train.report({**trainer.stats(), "resumed_from_step": resumed_from}, checkpoint=ckpt)
 
@@ -175,10 +196,5 @@ def train_on_ray(
         ),
     )
     result = trainer.fit()
-    out_dir = Path(out_dir)
-    if out_dir.exists():
-        shutil.rmtree(out_dir)
-    out_dir.parent.mkdir(parents=True, exist_ok=True)
-    with result.checkpoint.as_directory() as d:
-        shutil.copytree(Path(d) / MODEL_DIR, out_dir)
+    export_model(result.checkpoint, out_dir)
     return dict(result.metrics)

@@ -22,8 +22,6 @@ result.
 from __future__ import annotations
 
 import math
-import os
-import shutil
 import tempfile
 import time
 from dataclasses import dataclass
@@ -36,9 +34,8 @@ from scipy.stats import spearmanr
 
 from augsbert_ray import schema
 from augsbert_ray.rundir import is_uri
+from augsbert_ray.training.ray_trainer import export_model, restore_checkpoint, write_checkpoint
 
-STATE_FILE = "trainer_state.pt"
-MODEL_DIR = "model"
 
 
 @dataclass(frozen=True)
@@ -86,8 +83,7 @@ def _trial(config: dict, data: pa.Table, dev: pa.Table) -> None:
     trainer = PairTrainer(recipe, s1, s2, labels, hp, device=device, log=lambda line: None, name=config["name"])
     resume = config.get("resume", {}).get(str(config["seed"]))
     if resume is not None:
-        with resume.as_directory() as d:
-            trainer.load_state(os.path.join(d, STATE_FILE))
+        restore_checkpoint(trainer, resume)
     started = trainer.step
     for target in [s for s in config["eval_steps"] if s > trainer.step] or [trainer.total]:
         target = min(target, config["stop_step"])
@@ -95,9 +91,7 @@ def _trial(config: dict, data: pa.Table, dev: pa.Table) -> None:
         preds = recipe.predict(trainer.module, *_columns(dev)[:2], config["eval_batch_size"])
         score = task_metrics(config["task"], {"dev": preds}, {"dev": dev})["dev"][config["metric"]]
         with tempfile.TemporaryDirectory() as tmp:
-            trainer.save_state(os.path.join(tmp, STATE_FILE))
-            if trainer.step == trainer.total:
-                recipe.save(trainer.module, os.path.join(tmp, MODEL_DIR))
+            write_checkpoint(trainer, recipe, tmp)
             ray.tune.report(
                 {"seed": config["seed"], "step": trainer.step, "total_steps": trainer.total, "dev": score,
                  "resumed_from_step": started, "train_seconds": trainer.seconds},
@@ -199,45 +193,37 @@ def seed_search(
     if plan.scheduler == "asha":
         from ray.tune.schedulers import ASHAScheduler
 
-        results = fit(f"{name}-asha", {"seed": ray.tune.grid_search(plan.seeds), "eval_steps": [prune, total],
-                                       "stop_step": total},
-                      scheduler=ASHAScheduler(time_attr="step", metric="dev", mode="max", max_t=total,
-                                              grace_period=prune, reduction_factor=max(2, len(plan.seeds) / plan.keep)))
-        record(results)
+        record(fit(f"{name}-asha", {"seed": ray.tune.grid_search(plan.seeds), "eval_steps": [prune, total],
+                                    "stop_step": total},
+                   scheduler=ASHAScheduler(time_attr="step", metric="dev", mode="max", max_t=total,
+                                           grace_period=prune, reduction_factor=max(2, len(plan.seeds) / plan.keep))))
+        survivors = [s for s in plan.seeds if trials[s]["steps"] == total]
     else:
         record(fit(f"{name}-explore", {"seed": ray.tune.grid_search(plan.seeds), "eval_steps": [prune],
                                        "stop_step": prune}))
-        at_prune = {s: _score_at(t["curve"], prune) for s, t in trials.items()}
-        # Best first; equal scores go to the smaller seed, so the choice is deterministic.
-        ranked = sorted(plan.seeds, key=lambda s: (-at_prune[s], s))
-        continued = plan.seeds if plan.audit else ranked[: plan.keep]
+    at_prune = {s: _score_at(t["curve"], prune) for s, t in trials.items()}
+    # Best first; equal scores go to the smaller seed, so the choice is deterministic.
+    ranked = sorted(plan.seeds, key=lambda s: (-at_prune[s], s))
+    if plan.scheduler == "exact":
+        survivors = ranked[: plan.keep]
+        continued = plan.seeds if plan.audit else survivors
         if prune < total:
             log(f"[{name}] dev at step {prune}: " + ", ".join(f"seed {s} {at_prune[s]:.2f}" for s in ranked)
-                + f"; continuing {sorted(ranked[: plan.keep])}" + (" (audit: all seeds run to the end)" if plan.audit else ""))
+                + f"; continuing {sorted(survivors)}" + (" (audit: all seeds run to the end)" if plan.audit else ""))
             record(fit(f"{name}-exploit", {"seed": ray.tune.grid_search(continued),
                                            "resume": {str(s): trials[s]["checkpoint"] for s in continued},
                                            "eval_steps": [total], "stop_step": total}))
-        survivors = ranked[: plan.keep]
-    if plan.scheduler == "asha":
-        survivors = [s for s in plan.seeds if trials[s]["steps"] == total]
     wall = time.perf_counter() - t0
 
-    at_prune = {s: _score_at(t["curve"], prune) for s, t in trials.items()}
     final = {s: trials[s]["curve"][-1][1] for s in survivors}
     chosen = max(survivors, key=lambda s: (final[s], -s))
-    for s in survivors:
-        trials[s]["status"] = "continued"
-    if plan.audit:
-        for s in plan.seeds:
-            if s not in survivors:
-                trials[s]["status"] = "pruned (trained to the end for the audit)"
+    for s in plan.seeds:
+        if s in survivors:
+            trials[s]["status"] = "continued"
+        elif plan.audit:
+            trials[s]["status"] = "pruned (trained to the end for the audit)"
     trials[chosen]["status"] = "chosen"
-    with trials[chosen]["checkpoint"].as_directory() as d:
-        out_dir = Path(out_dir)
-        if out_dir.exists():
-            shutil.rmtree(out_dir)
-        out_dir.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copytree(os.path.join(d, MODEL_DIR), out_dir)
+    export_model(trials[chosen]["checkpoint"], out_dir)
 
     spent = sum(t["steps"] for t in trials.values())
     search_steps = len(plan.seeds) * prune + len(survivors) * (total - prune)
@@ -270,7 +256,7 @@ def seed_search(
         early = [at_prune[s] for s in plan.seeds]
         rho = spearmanr(early, finals).statistic if len(plan.seeds) > 1 else float("nan")
         best_final = max(plan.seeds, key=lambda s: (trials[s]["curve"][-1][1], -s))
-        pick = min(plan.seeds, key=lambda s: (-at_prune[s], s))
+        pick = ranked[0]
         record_out["audit_result"] = {
             "rank_correlation": None if np.isnan(rho) else float(rho),
             "pick_at_prune": pick,
