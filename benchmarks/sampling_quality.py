@@ -38,27 +38,26 @@ STRATEGIES = {"None": None, "RS": "rs", "KDE": "kde", "BM25": "bm25", "SS": "ss"
 SHARED_STAGES = ("cross_encoder", "zero_shot", "gold_only")  # independent of the sampling strategy
 
 
-def share_stages(src: Path, dst: Path) -> None:
+def share_stages(src: Path, dst: Path, stages=SHARED_STAGES) -> None:
     """Offers ``src``'s strategy-independent stage markers to ``dst`` (fingerprints still decide).
 
-    A marker names its model relative to its run directory, so the model is linked too.
+    Only stages ``dst`` has no marker for are offered, so a resumed run keeps its own. A marker
+    names its model relative to its run directory, so the model is copied with it (a copy, not
+    a link: a stage redone in ``dst`` must not write into ``src``).
     """
-    for stage in SHARED_STAGES:
+    for stage in stages:
         marker = src / "stages" / f"{stage}.json"
-        if not marker.exists():
+        if not marker.exists() or (dst / "stages" / f"{stage}.json").exists():
             continue
-        (dst / "stages").mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(marker, dst / "stages" / f"{stage}.json")
         model = json.loads(marker.read_text())["result"].get("model")
         if model and not Path(model).is_absolute():
-            link = dst / model
-            if link.is_symlink() or link.exists():
-                if link.is_symlink() or link.is_file():
-                    link.unlink()
-                else:
-                    shutil.rmtree(link)
-            link.parent.mkdir(parents=True, exist_ok=True)
-            link.symlink_to((src / model).resolve(), target_is_directory=True)
+            if not (src / model).is_dir():
+                continue
+            if (dst / model).exists():
+                shutil.rmtree(dst / model)
+            shutil.copytree(src / model, dst / model, symlinks=False)
+        (dst / "stages").mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(marker, dst / "stages" / f"{stage}.json")
 
 
 def silver_shape(run_dir: Path) -> dict:
@@ -80,13 +79,20 @@ def run_grid(job: str, seeds: list[int], strategies: list[str], extra: list[str]
     base = load_job(job, extra)
     # "None" is the gold-only bi-encoder every run reports, so it needs no run of its own.
     sampled = [s for s in strategies if STRATEGIES[s]] or ["BM25"]
-    first = share_from / base.name / "rs" if share_from else None
+    # The teacher (and zero-shot scores) come from the first run of this grid, or another tag's.
+    teacher = next(iter(sorted((share_from / base.name).glob("seed-*/*/stages/cross_encoder.json"))), None) \
+        if share_from else None
+    teacher = teacher.parent.parent if teacher else None
     for seed in seeds:
+        seed_first = None  # the run of this seed that trained its gold-only bi-encoder
         for label in sampled:
             strategy = STRATEGIES[label]
-            run_dir = root / base.name / strategy.replace("+", "-")
-            if first is not None and first != run_dir:
-                share_stages(first, run_dir)
+            # One directory per seed and strategy: an interrupted grid resumes where it stopped.
+            run_dir = root / base.name / f"seed-{seed}" / strategy.replace("+", "-")
+            if seed_first is not None:
+                share_stages(seed_first, run_dir, ("gold_only",))
+            if teacher is not None and teacher != run_dir:
+                share_stages(teacher, run_dir, ("cross_encoder", "zero_shot"))
             cfg = load_job(job, extra + [f"sampling.strategy={strategy}", f"bi_encoder.seed={seed}",
                                          f"run_dir={run_dir}"])
             metrics = run_job(cfg)
@@ -94,8 +100,8 @@ def run_grid(job: str, seeds: list[int], strategies: list[str], extra: list[str]
             out.setdefault(label, {})[seed] = metrics
             if "None" in strategies and label == sampled[0]:
                 out.setdefault("None", {})[seed] = metrics
-            if first is None or share_from is not None:
-                first, share_from = run_dir, None
+            seed_first = seed_first or run_dir
+            teacher = teacher or run_dir
             plots.mkdir(parents=True, exist_ok=True)
             shutil.copyfile(run_dir / "silver_density.png", plots / f"{base.name}-{strategy.replace('+', '-')}.png")
     return {label: out[label] for label in strategies if label in out}
