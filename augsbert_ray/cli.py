@@ -2,6 +2,7 @@
 
     augsbert run jobs/stsb-bm25.yaml                       # the full STSb job
     augsbert run jobs/smoke.yaml bi_encoder.epochs=2       # with an override
+    augsbert run jobs/stsb-bm25.yaml --fresh               # redo every stage (default: resume)
     augsbert validate jobs/*.yaml                          # check job files, build nothing
 """
 
@@ -20,10 +21,14 @@ def _parser() -> argparse.ArgumentParser:
         epilog="Overrides are key.sub=value pairs applied on top of the job file, e.g. sampling.top_k=5.",
     )
     sub = p.add_subparsers(dest="command", required=True)
-    run = sub.add_parser("run", help="run a job end to end", description="Run a job; finished stages are skipped.")
+    run = sub.add_parser(
+        "run", help="run a job end to end (resuming what an earlier run of it finished)",
+        description="Run a job. A re-run resumes: stages whose inputs, config and models are unchanged and whose "
+                    "outputs are intact are skipped, and labelling keeps the shards it committed.")
     run.add_argument("job", help="a job YAML file (see jobs/)")
     run.add_argument("overrides", nargs="*", help="key.sub=value overrides")
     run.add_argument("--address", help="Ray cluster address (else ray.address in the job, else RAY_ADDRESS, else local)")
+    run.add_argument("--fresh", action="store_true", help="redo every stage, ignoring what earlier runs finished")
     val = sub.add_parser("validate", help="load and validate job files without running anything")
     val.add_argument("jobs", nargs="+", help="job YAML files")
     val.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
@@ -46,7 +51,7 @@ def main(argv: list[str] | None = None) -> int:
         from augsbert_ray.pipeline import run_job
         from augsbert_ray.report import summary_markdown
 
-        metrics = run_job(cfg)
+        metrics = run_job(cfg, fresh=args.fresh)
         print()
         print(summary_markdown(metrics))
         return 0

@@ -119,8 +119,15 @@ class LabelingConfig(_Strict):
     actors: int = Field(1, gt=0)  # actor pool size; one per GPU on a GPU cluster
     num_gpus: float = Field(0, ge=0)  # GPUs per actor; 0 runs on CPU
     num_cpus: float | None = Field(None, gt=0)  # CPUs per actor; null: all local CPUs / actors
-    block_size: int = Field(1024, gt=0)  # pairs per Ray Data batch sent to an actor
+    block_size: int = Field(1024, gt=0)  # pairs per shard: one Ray Data batch, committed on its own
     micro_batch_size: int = Field(64, gt=0)  # pairs per forward pass, formed by length
+    # A labelling actor that dies (node lost, OOM) is restarted up to max_restarts times and its
+    # batch retried up to max_task_retries times (-1: without limit). If the pool still fails, a
+    # new pool labels the shards not yet committed, up to pool_retries times; then the stage
+    # fails, keeping the committed shards for a re-run.
+    max_restarts: int = Field(4, ge=-1)
+    max_task_retries: int = Field(4, ge=-1)
+    pool_retries: int = Field(2, ge=0)
 
 
 class TrainingConfig(_Strict):

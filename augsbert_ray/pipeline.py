@@ -28,7 +28,7 @@ from augsbert_ray.config import EMBEDDED_MODEL, JobConfig, dump_job
 from augsbert_ray.errors import TeacherCheckError
 from augsbert_ray.evaluation import PRIMARY_METRIC, jaccard_predictions, majority_metrics, task_metrics
 from augsbert_ray.loaders import load_pairs
-from augsbert_ray.models import EMBEDDED_SHA256
+from augsbert_ray.models import model_content_id
 from augsbert_ray.report import versions, write_density_plot, write_report
 from augsbert_ray.rundir import RunDir, fingerprint, table_fingerprint
 from augsbert_ray.runtime import ClusterResources, per_worker_cpus, remote_call, start_ray
@@ -38,9 +38,13 @@ SPLITS = ("train", "dev", "test")
 PAIR_COLUMNS = [schema.SENTENCE1, schema.SENTENCE2, schema.LABEL]
 
 
-def run_job(cfg: JobConfig, log: Callable[[str], None] = print) -> dict:
-    """Runs one AugSBERT job end to end and returns its metrics (also written to the run dir)."""
-    job = Job(cfg, RunDir(cfg.resolved_run_dir, log), log)
+def run_job(cfg: JobConfig, log: Callable[[str], None] = print, fresh: bool = False) -> dict:
+    """Runs one AugSBERT job end to end and returns its metrics (also written to the run dir).
+
+    A re-run resumes: stages an earlier run completed (same fingerprint, outputs intact) are
+    skipped, and labelling reuses the shards it committed. ``fresh`` redoes everything.
+    """
+    job = Job(cfg, RunDir(cfg.resolved_run_dir, log), log, fresh=fresh)
     gold = job.load_gold()  # gold pairs (checked before any cluster work starts)
     job.start()
     teacher = job.train_cross_encoder(gold)  # step 1
@@ -64,8 +68,8 @@ def carve_dev(train: pa.Table, fraction: float, seed: int) -> tuple[pa.Table, pa
 
 
 def _model_id(name: str) -> str:
-    """What identifies a configured model in a fingerprint."""
-    return f"sha256:{EMBEDDED_SHA256}" if name == EMBEDDED_MODEL else name
+    """What identifies a configured model in a fingerprint (content hashes; see ``model_content_id``)."""
+    return model_content_id(name)
 
 
 @dataclass
@@ -87,6 +91,7 @@ class Job:
     reused: list = field(default_factory=list)  # stages skipped because an earlier run completed them
     stage_fp: dict = field(default_factory=dict)  # stage name -> fingerprint, for dependants
     _shipped: dict = field(default_factory=dict)  # model path -> ShippedModel
+    fresh: bool = False  # redo every stage, ignoring what earlier runs completed
 
     # -- plumbing -------------------------------------------------------------------------
     def start(self) -> None:
@@ -99,8 +104,10 @@ class Job:
             self.log(f"[augsbert] Ray logs: {self.cluster.logs or 'see the cluster'}; dashboard: "
                      f"{self.cluster.dashboard or 'not started'} (bound to the head; reach it by SSH tunnel)")
 
-    def stage(self, name: str, fp: str, run: Callable[[], dict]) -> Stage:
-        done = self.rd.completed(name, fp)
+    def stage(self, name: str, fp: str, run: Callable[[], dict], outputs: tuple[str, ...] = ()) -> Stage:
+        """Runs a stage unless an earlier run completed it with this fingerprint and its outputs
+        (``outputs`` and the ``model`` it names) are still there as they were written."""
+        done = None if self.fresh else self.rd.completed(name, fp)
         if done is not None:
             self.log(f"[{name}] complete in an earlier run; skipped")
             self.reused.append(name)
@@ -109,7 +116,8 @@ class Job:
             t0 = time.perf_counter()
             done = run()
             done["seconds"] = time.perf_counter() - t0
-            self.rd.mark_completed(name, fp, done)
+            model = done.get("model")
+            self.rd.mark_completed(name, fp, done, outputs=outputs + ((model,) if model else ()))
             self.log(f"[{name}] done in {done['seconds']:.1f}s")
         self.stage_seconds[name] = done["seconds"]
         self.results[name] = done
@@ -260,7 +268,7 @@ class Job:
             self.log(f"[candidates] {candidates.num_rows} {s.strategy} pairs from {sentences.num_rows} sentences")
             return {"sentences": sentences.num_rows, "candidates": candidates.num_rows}
 
-        return self.stage("candidates", fp, run)
+        return self.stage("candidates", fp, run, outputs=("sentences.parquet", "candidates.parquet"))
 
     def label_silver(self, candidates: Stage, teacher: Stage) -> Stage:
         lab = self.cfg.labeling
@@ -268,16 +276,35 @@ class Job:
                          self.cfg.sampling.kde.model_dump() if self.cfg.sampling.strategy in SELECTORS else None)
 
         def run() -> dict:
-            from augsbert_ray.labeling import label_candidates
+            import shutil
+
+            from augsbert_ray.labeling import LabelingReport, ShardStore, label_candidates
 
             cands = self.rd.read_table("candidates.parquet")
             cpus = per_worker_cpus(lab.num_cpus, self.cluster.cpus, lab.actors)
-            t0 = time.perf_counter()
+            # Shards are committed under names derived from this stage's inputs; another
+            # fingerprint's or block size's shards are stale.
+            shards_dir = self.rd.path("silver_shards")
+            name = f"{fp[:16]}-{lab.block_size}"
+            for old in shards_dir.glob("*") if shards_dir.exists() else []:
+                if old.name != name:
+                    shutil.rmtree(old, ignore_errors=True)
+            store = ShardStore(shards_dir / name)
+            report = LabelingReport()
+            last_push = [time.perf_counter()]
+
+            def upload() -> None:  # with a remote run dir, committed shards reach the storage often
+                if self.rd.uri and time.perf_counter() - last_push[0] > 30:
+                    self.rd.push()
+                    last_push[0] = time.perf_counter()
+
             silver = label_candidates(cands, self._ship(self.rd.path(teacher.result["model"])), lab,
-                                      self.cfg.cross_encoder.max_length, cpus)
-            seconds = time.perf_counter() - t0
+                                      self.cfg.cross_encoder.max_length, cpus, store=store, log=self.log,
+                                      on_commit=upload, report=report)
             labelled = silver.num_rows
-            self.log(f"[silver] labelled {labelled} pairs ({labelled / seconds:.1f} pairs/s)")
+            rate = report.labelled_pairs / report.seconds if report.seconds else 0.0
+            self.log(f"[silver] labelled {report.labelled_pairs} pairs in {report.labelled} shards "
+                     f"({rate:.1f} pairs/s); {report.reused} shards reused from an earlier run")
             select = SELECTORS.get(self.cfg.sampling.strategy)
             if select is not None:  # e.g. KDE: the labelled pool is kept, the selection trains
                 self.rd.write_table("silver_pool.parquet", silver)
@@ -289,12 +316,16 @@ class Job:
             return {
                 "labelled": labelled,
                 "silver": silver.num_rows,
-                "pairs_per_s": labelled / seconds,
+                "pairs_per_s": rate,
+                "shards": {"total": report.shards, "reused": report.reused, "labelled": report.labelled,
+                           "block_size": lab.block_size},
                 "label_mean": float(labels.mean()) if len(labels) else None,
                 "label_hist": np.histogram(labels, bins=10, range=(0, 1))[0].tolist(),
             }
 
-        return self.stage("silver", fp, run)
+        done = self.stage("silver", fp, run, outputs=("silver.parquet",))
+        self.rd.remove_tree("silver_shards")  # silver.parquet, now marked complete, holds every shard
+        return done
 
     # -- step 3 --------------------------------------------------------------------------
     def train_bi_encoder(self, gold: dict[str, pa.Table], silver: Stage | None) -> Stage:

@@ -130,6 +130,19 @@ class RunDir:
                     dst.write(chunk)
             self._synced[rel] = now[rel]
 
+    def remove_tree(self, name: str) -> None:
+        """Deletes a directory of the run dir, on the storage too."""
+        import shutil
+
+        shutil.rmtree(self.path(name), ignore_errors=True)
+        if self.uri is None:
+            return
+        import pyarrow.fs as pafs
+
+        if self.fs.get_file_info(f"{self.remote}/{name}").type == pafs.FileType.Directory:
+            self.fs.delete_dir(f"{self.remote}/{name}")
+        self._synced = {rel: sig for rel, sig in self._synced.items() if not rel.startswith(f"{name}/")}
+
     def path(self, *parts: str) -> Path:
         return self.root.joinpath(*parts)
 
@@ -157,13 +170,33 @@ class RunDir:
         return self.path("stages", f"{stage}.json")
 
     def completed(self, stage: str, fp: str) -> dict | None:
-        """The recorded result of ``stage`` if it completed with this fingerprint, else None."""
+        """The recorded result of ``stage`` if it completed with this fingerprint and its outputs
+        are as it wrote them, else None."""
         marker = self._marker(stage)
         if not marker.exists():
             return None
         record = json.loads(marker.read_text(encoding="utf-8"))
-        return record["result"] if record.get("fingerprint") == fp else None
+        if record.get("fingerprint") != fp:
+            return None
+        changed = [rel for rel, sig in record.get("outputs", {}).items() if self._signature(rel) != sig]
+        if changed:
+            self.log(f"[{stage}] completed earlier, but {', '.join(changed)} is missing or changed; redoing it")
+            return None
+        return record["result"]
 
-    def mark_completed(self, stage: str, fp: str, result: dict) -> None:
-        self.write_text(f"stages/{stage}.json", json.dumps({"fingerprint": fp, "result": result}, indent=2))
+    def mark_completed(self, stage: str, fp: str, result: dict, outputs=()) -> None:
+        """Writes the stage's marker (last, after its outputs), with the signature of each output."""
+        signatures = {rel: self._signature(rel) for rel in outputs if not Path(rel).is_absolute()}
+        self.write_text(f"stages/{stage}.json",
+                        json.dumps({"fingerprint": fp, "result": result, "outputs": signatures}, indent=2))
         self.push()
+
+    def _signature(self, rel: str) -> list | None:
+        """[files, bytes] of a file or directory of the run dir; None when it is missing."""
+        path = self.path(rel)
+        if path.is_file():
+            return [1, path.stat().st_size]
+        if path.is_dir():
+            files = [p for p in path.rglob("*") if p.is_file()]
+            return [len(files), sum(p.stat().st_size for p in files)] if files else None
+        return None

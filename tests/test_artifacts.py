@@ -44,3 +44,28 @@ def test_names_stay_names(tmp_path):
     assert ship_if_local("some-org/some-model") == "some-org/some-model"
     with pytest.raises(FileNotFoundError, match="no model files"):
         ship_model(tmp_path)
+
+
+def test_model_content_id_follows_the_files_not_the_path(tiny_model, tmp_path):
+    from augsbert_ray.models import model_content_id
+
+    copy = tmp_path / "elsewhere"
+    shutil.copytree(tiny_model, copy)
+    assert model_content_id(tiny_model) == model_content_id(str(copy)) != tiny_model
+    weights = copy / "model.safetensors"
+    data = bytearray(weights.read_bytes())
+    data[-1] ^= 1  # one bit of the weights
+    weights.write_bytes(bytes(data))
+    assert model_content_id(str(copy)) != model_content_id(tiny_model)
+    assert model_content_id("org/some-hub-id") == "org/some-hub-id"
+
+
+def test_local_models_with_only_pickled_weights_are_refused(tiny_model, tmp_path):
+    from augsbert_ray.errors import AugSBERTError
+    from augsbert_ray.models import load_cross_encoder
+
+    pickled = tmp_path / "pickled"
+    shutil.copytree(tiny_model, pickled)
+    (pickled / "model.safetensors").rename(pickled / "pytorch_model.bin")
+    with pytest.raises(AugSBERTError, match=r"pickled.*pytorch_model.bin.*not loaded"):
+        load_cross_encoder(str(pickled))

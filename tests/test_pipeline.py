@@ -115,6 +115,28 @@ def test_rerun_skips_completed_stages_and_redoes_changed_ones(finished_run):
     fourth = run_job(reseeded, log=lines.append)
     assert sorted(fourth["stages_reused"]) == ["candidates", "cross_encoder", "silver", "zero_shot"]
 
+    # A stage whose marker is there but whose output is gone is redone (and only it).
+    (cfg.resolved_run_dir / "models" / "bi-encoder-augsbert" / "model.safetensors").unlink()
+    lines.clear()
+    fifth = run_job(reseeded, log=lines.append)
+    assert sorted(fifth["stages_reused"]) == ["candidates", "cross_encoder", "gold_only", "silver", "zero_shot"]
+    assert any("[augsbert] completed earlier, but models/bi-encoder-augsbert is missing or changed" in line
+               for line in lines)
+
+
+def test_fresh_redoes_completed_stages(tmp_path):
+    from augsbert_ray.pipeline import Job
+    from augsbert_ray.rundir import RunDir
+
+    cfg = validate_tree({"name": "x", "data": {s: {"format": "stsb", "path": f"{s}.csv"} for s in ("train", "dev", "test")}})
+    rd = RunDir(tmp_path / "run")
+    calls = []
+    Job(cfg, rd, print).stage("s", "fp", lambda: calls.append(1) or {"n": 1})
+    Job(cfg, rd, print).stage("s", "fp", lambda: calls.append(2) or {"n": 2})
+    assert calls == [1]  # resumed by default
+    done = Job(cfg, rd, print, fresh=True).stage("s", "fp", lambda: calls.append(3) or {"n": 3})
+    assert calls == [1, 3] and done.result["n"] == 3
+
 
 def test_binary_task_end_to_end(tmp_path, tiny_model, ray_local):
     from conftest import write_mrpc

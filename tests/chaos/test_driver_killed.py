@@ -1,0 +1,108 @@
+"""Chaos: the driver is killed mid-labelling (SIGKILL to the job's whole process group, its
+local Ray included) and the job is run again. The re-run completes, its silver set equals a
+fault-free run's row for row, and the labelling it redoes is at most the shards that were in
+flight when the driver died: no committed shard is labelled twice."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+import yaml
+
+from augsbert_ray.labeling import TRACE_ENV
+
+pytestmark = pytest.mark.slow
+
+
+def _job(path: Path, run_dir: Path, stsb: dict, model: str) -> Path:
+    job = {
+        "name": "driver-chaos",
+        "run_dir": str(run_dir),
+        "ray": {"num_cpus": 2},
+        "data": {s: {"format": "stsb", "path": str(p)} for s, p in stsb.items()},
+        "cross_encoder": {"model": model, "epochs": 1, "batch_size": 8, "lr": 1e-4},
+        "bi_encoder": {"model": model, "epochs": 1, "batch_size": 8, "lr": 1e-4},
+        "sampling": {"strategy": "bm25", "top_k": 4, "query_batch_size": 16},
+        "labeling": {"block_size": 8, "micro_batch_size": 8, "actors": 1},
+        "evaluation": {"batch_size": 16},
+    }
+    path.write_text(yaml.safe_dump(job), encoding="utf-8")
+    return path
+
+
+def _run(job: Path, log: Path, trace: dict | None = None) -> subprocess.Popen:
+    env = dict(os.environ)
+    env.pop(TRACE_ENV, None)
+    if trace:
+        env[TRACE_ENV] = json.dumps(trace)
+    # A session of its own, so that killing its group kills the driver and the local Ray it started.
+    return subprocess.Popen([sys.executable, "-m", "augsbert_ray.cli", "run", str(job)], env=env,
+                            stdout=open(log, "w"), stderr=subprocess.STDOUT, start_new_session=True)
+
+
+def _events(trace: Path, kind: str) -> set[int]:
+    out = set()
+    if trace.exists():
+        for line in trace.read_text().splitlines():
+            event, *shards = line.split()
+            if event == kind:
+                out.update(map(int, shards))
+    return out
+
+
+def test_a_killed_driver_redoes_only_the_shards_in_flight(tiny_stsb, tiny_model, tmp_path):
+    # A fault-free run first.
+    clean_dir = tmp_path / "clean"
+    job = _job(tmp_path / "clean.yaml", clean_dir, tiny_stsb, tiny_model)
+    proc = _run(job, tmp_path / "clean.log")
+    assert proc.wait(timeout=900) == 0, (tmp_path / "clean.log").read_text()[-3000:]
+    clean = pq.read_table(clean_dir / "silver.parquet")
+    n_shards = json.loads((clean_dir / "stages" / "silver.json").read_text())["result"]["shards"]["total"]
+    assert n_shards >= 8
+
+    # The same job up to its candidates (copied: the stages before labelling are not the point),
+    # then labelling slowed down and the driver killed once a few shards are committed.
+    run_dir = tmp_path / "chaos"
+    shutil.copytree(clean_dir, run_dir, ignore=shutil.ignore_patterns("ray_train"))
+    for name in ("silver", "augsbert"):
+        (run_dir / "stages" / f"{name}.json").unlink()
+    (run_dir / "silver.parquet").unlink()
+    job = _job(tmp_path / "chaos.yaml", run_dir, tiny_stsb, tiny_model)
+    trace1 = tmp_path / "trace1.txt"
+    proc = _run(job, tmp_path / "chaos1.log", {"path": str(trace1), "delay_s": 0.6})
+    deadline = time.time() + 600
+    while len(list(run_dir.glob("silver_shards/*/part-*.json"))) < 3:
+        assert proc.poll() is None, (tmp_path / "chaos1.log").read_text()[-3000:]
+        assert time.time() < deadline
+        time.sleep(0.1)
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait(timeout=60)
+    committed = {int(p.stem.split("-")[1]) for p in run_dir.glob("silver_shards/*/part-*.json")}
+    in_flight = _events(trace1, "start") - committed  # begun before the kill, not committed
+    assert 3 <= len(committed) < n_shards and not (run_dir / "stages" / "silver.json").exists()
+
+    # The re-run.
+    trace2 = tmp_path / "trace2.txt"
+    proc = _run(job, tmp_path / "chaos2.log", {"path": str(trace2), "delay_s": 0})
+    assert proc.wait(timeout=900) == 0, (tmp_path / "chaos2.log").read_text()[-3000:]
+    silver = pq.read_table(run_dir / "silver.parquet")
+    assert silver.equals(clean)  # row for row: nothing lost, nothing doubled
+    shards = json.loads((run_dir / "stages" / "silver.json").read_text())["result"]["shards"]
+    labelled_again = _events(trace2, "start")
+    redone = labelled_again & _events(trace1, "start")  # labelling work done twice
+    print(f"\nshards {n_shards}: committed before the kill {len(committed)}, in flight {len(in_flight)}, "
+          f"labelled by the re-run {len(labelled_again)}, redone {len(redone)}")
+    assert shards == {"total": n_shards, "reused": len(committed), "labelled": n_shards - len(committed),
+                      "block_size": 8}
+    assert labelled_again == set(range(n_shards)) - committed  # no committed shard is labelled again
+    assert redone <= in_flight  # the work redone is at most what was in flight
+    assert not list(run_dir.glob("silver_shards/*"))  # shards removed once silver.parquet is complete

@@ -1,0 +1,104 @@
+"""Chaos: a labelling actor dies mid-batch. Ray restarts it and the batch is redone; the
+silver set equals a fault-free run's row for row. With restarts exhausted, the stage fails
+with a clear report, keeps the shards it committed, and a re-run labels only the rest."""
+
+from __future__ import annotations
+
+import json
+import random
+
+import numpy as np
+import pyarrow as pa
+import pytest
+from conftest import make_sentence
+
+from augsbert_ray import schema
+from augsbert_ray.config import LabelingConfig
+from augsbert_ray.errors import LabelingError
+from augsbert_ray.labeling import FAULT_ENV, LabelingReport, ShardStore, label_candidates
+from augsbert_ray.models import load_cross_encoder
+
+pytestmark = pytest.mark.slow
+
+N_PAIRS, BLOCK = 60, 6  # 10 shards
+
+
+def _candidates() -> pa.Table:
+    rng = random.Random(11)
+    return pa.table(
+        {
+            schema.ID1: pa.array(np.arange(N_PAIRS) * 2, pa.int64()),
+            schema.ID2: pa.array(np.arange(N_PAIRS) * 2 + 1, pa.int64()),
+            schema.SENTENCE1: [make_sentence(rng) for _ in range(N_PAIRS)],
+            schema.SENTENCE2: [make_sentence(rng) for _ in range(N_PAIRS)],
+            schema.ORIGIN: ["bm25"] * N_PAIRS,
+            schema.RETRIEVAL_SCORE: pa.array(np.ones(N_PAIRS), pa.float32()),
+        },
+        schema=schema.CANDIDATE_SCHEMA,
+    )
+
+
+@pytest.fixture
+def teacher(tiny_model, tmp_path) -> str:
+    model, tok = load_cross_encoder(tiny_model)
+    model.save_pretrained(tmp_path / "ce")
+    tok.save_pretrained(tmp_path / "ce")
+    return str(tmp_path / "ce")
+
+
+def _label(teacher, store=None, report=None, **cfg):
+    cfg = LabelingConfig(actors=2, block_size=BLOCK, micro_batch_size=4, **cfg)
+    return label_candidates(_candidates(), teacher, cfg, max_length=32, cpus_per_actor=1, store=store, report=report)
+
+
+def test_a_killed_labelling_actor_loses_and_doubles_nothing(ray_local, teacher, tmp_path, monkeypatch):
+    clean = _label(teacher)
+    flag = tmp_path / "fault-fired"
+    monkeypatch.setenv(FAULT_ENV, json.dumps({"after_batches": 2, "flag": str(flag)}))
+    report = LabelingReport()
+    faulty = _label(teacher, store=ShardStore(tmp_path / "shards"), report=report)
+    assert "exited after 2 batches" in flag.read_text()  # an actor did die mid-batch
+    assert faulty.equals(clean)  # row for row: same pairs, same order, same labels
+    assert report.shards == 10 and report.labelled == 10 and report.reused == 0
+    keys = list(zip(faulty.column(schema.ID1).to_pylist(), faulty.column(schema.ID2).to_pylist()))
+    assert len(keys) == len(set(keys)) == N_PAIRS
+
+
+def test_exhausted_restarts_fail_clearly_and_a_rerun_labels_only_the_rest(ray_local, teacher, tmp_path, monkeypatch):
+    clean = _label(teacher)
+    store = ShardStore(tmp_path / "shards")
+    monkeypatch.setenv(FAULT_ENV, json.dumps({"after_batches": 3, "flag": str(tmp_path / "flag")}))
+    with pytest.raises(LabelingError) as err:
+        _label(teacher, store=store, max_restarts=0, max_task_retries=0, pool_retries=0)
+    msg = str(err.value)
+    assert "labeling.max_restarts=0" in msg and "a re-run resumes from them" in msg and str(store.root) in msg
+    committed = sorted(p.name for p in store.root.glob("part-*.json"))
+    assert len(committed) < 10  # the failure stopped labelling part-way
+    monkeypatch.delenv(FAULT_ENV)
+    report = LabelingReport()
+    again = _label(teacher, store=store, report=report)
+    assert report.reused == len(committed) and report.labelled == 10 - len(committed)
+    assert again.equals(clean)
+
+
+def test_a_new_pool_labels_what_a_failed_pool_left(ray_local, teacher, tmp_path, monkeypatch):
+    clean = _label(teacher)
+    monkeypatch.setenv(FAULT_ENV, json.dumps({"after_batches": 3, "flag": str(tmp_path / "flag")}))
+    report = LabelingReport()
+    lines = []
+    got = label_candidates(_candidates(), teacher, LabelingConfig(actors=2, block_size=BLOCK, micro_batch_size=4,
+                                                                  max_restarts=0, pool_retries=1),
+                           max_length=32, cpus_per_actor=1, store=ShardStore(tmp_path / "shards"), report=report,
+                           log=lines.append)
+    assert any("a new pool labels the" in line for line in lines)  # the first pool did fail
+    assert got.equals(clean) and report.labelled == 10 and sorted(report.redone_shards) == list(range(10))
+
+
+def test_a_damaged_shard_is_labelled_again(ray_local, teacher, tmp_path):
+    store = ShardStore(tmp_path / "shards")
+    first = _label(teacher, store=store)
+    store.part(3).write_bytes(store.part(3).read_bytes()[:-9])  # truncated by a crash of the disk, say
+    store.manifest(5).unlink()  # the part was written, its manifest never was
+    report = LabelingReport()
+    assert _label(teacher, store=store, report=report).equals(first)
+    assert report.reused == 8 and sorted(report.redone_shards) == [3, 5]
