@@ -14,7 +14,6 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
-import numpy as np
 import pyarrow as pa
 
 from augsbert_ray import schema

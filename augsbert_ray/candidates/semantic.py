@@ -160,7 +160,6 @@ def embed_on_ray(ctx) -> np.ndarray:
     import ray
     from ray.data import ActorPoolStrategy
 
-    from augsbert_ray.models import resolve_model
     from augsbert_ray.runtime import dataset_of_blocks
 
     cfg = ctx.cfg

@@ -263,7 +263,7 @@ def test_stopped_and_resumed_training_equals_an_uninterrupted_run(tiny_model, tm
     assert resumed.step == 4
     resumed.run()
     assert resumed.step == straight.step == 9
-    assert f"step 9/9" in lines[-1] and not any("step 1/" in line for line in lines)  # the counter continued
+    assert "step 9/9" in lines[-1] and not any("step 1/" in line for line in lines)  # the counter continued
     a, b = _state(straight.module), _state(resumed.module)
     assert all(torch.equal(a[k], b[k]) for k in a)
     assert resumed.stats()["final_loss"] == pytest.approx(straight.stats()["final_loss"])
