@@ -209,6 +209,9 @@ class JobConfig(_Strict):
     evaluation: EvaluationConfig = EvaluationConfig()
     seed_search: SeedSearchConfig = SeedSearchConfig()
     ray: RayConfig = RayConfig()
+    # Run Python code shipped with a model repository (custom architectures). Off by default:
+    # turn it on only for models whose code you trust; the job warns when it is on.
+    trust_remote_code: bool = False
 
     @model_validator(mode="after")
     def _check_strategy(self) -> "JobConfig":

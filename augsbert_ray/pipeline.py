@@ -14,6 +14,7 @@ re-running a job skips the stages whose inputs and config are unchanged.
 from __future__ import annotations
 
 import json
+import os
 import time
 from dataclasses import asdict, dataclass, field
 from typing import Callable
@@ -28,7 +29,7 @@ from augsbert_ray.config import EMBEDDED_MODEL, JobConfig, dump_job
 from augsbert_ray.errors import TeacherCheckError
 from augsbert_ray.evaluation import PRIMARY_METRIC, jaccard_predictions, majority_metrics, task_metrics
 from augsbert_ray.loaders import load_pairs
-from augsbert_ray.models import model_content_id
+from augsbert_ray.models import TRUST_REMOTE_CODE_ENV, model_content_id
 from augsbert_ray.report import versions, write_density_plot, write_report
 from augsbert_ray.rundir import RunDir, fingerprint, table_fingerprint
 from augsbert_ray.runtime import ClusterResources, per_worker_cpus, remote_call, start_ray
@@ -98,7 +99,13 @@ class Job:
         self.rd.write_text("config.yaml", dump_job(self.cfg))
         self.log(f"[augsbert] job '{self.cfg.name}': run directory {self.rd.location}"
                  + (f" (staged locally in {self.rd.root})" if self.rd.uri else ""))
-        self.cluster = start_ray(self.cfg.ray.address, self.cfg.ray.num_cpus)
+        # Only a job that trusts remote code sets the flag for its workers (and its runtime env).
+        os.environ.pop(TRUST_REMOTE_CODE_ENV, None)
+        env = {TRUST_REMOTE_CODE_ENV: "1"} if self.cfg.trust_remote_code else None
+        if self.cfg.trust_remote_code:
+            self.log("[augsbert] WARNING: trust_remote_code is on: Python code shipped with the configured models "
+                     "will run on the driver and every Ray worker. Use it only for models whose code you trust.")
+        self.cluster = start_ray(self.cfg.ray.address, self.cfg.ray.num_cpus, env_vars=env)
         self.log(f"[augsbert] Ray cluster: {self.cluster.describe()}")
         if self.cluster.logs or self.cluster.dashboard:
             self.log(f"[augsbert] Ray logs: {self.cluster.logs or 'see the cluster'}; dashboard: "

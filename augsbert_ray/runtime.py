@@ -24,13 +24,16 @@ class ClusterResources:
                 f"{self.object_store_gb:.1f} GiB object store")
 
 
-def start_ray(address: str | None = None, num_cpus: int | None = None) -> ClusterResources:
+def start_ray(address: str | None = None, num_cpus: int | None = None,
+              env_vars: dict[str, str] | None = None) -> ClusterResources:
     """Connects to a Ray cluster, or starts a local one inside this process.
 
     Args:
         address: a cluster address ("auto", "host:6379", "ray://..."); None falls back to the
             ``RAY_ADDRESS`` environment variable, then to a new local Ray.
         num_cpus: CPUs of a local Ray (ignored when connecting); None uses every core.
+        env_vars: environment variables for the driver and every worker of this job (through
+            its runtime environment; not applied when Ray is already initialised).
 
     Returns:
         The CPUs and GPUs the cluster has.
@@ -38,13 +41,16 @@ def start_ray(address: str | None = None, num_cpus: int | None = None) -> Cluste
     import ray
 
     ctx = None
+    os.environ.update(env_vars or {})
+    runtime_env = {"env_vars": dict(env_vars)} if env_vars else None
     if not ray.is_initialized():
         address = address or os.environ.get("RAY_ADDRESS") or None
         if address:
-            ctx = ray.init(address=address, log_to_driver=True)
+            ctx = ray.init(address=address, log_to_driver=True, runtime_env=runtime_env)
         else:
             # The dashboard (bound to 127.0.0.1) serves the State API that Ray Train relies on.
-            ctx = ray.init(num_cpus=num_cpus or os.cpu_count(), dashboard_host="127.0.0.1", log_to_driver=True)
+            ctx = ray.init(num_cpus=num_cpus or os.cpu_count(), dashboard_host="127.0.0.1", log_to_driver=True,
+                           runtime_env=runtime_env)
     session = (ctx.address_info.get("session_dir") if ctx is not None else None)
     res = ray.cluster_resources()
     gib = 1024**3

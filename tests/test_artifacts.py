@@ -69,3 +69,36 @@ def test_local_models_with_only_pickled_weights_are_refused(tiny_model, tmp_path
     (pickled / "model.safetensors").rename(pickled / "pytorch_model.bin")
     with pytest.raises(AugSBERTError, match=r"pickled.*pytorch_model.bin.*not loaded"):
         load_cross_encoder(str(pickled))
+
+
+def test_remote_code_runs_only_when_the_job_trusts_it(monkeypatch):
+    from unittest import mock
+
+    from augsbert_ray import models
+
+    monkeypatch.delenv(models.TRUST_REMOTE_CODE_ENV, raising=False)
+    with mock.patch("transformers.AutoTokenizer.from_pretrained") as tok, \
+            mock.patch("transformers.AutoModelForSequenceClassification.from_pretrained") as mdl:
+        models.load_cross_encoder("org/custom-architecture")
+        assert mdl.call_args.kwargs["trust_remote_code"] is False and tok.call_args.kwargs["trust_remote_code"] is False
+        monkeypatch.setenv(models.TRUST_REMOTE_CODE_ENV, "1")
+        models.load_cross_encoder("org/custom-architecture")
+        assert mdl.call_args.kwargs["trust_remote_code"] is True and tok.call_args.kwargs["trust_remote_code"] is True
+
+
+def test_a_job_that_trusts_remote_code_says_so(tmp_path, monkeypatch):
+    from unittest import mock
+
+    from augsbert_ray.config import validate_tree
+    from augsbert_ray.pipeline import Job
+    from augsbert_ray.rundir import RunDir
+
+    tree = {"name": "x", "data": {s: {"format": "stsb", "path": f"{s}.csv"} for s in ("train", "dev", "test")}}
+    lines = []
+    with mock.patch("augsbert_ray.pipeline.start_ray") as start:
+        Job(validate_tree({**tree, "trust_remote_code": True}), RunDir(tmp_path / "a"), lines.append).start()
+        assert start.call_args.kwargs["env_vars"] == {"AUGSBERT_TRUST_REMOTE_CODE": "1"}
+        assert any("WARNING: trust_remote_code is on" in line for line in lines)
+        lines.clear()
+        Job(validate_tree(tree), RunDir(tmp_path / "b"), lines.append).start()
+        assert start.call_args.kwargs["env_vars"] is None and not any("WARNING" in line for line in lines)
