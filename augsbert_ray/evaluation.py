@@ -5,7 +5,9 @@ cross-encoders); the task turns predictions into metrics:
 
 - regression: Spearman x100 between predictions and gold scores (the STS convention);
 - binary: F1 of the positive class and accuracy, at the threshold that maximises F1 on
-  dev, applied unchanged to test (so test labels never choose it).
+  dev, applied unchanged to test (so test labels never choose it); and AUC(0.05), the
+  area under the ROC curve up to a false-positive rate of 0.05 (``partial_auc``), which
+  needs no threshold.
 
 ``PRIMARY_METRIC[task]`` names the number that matters; greater is better for both.
 """
@@ -61,6 +63,42 @@ def best_f1_threshold(scores: np.ndarray, gold: np.ndarray) -> float:
     return float(s[int(np.argmax(f1))])
 
 
+def roc_points(scores: np.ndarray, positive: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The ROC curve of ``scores`` (higher means positive): (fpr, tpr) from (0, 0) to (1, 1).
+
+    Tied scores form one point, so the curve does not depend on the order of ties.
+    """
+    scores = np.asarray(scores, dtype=np.float64)
+    positive = np.asarray(positive, dtype=bool)
+    n_pos, n_neg = int(positive.sum()), int((~positive).sum())
+    if n_pos == 0 or n_neg == 0:
+        raise ValueError("a ROC curve needs both positive and negative pairs")
+    order = np.argsort(-scores, kind="stable")
+    s, y = scores[order], positive[order]
+    last_of_value = np.append(s[1:] != s[:-1], True)
+    tp, fp = np.cumsum(y)[last_of_value], np.cumsum(~y)[last_of_value]
+    return np.concatenate([[0.0], fp / n_neg]), np.concatenate([[0.0], tp / n_pos])
+
+
+def partial_auc(scores: np.ndarray, positive: np.ndarray, max_fpr: float = 0.05) -> float:
+    """Area under the ROC curve for FPR in [0, max_fpr], divided by ``max_fpr`` (in [0, 1]).
+
+    This is AUC(0.05) as Shah et al. (2018) report it and the AugSBERT paper uses for
+    domain adaptation on duplicate-question tasks: 1 for a perfect ranking, ``max_fpr / 2``
+    for a random one. The curve is interpolated linearly at ``max_fpr``.
+    """
+    if not 0 < max_fpr <= 1:
+        raise ValueError(f"max_fpr must be in (0, 1], got {max_fpr}")
+    fpr, tpr = roc_points(scores, positive)
+    cut = np.searchsorted(fpr, max_fpr, side="right")  # points with fpr <= max_fpr
+    x, y = fpr[:cut], tpr[:cut]
+    if x[-1] < max_fpr:  # the point on the segment that crosses max_fpr
+        x0, x1, y0, y1 = fpr[cut - 1], fpr[cut], tpr[cut - 1], tpr[cut]
+        x = np.append(x, max_fpr)
+        y = np.append(y, y0 + (y1 - y0) * (max_fpr - x0) / (x1 - x0))
+    return float(np.sum((x[1:] - x[:-1]) * (y[1:] + y[:-1]) / 2) / max_fpr)
+
+
 def regression_metrics(preds: dict[str, np.ndarray], golds: dict[str, np.ndarray]) -> dict[str, dict]:
     return {split: {"spearman": spearman100(preds[split], golds[split]), "pairs": len(golds[split])} for split in preds}
 
@@ -70,7 +108,9 @@ def binary_metrics(preds: dict[str, np.ndarray], golds: dict[str, np.ndarray]) -
     out = {}
     for split in preds:
         f1, acc = f1_accuracy(preds[split] >= threshold, golds[split])
-        out[split] = {"f1": f1, "accuracy": acc, "threshold": threshold, "pairs": len(golds[split])}
+        positive = np.asarray(golds[split]) >= 0.5
+        auc = partial_auc(preds[split], positive, 0.05) * 100 if 0 < positive.sum() < len(positive) else None
+        out[split] = {"f1": f1, "accuracy": acc, "auc_0.05": auc, "threshold": threshold, "pairs": len(golds[split])}
     return out
 
 

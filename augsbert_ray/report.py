@@ -43,18 +43,24 @@ def summary_markdown(metrics: dict) -> str:
         f"{metric} x100 of the model's similarity vs gold labels"
         + (" (binary: threshold chosen on dev, applied to test)." if metrics.get("task") == "binary" else "."),
         "",
-        "| model | dev | test |",
-        "|---|---:|---:|",
+        "| model | dev | test |" + (" test AUC(0.05) |" if metrics.get("task") == "binary" else ""),
+        "|---|---:|---:|" + ("---:|" if metrics.get("task") == "binary" else ""),
     ]
+
+    def row(title: str, s: dict) -> str:
+        line = f"| {title} | {s['dev'][metric]:.2f} | {s['test'][metric]:.2f} |"
+        if metrics.get("task") == "binary":
+            auc = s["test"].get("auc_0.05")
+            line += f" {auc:.2f} |" if auc is not None else " |"
+        return line
+
     baselines = metrics.get("baselines", {})
     for key, title in BASELINE_ROWS:
         if key in baselines:
-            s = baselines[key]
-            lines.append(f"| {title} | {s['dev'][metric]:.2f} | {s['test'][metric]:.2f} |")
+            lines.append(row(title, baselines[key]))
     for key, title in MODEL_ROWS:
         if key in scores:
-            s = scores[key]
-            lines.append(f"| {title} | {s['dev'][metric]:.2f} | {s['test'][metric]:.2f} |")
+            lines.append(row(title, scores[key]))
     if "augsbert" in scores and "gold_only" in scores:
         gain = scores["augsbert"]["test"][metric] - scores["gold_only"]["test"][metric]
         lines += ["", f"AugSBERT vs gold-only on test: {gain:+.2f} points."]

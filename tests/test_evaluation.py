@@ -81,3 +81,44 @@ def test_baselines():
     train = pa.table({"label": [1.0, 1.0, 0.0]})
     m = majority_metrics(train, {"test": t})["test"]
     assert m["predicts"] == 1 and m["accuracy"] == pytest.approx(50) and m["f1"] == pytest.approx(2 / 3 * 100)
+
+
+def test_partial_auc_by_hand():
+    from augsbert_ray.evaluation import partial_auc, roc_points
+
+    # 2 positives, 4 negatives. Ranked: P(0.9) N(0.8) P(0.7) N N N.
+    scores = np.array([0.9, 0.8, 0.7, 0.3, 0.2, 0.1])
+    pos = np.array([1, 0, 1, 0, 0, 0], dtype=bool)
+    fpr, tpr = roc_points(scores, pos)
+    np.testing.assert_allclose(fpr, [0, 0, 0.25, 0.25, 0.5, 0.75, 1])
+    np.testing.assert_allclose(tpr, [0, 0.5, 0.5, 1, 1, 1, 1])
+    # Up to FPR 0.05 the curve is flat at TPR 0.5: area 0.05 * 0.5, normalised by 0.05.
+    assert partial_auc(scores, pos, 0.05) == pytest.approx(0.5)
+    # Up to 0.5: 0.25 * 0.5 + 0.25 * 1 = 0.375, / 0.5.
+    assert partial_auc(scores, pos, 0.5) == pytest.approx(0.75)
+    assert partial_auc(scores, pos, 1.0) == pytest.approx(0.875)  # the full AUC: 7 of 8 pairs ordered
+    assert partial_auc(-scores[::-1], pos[::-1], 0.05) == pytest.approx(0.0)  # worst ranking
+    # Ties form one point: a tie between a positive and a negative is a diagonal segment.
+    assert partial_auc(np.array([1.0, 1.0]), np.array([True, False]), 1.0) == pytest.approx(0.5)
+    with pytest.raises(ValueError):
+        partial_auc(scores, np.ones(6, dtype=bool))
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_partial_auc_agrees_with_scikit_learn(seed):
+    from sklearn.metrics import roc_auc_score
+
+    from augsbert_ray.evaluation import partial_auc
+
+    rng = np.random.default_rng(seed)
+    pos = rng.random(400) < 0.3
+    scores = np.round(rng.normal(size=400) + pos * rng.uniform(0.5, 2), 2)  # with ties
+    for max_fpr in (0.05, 0.2, 1.0):
+        ours = partial_auc(scores, pos, max_fpr)
+        if max_fpr == 1.0:
+            assert ours == pytest.approx(roc_auc_score(pos, scores))
+            continue
+        # scikit-learn reports the McClish standardisation of the same area:
+        # 0.5 * (1 + (area - max_fpr^2 / 2) / (max_fpr - max_fpr^2 / 2)).
+        area, lo = ours * max_fpr, max_fpr**2 / 2
+        assert 0.5 * (1 + (area - lo) / (max_fpr - lo)) == pytest.approx(roc_auc_score(pos, scores, max_fpr=max_fpr))

@@ -163,7 +163,9 @@ def test_binary_task_end_to_end(tmp_path, tiny_model, ray_local):
         s = metrics["scores"][key]
         assert s["dev"]["threshold"] == s["test"]["threshold"]  # chosen on dev, applied to test
         assert 0 <= s["test"]["f1"] <= 100 and 0 <= s["test"]["accuracy"] <= 100
+        assert 0 <= s["test"]["auc_0.05"] <= 100  # AUC(0.05), no threshold needed
     assert set(metrics["baselines"]) == {"jaccard", "majority"}
+    assert "test AUC(0.05)" in (cfg.resolved_run_dir / "summary.md").read_text()
     assert (cfg.resolved_run_dir / "silver_density.png").stat().st_size > 1000
 
 
