@@ -142,7 +142,7 @@ class Job:
     # -- gold ----------------------------------------------------------------------------
     def load_gold(self) -> dict[str, pa.Table]:
         d = self.cfg.data
-        gold, skipped, read = {}, [], {}
+        gold, skipped, read, filtered = {}, [], {}, {}
         for split in SPLITS:
             source = getattr(d, split)
             if source is None:  # dev carved from train below
@@ -150,6 +150,10 @@ class Job:
             res = load_pairs(source, split, binary=self.cfg.task == "binary", on_bad_rows=d.on_bad_rows)
             gold[split] = res.table
             read[split] = res.rows_read
+            if source.genres is not None:
+                filtered[split] = res.filtered
+                self.log(f"[gold] {split}: kept genres {', '.join(source.genres)} ({res.table.num_rows} pairs); "
+                         f"{res.filtered} pairs of other genres left out")
             skipped += [dict(split=split, **vars(s)) for s in res.skipped]
         if d.dev is None:
             gold["train"], gold["dev"] = carve_dev(gold["train"], d.dev_fraction, d.subsample_seed)
@@ -171,6 +175,7 @@ class Job:
             "rows_read": read,
             "skipped_rows": len(skipped),
             "subsample": dict(d.subsample),
+            **({"other_genres_left_out": filtered} if filtered else {}),
         }
         if skipped:
             self.log(f"[gold] skipped {len(skipped)} malformed rows (listed in gold/skipped_rows.jsonl)")

@@ -38,6 +38,10 @@ class DataSource(BaseModel):
             to ``[0, 5]`` for ``stsb`` and ``[0, 1]`` otherwise. A label outside it is an error.
         hf_config: dataset config name for ``hf``.
         hf_split: split name inside the hub dataset for ``hf`` (e.g. ``validation``).
+        genres: keep only rows of these genres (e.g. ``[captions]`` or ``[news, forums]`` for
+            the STS benchmark); matched without a ``main-`` prefix or a plural ``s``, so
+            STSb's "main-forum" (train) and "main-forums" (dev, test) are one genre. Rows of
+            other genres are counted in the report, not loaded.
     """
 
     model_config = ConfigDict(extra="forbid")
@@ -47,12 +51,15 @@ class DataSource(BaseModel):
     label_range: tuple[float, float] | None = None
     hf_config: str | None = None
     hf_split: str | None = None
+    genres: list[str] | None = None
 
     @model_validator(mode="after")
     def _check_range(self) -> "DataSource":
         lo, hi = self.resolved_label_range
         if not hi > lo:
             raise ValueError(f"label_range must be [min, max] with max > min, got [{lo}, {hi}]")
+        if self.genres is not None and not [g for g in self.genres if g.strip()]:
+            raise ValueError("genres, when given, must name at least one genre")
         return self
 
     @property
@@ -60,3 +67,10 @@ class DataSource(BaseModel):
         if self.label_range is not None:
             return (float(self.label_range[0]), float(self.label_range[1]))
         return DEFAULT_LABEL_RANGE.get(self.format, (0.0, 1.0))
+
+
+def genre_key(genre: str) -> str:
+    """A genre as ``genres`` matches it: lowercase, no ``main-`` prefix, no plural ``s``."""
+    g = genre.strip().lower()
+    g = g[len("main-"):] if g.startswith("main-") else g
+    return g[:-1] if g.endswith("s") else g

@@ -15,9 +15,13 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from typing import Literal
 
+import pyarrow as pa
+
+from augsbert_ray import schema
+from augsbert_ray.errors import DataError
 from augsbert_ray.loaders import hub, mrpc, stsb, tabular
 from augsbert_ray.loaders.rows import BadRow, LoadResult, RawRow, SkippedRow, collect
-from augsbert_ray.sources import DataSource
+from augsbert_ray.sources import DataSource, genre_key
 
 Reader = Callable[[DataSource], Iterator[RawRow | BadRow]]
 
@@ -71,7 +75,7 @@ def load_pairs(
             source (unreadable file, missing column, wrong header) under either mode.
         ValueError: an unknown format or ``on_bad_rows`` value.
     """
-    return collect(
+    result = collect(
         get_reader(source.format)(source),
         path=source.path,
         split=split,
@@ -79,3 +83,12 @@ def load_pairs(
         binary=binary,
         on_bad_rows=on_bad_rows,
     )
+    if source.genres is None:
+        return result
+    wanted = {genre_key(g) for g in source.genres}
+    genres = result.table.column(schema.GENRE).to_pylist()
+    if all(g is None for g in genres):
+        raise DataError(source.path, None, schema.GENRE, "genres are selected but the source has no genre column")
+    keep = pa.array([g is not None and genre_key(g) in wanted for g in genres])
+    table = result.table.filter(keep)
+    return LoadResult(table, result.rows_read, result.skipped, result.table.num_rows - table.num_rows)

@@ -35,12 +35,15 @@ class LoadResult:
     Attributes:
         table: the good rows, ``PAIR_SCHEMA``, in file order.
         rows_read: data rows seen, good or bad (headers and blank lines are not rows).
-        skipped: the bad rows, in file order; ``rows_read == table.num_rows + len(skipped)``.
+        skipped: the bad rows, in file order.
+        filtered: good rows left out because their genre is not among the source's
+            ``genres``; ``rows_read == table.num_rows + len(skipped) + filtered``.
     """
 
     table: pa.Table
     rows_read: int
     skipped: list[SkippedRow]
+    filtered: int = 0
 
 
 @dataclass(frozen=True)

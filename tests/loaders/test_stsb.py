@@ -111,3 +111,29 @@ def test_real_files(name, rows):
     assert min(labels) == 0.0 and max(labels) == 1.0
     # Every physical line is a row: nothing dropped between line 1 and the last line.
     assert result.table.column("line").to_pylist() == list(range(1, rows + 1))
+
+
+def test_genre_selection_counts_what_it_leaves_out(tmp_path):
+    from augsbert_ray.sources import DataSource
+
+    lines = [
+        "main-captions\tMSRvid\t2012test\t0001\t5.0\tA man plays.\tA man is playing.",
+        "main-news\theadlines\t2013\t0002\t1.0\tStocks fell.\tRain is due.\tReuters\tx",
+        "main-forum\tdeft-forum\t2014\t0003\t2.0\tI think so.\tMaybe not.",
+        "main-forums\tdeft-forum\t2014\t0004\t3.0\tYes it is.\tIt is.",
+        "main-captions\timages\t2014\t0005\t0.5\tA cat sits.\tA dog runs.",
+    ]
+    path = tmp_path / "sts.csv"
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    res = load_pairs(DataSource(format="stsb", path=str(path), genres=["forums"]), "train")
+    assert res.table.column("genre").to_pylist() == ["main-forum", "main-forums"]  # both spellings
+    assert (res.rows_read, res.filtered, len(res.skipped)) == (5, 3, 0)
+    res = load_pairs(DataSource(format="stsb", path=str(path), genres=["main-captions", "News"]), "test")
+    assert res.table.column("sentence1").to_pylist() == ["A man plays.", "Stocks fell.", "A cat sits."]
+    assert res.filtered == 2
+    with pytest.raises(ValueError, match="at least one genre"):
+        DataSource(format="stsb", path=str(path), genres=[])
+    csv = tmp_path / "pairs.csv"
+    csv.write_text("sentence1,sentence2,label\na,b,0.5\n", encoding="utf-8")
+    with pytest.raises(DataError, match="no genre column"):
+        load_pairs(DataSource(format="csv", path=str(csv), genres=["news"]), "train")
