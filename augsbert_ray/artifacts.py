@@ -1,4 +1,5 @@
-"""Model files that reach Ray workers through the object store, not through a shared disk.
+"""Model files (and other read-only directories, such as a BM25 index) that reach Ray
+workers through the object store, not through a shared disk.
 
 A model trained on one node (the cross-encoder, the gold-only bi-encoder) is needed by
 actors and tasks that may run on other nodes. ``ship_model`` puts the model directory's

@@ -1,7 +1,8 @@
 """BM25 top-k sampling (AugSBERT section 3, "BM25 sampling") with a Tantivy index.
 
-The index over the unique gold sentences is built once per job on the driver; query
-actors open it read-only, so it is never rebuilt per worker. Each sentence is a query;
+The index over the unique gold sentences is built once per job on the driver and put in
+Ray's object store; each node unpacks it once and its query actors open it read-only, so
+it is never rebuilt per worker and no shared disk is needed. Each sentence is a query;
 its top-k other sentences become candidate pairs.
 
 BM25 here is Tantivy's (k1 = 1.2, b = 0.75, idf = ln(1 + (N - n + 0.5) / (n + 0.5))),
@@ -90,8 +91,10 @@ class BM25Index:
 class BM25Searcher:
     """Ray Data callable: opens the index once, maps a batch of sentences to their hits."""
 
-    def __init__(self, index_dir: str, top_k: int):
-        self.index = BM25Index(index_dir)
+    def __init__(self, index_dir, top_k: int):
+        from augsbert_ray.artifacts import local_model
+
+        self.index = BM25Index(local_model(index_dir))  # a shipped index is unpacked on this node
         self.top_k = top_k
 
     def __call__(self, batch: pa.Table) -> pa.Table:
@@ -113,13 +116,14 @@ def sample(ctx) -> pa.Table:
     import ray
     from ray.data import ActorPoolStrategy
 
+    from augsbert_ray.artifacts import ship_model
     from augsbert_ray.candidates.pairs import concat_hits, finalize_candidates
     from augsbert_ray.runtime import dataset_of_blocks
 
     index_dir = build_index(ctx.sentences, ctx.work_dir / "bm25_index")
     hits = dataset_of_blocks(ctx.sentences, ctx.cfg.query_batch_size).map_batches(
         BM25Searcher,
-        fn_constructor_kwargs={"index_dir": str(index_dir.absolute()), "top_k": ctx.cfg.top_k},
+        fn_constructor_kwargs={"index_dir": ship_model(index_dir), "top_k": ctx.cfg.top_k},
         compute=ActorPoolStrategy(size=ctx.cfg.searchers),
         batch_size=ctx.cfg.query_batch_size,
         batch_format="pyarrow",

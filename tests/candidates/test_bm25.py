@@ -204,3 +204,17 @@ def test_sample_on_ray_equals_local_candidates(ray_local, corpus, index_dir, tmp
 def test_unknown_sampler_lists_valid_names():
     with pytest.raises(ValueError, match=r"unknown sampling strategy 'nope'; valid: .*bm25"):
         get_sampler("nope")
+
+
+def test_a_shipped_index_answers_without_its_directory(ray_local, corpus, index_dir, tmp_path):
+    import shutil
+
+    from augsbert_ray.artifacts import ship_model
+
+    copy = tmp_path / "index-copy"
+    shutil.copytree(index_dir, copy)
+    shipped = ship_model(copy)
+    shutil.rmtree(copy)  # as on a node that never saw the driver's disk
+    table = _table(corpus).slice(0, 10)
+    got = bm25.BM25Searcher(shipped, top_k=TOP_K)(table)
+    assert got.equals(bm25.BM25Searcher(str(index_dir), top_k=TOP_K)(table))
