@@ -45,6 +45,36 @@ class DataConfig(_Strict):
     on_bad_rows: Literal["error", "skip"] = "error"
 
 
+class TargetConfig(_Strict):
+    """Domain adaptation: the cross-encoder trained on the source gold (``data``) labels
+    unlabelled target-domain pairs, and the bi-encoder trains on those silver pairs.
+
+    The job's ``task`` is the source's (how the teacher and the bi-encoder are trained);
+    ``target.task`` says how the target test is scored.
+    """
+
+    # Target pairs, labelled by the teacher as they are (the paper's setting). Their gold
+    # labels, if the file has them, never reach AugSBERT; they train the upper bound only.
+    pairs: DataSource
+    test: DataSource  # labelled target test set
+    # Labelled target dev set: picks the F1 threshold of a binary target (without one, a
+    # binary target reports AUC(0.05), which needs no threshold).
+    dev: DataSource | None = None
+    task: Literal["regression", "binary"] | None = None  # null: the job's task
+    # Train AugSBERT on source gold + target silver (default: target silver only).
+    mix_source_gold: bool = False
+    # Train the upper-bound bi-encoder on the target pairs' own labels, when they have them.
+    upper_bound: bool = True
+
+    @model_validator(mode="after")
+    def _check(self) -> "TargetConfig":
+        for name in ("test", "dev"):
+            src = getattr(self, name)
+            if src is not None and not src.labelled:
+                raise ValueError(f"{name}: the target {name} set needs labels (columns.label)")
+        return self
+
+
 class CrossEncoderConfig(_Strict):
     """Step 1: the teacher. Sigmoid output in [0, 1], binary cross-entropy on gold labels."""
 
@@ -209,6 +239,8 @@ class JobConfig(_Strict):
     evaluation: EvaluationConfig = EvaluationConfig()
     seed_search: SeedSearchConfig = SeedSearchConfig()
     ray: RayConfig = RayConfig()
+    # Domain adaptation (null: in-domain AugSBERT, silver pairs sampled from the gold sentences).
+    target: TargetConfig | None = None
     # Run Python code shipped with a model repository (custom architectures). Off by default:
     # turn it on only for models whose code you trust; the job warns when it is on.
     trust_remote_code: bool = False
@@ -222,7 +254,16 @@ class JobConfig(_Strict):
                 f"sampling.strategy: unknown strategy '{self.sampling.strategy}'; "
                 f"valid: {', '.join(sorted(SAMPLERS))}"
             )
+        for split in ("train", "dev", "test"):
+            src = getattr(self.data, split)
+            if src is not None and not src.labelled:
+                raise ValueError(f"data.{split}: gold pairs need labels (columns.label)")
         return self
+
+    @property
+    def target_task(self) -> str:
+        """How the target test is scored (domain adaptation); the job's task otherwise."""
+        return (self.target.task if self.target is not None else None) or self.task
 
     @property
     def resolved_run_dir(self) -> Path | str:

@@ -116,6 +116,31 @@ def binary_metrics(preds: dict[str, np.ndarray], golds: dict[str, np.ndarray]) -
 
 TASK_METRICS = {"regression": regression_metrics, "binary": binary_metrics}
 
+# The number that matters on a domain-adaptation target: binary targets are ranked by
+# AUC(0.05) (the paper's metric there), which needs no threshold and so no target dev set.
+TARGET_METRIC = {"regression": "spearman", "binary": "auc_0.05"}
+
+
+def target_metrics(task: str, preds: dict[str, np.ndarray], splits: dict[str, pa.Table]) -> dict[str, dict]:
+    """Metrics on a target domain's labelled sets (``target_test``, optionally ``target_dev``).
+
+    Regression: Spearman. Binary: AUC(0.05) x100 on each set, and F1 / accuracy only when a
+    target dev set exists to choose the threshold (it is then applied to the test set).
+    """
+    golds = {s: splits[s].column(schema.LABEL).to_numpy() for s in preds}
+    if task == "regression":
+        return regression_metrics(preds, golds)
+    out = {}
+    for split in preds:
+        positive = golds[split] >= 0.5
+        out[split] = {"auc_0.05": partial_auc(preds[split], positive, 0.05) * 100, "pairs": len(positive)}
+    if "target_dev" in preds:
+        threshold = best_f1_threshold(preds["target_dev"], golds["target_dev"])
+        for split in preds:
+            f1, acc = f1_accuracy(preds[split] >= threshold, golds[split])
+            out[split].update({"f1": f1, "accuracy": acc, "threshold": threshold})
+    return out
+
 
 def task_metrics(task: str, preds: dict[str, np.ndarray], splits: dict[str, pa.Table]) -> dict[str, dict]:
     """Metrics of per-split predictions against the splits' gold labels."""

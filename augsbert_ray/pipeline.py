@@ -24,10 +24,17 @@ import pyarrow as pa
 
 from augsbert_ray import schema
 from augsbert_ray.candidates import EMBEDS, SELECTORS, SamplingContext, get_sampler
-from augsbert_ray.candidates.pairs import gold_pair_keys, unique_sentences
+from augsbert_ray.candidates.pairs import finalize_candidates, gold_pair_keys, unique_sentences
 from augsbert_ray.config import EMBEDDED_MODEL, JobConfig, dump_job
 from augsbert_ray.errors import TeacherCheckError
-from augsbert_ray.evaluation import PRIMARY_METRIC, jaccard_predictions, majority_metrics, task_metrics
+from augsbert_ray.evaluation import (
+    PRIMARY_METRIC,
+    TARGET_METRIC,
+    jaccard_predictions,
+    majority_metrics,
+    target_metrics,
+    task_metrics,
+)
 from augsbert_ray.loaders import load_pairs
 from augsbert_ray.models import TRUST_REMOTE_CODE_ENV, model_content_id
 from augsbert_ray.report import versions, write_density_plot, write_report
@@ -47,12 +54,16 @@ def run_job(cfg: JobConfig, log: Callable[[str], None] = print, fresh: bool = Fa
     """
     job = Job(cfg, RunDir(cfg.resolved_run_dir, log), log, fresh=fresh)
     gold = job.load_gold()  # gold pairs (checked before any cluster work starts)
+    target = job.load_target()  # domain adaptation: target pairs and test set (None in-domain)
     job.start()
     teacher = job.train_cross_encoder(gold)  # step 1
     job.evaluate_zero_shot(gold)  # reference: the untrained bi-encoder
-    gold_only = job.train_bi_encoder(gold, silver=None)  # reference: gold only
+    gold_only = job.train_bi_encoder(gold, silver=None)  # reference: gold only (the lower bound across domains)
+    if target is not None:
+        job.train_upper_bound(target)  # reference: trained on the target's own labels, when it has them
     job.teacher_check(teacher, gold_only)
-    candidates = job.sample_candidates(gold)  # step 2.1
+    # step 2.1: target pairs as they are, or pairs sampled from the gold sentences
+    candidates = job.target_candidates(target) if target is not None else job.sample_candidates(gold)
     silver = job.label_silver(candidates, teacher)  # step 2.2
     job.train_bi_encoder(gold, silver=silver)  # step 3
     return job.finish(gold)
@@ -93,6 +104,8 @@ class Job:
     stage_fp: dict = field(default_factory=dict)  # stage name -> fingerprint, for dependants
     _shipped: dict = field(default_factory=dict)  # model path -> ShippedModel
     fresh: bool = False  # redo every stage, ignoring what earlier runs completed
+    target_eval: dict = field(default_factory=dict)  # "target_test" (and "target_dev") tables
+    target_fp: dict = field(default_factory=dict)
 
     # -- plumbing -------------------------------------------------------------------------
     def start(self) -> None:
@@ -185,24 +198,69 @@ class Job:
         self.gold_fp = {s: table_fingerprint(gold[s].drop_columns([schema.SOURCE])) for s in SPLITS}
         return gold
 
+    def load_target(self) -> dict[str, pa.Table] | None:
+        """Domain adaptation: the target pairs (labels optional) and the labelled target test/dev sets."""
+        t = self.cfg.target
+        if t is None:
+            return None
+        binary = self.cfg.target_task == "binary"
+        target, counts = {}, {}
+        for name, source, is_eval in (("pairs", t.pairs, False), ("test", t.test, True), ("dev", t.dev, True)):
+            if source is None:
+                continue
+            res = load_pairs(source, f"target_{name}", binary=binary and is_eval, on_bad_rows=self.cfg.data.on_bad_rows)
+            if res.skipped:
+                self.rd.write_text(f"gold/target_{name}_skipped_rows.jsonl",
+                                   "".join(json.dumps(vars(r)) + "\n" for r in res.skipped))
+                self.log(f"[target] {name}: skipped {len(res.skipped)} malformed rows "
+                         f"(listed in gold/target_{name}_skipped_rows.jsonl)")
+            target[name] = res.table
+            counts[name] = {"pairs": res.table.num_rows, "rows_read": res.rows_read, "skipped_rows": len(res.skipped)}
+            self.rd.write_table(f"gold/target_{name}.parquet", res.table)
+        labels = target["pairs"].column(schema.LABEL).to_numpy()
+        counts["pairs"]["labelled"] = bool(len(labels) and np.isfinite(labels).all())
+        self.results["target_data"] = counts
+        self.target_eval = {f"target_{n}": target[n].select(PAIR_COLUMNS) for n in ("test", "dev") if n in target}
+        self.target_fp = {n: table_fingerprint(target[n].drop_columns([schema.SOURCE])) for n in target}
+        self.log("[target] pairs: " + ", ".join(f"{n} {target[n].num_rows}" for n in target)
+                 + ("" if counts["pairs"]["labelled"] else " (target pairs unlabelled)"))
+        return target
+
+    def _target_fp(self) -> list:
+        """What target evaluation adds to a stage's fingerprint (nothing in-domain, so
+        fingerprints of in-domain jobs stay as they were)."""
+        if self.cfg.target is None:
+            return []
+        return [self.cfg.target_task, {n: self.target_fp[n] for n in ("test", "dev") if n in self.target_fp}]
+
     def _eval_splits(self, gold: dict[str, pa.Table]) -> dict[str, pa.Table]:
-        return {s: gold[s].select(PAIR_COLUMNS) for s in ("dev", "test")}
+        return {**{s: gold[s].select(PAIR_COLUMNS) for s in ("dev", "test")}, **self.target_eval}
 
     @property
     def metric(self) -> str:
         return PRIMARY_METRIC[self.cfg.task]
 
     def _metrics(self, gold: dict[str, pa.Table], preds: dict) -> dict:
-        return task_metrics(self.cfg.task, preds, gold)
+        scores = task_metrics(self.cfg.task, {s: preds[s] for s in ("dev", "test")}, gold)
+        if self.target_eval:
+            scores.update(target_metrics(self.cfg.target_task, {s: preds[s] for s in self.target_eval}, self.target_eval))
+        return scores
 
     def _fmt(self, split_scores: dict) -> str:
         return f"{self.metric} {split_scores[self.metric]:.2f}"
+
+    def _fmt_all(self, scores: dict) -> str:
+        line = f"dev {self._fmt(scores['dev'])}, test {self._fmt(scores['test'])}"
+        if "target_test" in scores:
+            m = TARGET_METRIC[self.cfg.target_task]
+            line += f", target test {m} {scores['target_test'][m]:.2f}"
+        return line
 
     # -- step 1 --------------------------------------------------------------------------
     def train_cross_encoder(self, gold: dict[str, pa.Table]) -> Stage:
         c = self.cfg.cross_encoder
         fp = fingerprint("cross_encoder", c.model_dump(), _model_id(c.model), self.cfg.seed, self.gold_fp,
-                         *self._search_fp("cross_encoder"))
+                         *self._search_fp("cross_encoder"), *self._target_fp())
         out = self.rd.path("models", "cross-encoder")
 
         def run() -> dict:
@@ -211,7 +269,7 @@ class Job:
                               hparams=self._hparams(c), out=out, name="cross-encoder")
             scores = self._metrics(gold, remote_call(_predict_cross_encoder, self._ship(out), self._eval_splits(gold),
                                                      self.cfg.evaluation.batch_size, c.max_length, **self._eval_resources()))
-            self.log(f"[cross_encoder] dev {self._fmt(scores['dev'])}, test {self._fmt(scores['test'])}")
+            self.log(f"[cross_encoder] {self._fmt_all(scores)}")
             return {"model": "models/cross-encoder", "train": stats, "scores": scores}
 
         return self.stage("cross_encoder", fp, run)
@@ -219,13 +277,14 @@ class Job:
     # -- references ----------------------------------------------------------------------
     def evaluate_zero_shot(self, gold: dict[str, pa.Table]) -> Stage:
         b = self.cfg.bi_encoder
-        fp = fingerprint("zero_shot", _model_id(b.model), b.max_length, b.num_layers, self.gold_fp["dev"], self.gold_fp["test"])
+        fp = fingerprint("zero_shot", _model_id(b.model), b.max_length, b.num_layers, self.gold_fp["dev"], self.gold_fp["test"],
+                         *self._target_fp())
 
         def run() -> dict:
             scores = self._metrics(gold, remote_call(_predict_bi_encoder, self._base_model(b.model), self._eval_splits(gold),
                                                      self.cfg.evaluation.batch_size, b.max_length, b.num_layers,
                                                      **self._eval_resources()))
-            self.log(f"[zero_shot] dev {self._fmt(scores['dev'])}, test {self._fmt(scores['test'])}")
+            self.log(f"[zero_shot] {self._fmt_all(scores)}")
             return {"scores": scores}
 
         return self.stage("zero_shot", fp, run)
@@ -282,10 +341,14 @@ class Job:
 
         return self.stage("candidates", fp, run, outputs=("sentences.parquet", "candidates.parquet"))
 
+    def _selector(self):
+        """The post-labelling selection of the strategy (KDE), if any; target pairs are used as they are."""
+        return SELECTORS.get(self.cfg.sampling.strategy) if self.cfg.target is None else None
+
     def label_silver(self, candidates: Stage, teacher: Stage) -> Stage:
         lab = self.cfg.labeling
         fp = fingerprint("silver", candidates.fp, teacher.fp, self.cfg.cross_encoder.max_length, self.cfg.task,
-                         self.cfg.sampling.kde.model_dump() if self.cfg.sampling.strategy in SELECTORS else None)
+                         self.cfg.sampling.kde.model_dump() if self._selector() else None)
 
         def run() -> dict:
             import shutil
@@ -317,7 +380,7 @@ class Job:
             rate = report.labelled_pairs / report.seconds if report.seconds else 0.0
             self.log(f"[silver] labelled {report.labelled_pairs} pairs in {report.labelled} shards "
                      f"({rate:.1f} pairs/s); {report.reused} shards reused from an earlier run")
-            select = SELECTORS.get(self.cfg.sampling.strategy)
+            select = self._selector()
             if select is not None:  # e.g. KDE: the labelled pool is kept, the selection trains
                 self.rd.write_table("silver_pool.parquet", silver)
                 gold_labels = self.rd.read_table("gold/train.parquet").column(schema.LABEL).to_numpy()
@@ -344,12 +407,16 @@ class Job:
         b = self.cfg.bi_encoder
         name = "gold_only" if silver is None else "augsbert"
         objective = b.resolved_objective(self.cfg.task)
+        mix = self.cfg.target is None or self.cfg.target.mix_source_gold  # gold in the AugSBERT training set
         fp = fingerprint(name, b.model_dump(), objective, _model_id(b.model), self.cfg.seed, self.gold_fp,
-                         silver.fp if silver else None, *self._search_fp("bi_encoder"))
+                         silver.fp if silver else None, *self._search_fp("bi_encoder"), *self._target_fp(),
+                         *([] if mix or silver is None else ["target silver only"]))
         out = self.rd.path("models", f"bi-encoder-{name.replace('_', '-')}")
 
         def run() -> dict:
             train = gold["train"].select(PAIR_COLUMNS)
+            if silver is not None and not mix:  # domain adaptation: target silver only
+                train = train.slice(0, 0)
             if silver is not None:
                 silver_pairs = self.rd.read_table("silver.parquet").select(PAIR_COLUMNS)
                 if self.cfg.task == "binary":  # the teacher's score becomes a class, as gold's are
@@ -363,10 +430,59 @@ class Job:
             scores = self._metrics(gold, remote_call(_predict_bi_encoder, self._ship(out), self._eval_splits(gold),
                                                      self.cfg.evaluation.batch_size, b.max_length, None,
                                                      **self._eval_resources()))
-            self.log(f"[{name}] dev {self._fmt(scores['dev'])}, test {self._fmt(scores['test'])}")
+            self.log(f"[{name}] {self._fmt_all(scores)}")
             return {"model": f"models/{out.name}", "train": stats, "scores": scores}
 
         return self.stage(name, fp, run)
+
+    def train_upper_bound(self, target: dict[str, pa.Table]) -> Stage | None:
+        """Domain adaptation's upper bound: a bi-encoder trained on the target pairs' own labels."""
+        if not (self.cfg.target.upper_bound and self.results["target_data"]["pairs"]["labelled"]):
+            return None
+        b = self.cfg.bi_encoder
+        objective = b.resolved_objective(self.cfg.target_task)
+        fp = fingerprint("target_gold", b.model_dump(), objective, _model_id(b.model), self.cfg.seed,
+                         self.target_fp["pairs"], *self._target_fp())
+        out = self.rd.path("models", "bi-encoder-target-gold")
+
+        def run() -> dict:
+            stats = train_on_ray("bi_encoder", target["pairs"].select(PAIR_COLUMNS),
+                                 recipe={"model": self._base_model(b.model), "max_length": b.max_length,
+                                         "num_layers": b.num_layers, "objective": objective},
+                                 hparams=self._hparams(b), resources=self._worker_resources(),
+                                 storage_dir=self.rd.storage("ray_train"), out_dir=out, name="bi-encoder-target-gold")
+            preds = remote_call(_predict_bi_encoder, self._ship(out), self.target_eval, self.cfg.evaluation.batch_size,
+                                b.max_length, None, **self._eval_resources())
+            scores = target_metrics(self.cfg.target_task, preds, self.target_eval)
+            m = TARGET_METRIC[self.cfg.target_task]
+            self.log(f"[target_gold] target test {m} {scores['target_test'][m]:.2f}")
+            return {"model": f"models/{out.name}", "train": stats, "scores": scores}
+
+        return self.stage("target_gold", fp, run)
+
+    def target_candidates(self, target: dict[str, pa.Table]) -> Stage:
+        """Domain adaptation, step 2.1: the target pairs themselves are the candidates (their
+        labels are not used); self-pairs and repeats (in either order) are counted and left out."""
+        fp = fingerprint("candidates", "target pairs", self.target_fp["pairs"])
+
+        def run() -> dict:
+            pairs = target["pairs"]
+            sentences = unique_sentences(pairs)
+            index = {t: i for i, t in enumerate(sentences.column(schema.TEXT).to_pylist())}
+            q = np.array([index[t] for t in pairs.column(schema.SENTENCE1).to_pylist()], dtype=np.int64)
+            h = np.array([index[t] for t in pairs.column(schema.SENTENCE2).to_pylist()], dtype=np.int64)
+            candidates = finalize_candidates(q, h, np.zeros(len(q), np.float32), sentences,
+                                             np.empty(0, np.int64), origin="target")
+            self_pairs = int((q == h).sum())
+            repeats = pairs.num_rows - self_pairs - candidates.num_rows
+            self.rd.write_table("sentences.parquet", sentences)
+            self.rd.write_table("candidates.parquet", candidates)
+            self.log(f"[candidates] {candidates.num_rows} target pairs ({self_pairs} self-pairs and {repeats} repeated "
+                     f"pairs of {pairs.num_rows} left out) over {sentences.num_rows} sentences")
+            return {"sentences": sentences.num_rows, "candidates": candidates.num_rows,
+                    "target_pairs": pairs.num_rows, "self_pairs_left_out": self_pairs, "repeats_left_out": repeats}
+
+        return self.stage("candidates", fp, run, outputs=("sentences.parquet", "candidates.parquet"))
 
     def _ship(self, path):
         """A model directory of this run, put in the object store once for workers on any node."""
@@ -426,9 +542,13 @@ class Job:
     # -- report --------------------------------------------------------------------------
     def finish(self, gold: dict[str, pa.Table]) -> dict:
         r = self.results
-        splits = self._eval_splits(gold)
-        scores = {key: r[key]["scores"] for key in ("zero_shot", "gold_only", "cross_encoder", "augsbert") if key in r}
+        splits = {s: gold[s].select(PAIR_COLUMNS) for s in ("dev", "test")}
+        scores = {key: r[key]["scores"] for key in ("zero_shot", "gold_only", "cross_encoder", "target_gold", "augsbert")
+                  if key in r}
         baselines = {"jaccard": task_metrics(self.cfg.task, jaccard_predictions(splits), splits)}
+        if self.target_eval:
+            baselines["jaccard"].update(target_metrics(self.cfg.target_task, jaccard_predictions(self.target_eval),
+                                                       self.target_eval))
         if self.cfg.task == "binary":
             baselines["majority"] = majority_metrics(gold["train"], splits)
         metrics = {
@@ -439,8 +559,15 @@ class Job:
             "baselines": baselines,
             "data": {**r["data"], "dev_carved": r.get("dev_carved")},
             "bi_encoder_objective": self.cfg.bi_encoder.resolved_objective(self.cfg.task),
+            "target": None if self.cfg.target is None else {
+                "task": self.cfg.target_task,
+                "metric": TARGET_METRIC[self.cfg.target_task],
+                "data": r["target_data"],
+                "mix_source_gold": self.cfg.target.mix_source_gold,
+                "candidates": {k: v for k, v in r["candidates"].items() if k.endswith(("_left_out", "target_pairs"))},
+            },
             "sampling": {
-                "strategy": self.cfg.sampling.strategy,
+                "strategy": self.cfg.sampling.strategy if self.cfg.target is None else "target pairs",
                 "top_k": self.cfg.sampling.top_k,
                 "sentences": r["candidates"]["sentences"],
                 "candidates": r["candidates"]["candidates"],
@@ -464,7 +591,7 @@ class Job:
             self.rd.path("silver_density.png"),
             gold["train"].column(schema.LABEL).to_numpy(),
             self.rd.read_table("silver.parquet").column(schema.LABEL).to_numpy(),
-            f"{self.cfg.name}: {self.cfg.sampling.strategy}",
+            f"{self.cfg.name}: {self.cfg.sampling.strategy if self.cfg.target is None else 'target pairs'}",
         )
         write_report(self.rd, metrics)
         self.rd.push()

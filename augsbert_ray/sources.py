@@ -21,7 +21,7 @@ class ColumnMap(BaseModel):
     model_config = ConfigDict(extra="forbid")
     sentence1: str = "sentence1"
     sentence2: str = "sentence2"
-    label: str = "label"
+    label: str | None = "label"  # null: the pairs have no labels (unlabelled target pairs)
     genre: str | None = None  # optional column copied into the pair schema's genre
 
 
@@ -61,6 +61,11 @@ class DataSource(BaseModel):
         if self.genres is not None and not [g for g in self.genres if g.strip()]:
             raise ValueError("genres, when given, must name at least one genre")
         return self
+
+    @property
+    def labelled(self) -> bool:
+        """Whether rows carry a label (the built-in formats always do)."""
+        return self.format in ("stsb", "mrpc") or self.columns.label is not None
 
     @property
     def resolved_label_range(self) -> tuple[float, float]:

@@ -82,6 +82,7 @@ def load_pairs(
         label_range=source.resolved_label_range,
         binary=binary,
         on_bad_rows=on_bad_rows,
+        labelled=source.labelled,
     )
     if source.genres is None:
         return result

@@ -35,4 +35,5 @@ def map_record(line: int, record: Mapping[str, object], columns: ColumnMap) -> R
         return BadRow(line, missing[0], f"missing field (row has keys {sorted(record)})")
     genre = record[columns.genre] if columns.genre is not None else None
     sentence1, sentence2 = record[columns.sentence1], record[columns.sentence2]
-    return RawRow(line, sentence1, sentence2, record[columns.label], genre)
+    label = record[columns.label] if columns.label is not None else None
+    return RawRow(line, sentence1, sentence2, label, genre)

@@ -79,6 +79,7 @@ def collect(
     label_range: tuple[float, float],
     binary: bool,
     on_bad_rows: Literal["error", "skip"],
+    labelled: bool = True,
 ) -> LoadResult:
     """Checks every row and builds the pair table.
 
@@ -89,6 +90,7 @@ def collect(
         label_range: raw ``(lo, hi)``; labels are scaled to ``(x - lo) / (hi - lo)``.
         binary: the scaled label must be exactly 0 or 1.
         on_bad_rows: ``"error"`` raises at the first bad row, ``"skip"`` records it.
+        labelled: rows carry labels; False (unlabelled pairs) gives every row a NaN label.
 
     Returns:
         the table of good rows, the number of rows read, and the skipped rows.
@@ -109,7 +111,7 @@ def collect(
                 raise _Invalid(record.field, record.reason)
             s1 = _sentence(record.sentence1, schema.SENTENCE1)
             s2 = _sentence(record.sentence2, schema.SENTENCE2)
-            label = _label(record.label, label_range, binary)
+            label = _label(record.label, label_range, binary) if labelled else math.nan
             genre = None if record.genre is None else _unicode(str(record.genre), schema.GENRE)
         except _Invalid as bad:
             if on_bad_rows == "error":
