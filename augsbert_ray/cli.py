@@ -44,7 +44,9 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "validate":
             for path in args.jobs:
                 cfg = load_job(path, args.overrides)
-                print(f"{path}: ok (job '{cfg.name}', strategy {cfg.sampling.strategy}, run dir {cfg.resolved_run_dir})")
+                mode = (f"domain adaptation, target task {cfg.target_task}" if cfg.target is not None
+                        else f"strategy {cfg.sampling.strategy}")
+                print(f"{path}: ok (job '{cfg.name}', {mode}, run dir {cfg.resolved_run_dir})")
             return 0
         overrides = list(args.overrides) + ([f"ray.address={args.address}"] if args.address else [])
         cfg = load_job(args.job, overrides)

@@ -137,3 +137,16 @@ def test_genre_selection_counts_what_it_leaves_out(tmp_path):
     csv.write_text("sentence1,sentence2,label\na,b,0.5\n", encoding="utf-8")
     with pytest.raises(DataError, match="no genre column"):
         load_pairs(DataSource(format="csv", path=str(csv), genres=["news"]), "train")
+
+
+@pytest.mark.data
+@pytest.mark.parametrize(("name", "counts"), [("train", {"captions": 2000, "news": 3299, "forum": 450}),
+                                              ("test", {"captions": 625, "news": 500, "forums": 254})])
+def test_real_files_by_genre(name, counts):
+    path = _data_dir() / "stsb" / f"sts-{name}.csv"
+    if not path.exists():
+        pytest.skip(f"STSb file not found: {path} (set AUGSBERT_DATA_DIR to the data directory)")
+    total = sum(counts.values())
+    for genre, n in counts.items():
+        result = load_pairs(DataSource(format="stsb", path=str(path), genres=[genre]), name)
+        assert result.table.num_rows == n and result.filtered == total - n and result.rows_read == total
