@@ -125,17 +125,23 @@ def test_a_submission_without_the_token_is_refused(head, token, tmp_path):
 def test_the_smoke_job_runs_under_ray_job_submit(head, data_dir, tmp_path):
     run_dir = tmp_path / "run"
     runtime_env = {"env_vars": {"AUGSBERT_DATA_DIR": str(data_dir)}}
-    proc = head.ray(
-        "job", "submit", "--address", head.address, "--submission-id", "augsbert-smoke", "--working-dir", ".",
-        "--runtime-env-json", json.dumps(runtime_env), "--",
-        "augsbert", "run", "jobs/smoke.yaml", f"run_dir={run_dir}",
-        # a smaller slice than the smoke job's own: this test is about submission, not quality
-        "data.subsample.train=100", "data.subsample.dev=100", "data.subsample.test=100", "cross_encoder.epochs=1",
-        timeout=1800,
-    )
-    out = proc.stdout + proc.stderr
+    # The head answers HTTP before its job agent is up; on a loaded machine a submission can
+    # come too early and get "No available agent" (nothing was started). Then it is resubmitted.
+    for attempt in range(10):
+        proc = head.ray(
+            "job", "submit", "--address", head.address, "--submission-id", f"augsbert-smoke-{attempt}",
+            "--working-dir", ".", "--runtime-env-json", json.dumps(runtime_env), "--",
+            "augsbert", "run", "jobs/smoke.yaml", f"run_dir={run_dir}",
+            # a smaller slice than the smoke job's own: this test is about submission, not quality
+            "data.subsample.train=100", "data.subsample.dev=100", "data.subsample.test=100", "cross_encoder.epochs=1",
+            timeout=1800,
+        )
+        out = proc.stdout + proc.stderr
+        if "No available agent to submit job" not in out:
+            break
+        time.sleep(10)
     assert proc.returncode == 0, out[-4000:]
-    status = head.ray("job", "status", "--address", head.address, "augsbert-smoke")
+    status = head.ray("job", "status", "--address", head.address, f"augsbert-smoke-{attempt}")
     assert "succeeded" in (status.stdout + status.stderr).lower()
     # progress and where things are, in the job's log
     assert f"run directory {run_dir}" in out
