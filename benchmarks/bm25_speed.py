@@ -1,0 +1,127 @@
+"""BM25 candidate generation: the engine's Tantivy index vs ``bm25s`` and ``rank_bm25``,
+side by side in one run on the same corpus, queries and k.
+
+The corpus is the unique sentences of the STS benchmark (train + dev + test), each also a
+query, as in BM25 sampling; ``--scale N`` repeats it N times with a numeric suffix per copy
+(so every copy is a distinct sentence) to measure larger corpora. All three run in one
+process on one core (``n_threads=1`` for bm25s); throughput is queries per second per core.
+``rank_bm25`` scores every document per query, so it is timed on a sample of queries.
+Also reported: the overlap of each peer's top-k ids with the engine's (tokenisation and
+idf variants differ slightly between the libraries).
+
+    python benchmarks/bm25_speed.py                 # STSb sentences, k = 4
+    python benchmarks/bm25_speed.py --scale 10
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import re
+import sys
+import tempfile
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+
+
+def corpus(data_dir: Path, scale: int) -> list[str]:
+    from augsbert_ray.loaders import load_pairs
+    from augsbert_ray.sources import DataSource
+
+    seen: dict[str, None] = {}
+    for split in ("train", "dev", "test"):
+        t = load_pairs(DataSource(format="stsb", path=str(data_dir / "stsb" / f"sts-{split}.csv")), split).table
+        for col in ("sentence1", "sentence2"):
+            seen.update(dict.fromkeys(t.column(col).to_pylist()))
+    base = list(seen)
+    return base if scale == 1 else [f"{s} v{i}" for i in range(scale) for s in base]
+
+
+_TOKEN = re.compile(r"[A-Za-z0-9]+")
+
+
+def tokens(text: str) -> list[str]:
+    """Tantivy's default analysis, for the peers: alphanumeric runs, lowercased, < 40 bytes."""
+    return [t.lower() for t in _TOKEN.findall(text) if len(t) < 40]
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--k", type=int, default=4)
+    p.add_argument("--scale", type=int, default=1)
+    p.add_argument("--rank-bm25-queries", type=int, default=200)
+    p.add_argument("--data-dir", default=os.environ.get("AUGSBERT_DATA_DIR", "../shared/data"))
+    p.add_argument("--out", default="benchmarks/results/bm25_speed")
+    args = p.parse_args(argv)
+
+    import bm25s
+    import rank_bm25
+
+    from augsbert_ray import schema
+    from augsbert_ray.candidates.bm25 import BM25Index, build_index
+    from augsbert_ray.report import versions
+
+    docs = corpus(Path(args.data_dir), args.scale)
+    n, k = len(docs), args.k
+    rows = {}
+
+    t0 = time.perf_counter()
+    index_dir = build_index(pa.table({schema.SENTENCE_ID: np.arange(n, dtype=np.int64), schema.TEXT: docs},
+                                     schema=schema.SENTENCE_SCHEMA), Path(tempfile.mkdtemp()) / "index")
+    index = BM25Index(index_dir)
+    build = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    ours = [[i for i, _ in index.top_k(q, k)] for q in docs]
+    rows["engine (Tantivy)"] = {"index_s": build, "qps": n / (time.perf_counter() - t0), "queries": n}
+
+    toks = [tokens(d) for d in docs]  # for rank_bm25, which takes token lists
+    t0 = time.perf_counter()
+    retriever = bm25s.BM25()
+    retriever.index(bm25s.tokenize(docs, stopwords=None, lower=True, show_progress=False), show_progress=False)
+    build = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    q_tokens = bm25s.tokenize(docs, stopwords=None, lower=True, show_progress=False)
+    ids, _ = retriever.retrieve(q_tokens, k=k, n_threads=1, show_progress=False)
+    rows["bm25s"] = {"index_s": build, "qps": n / (time.perf_counter() - t0), "queries": n}
+    overlap_bm25s = float(np.mean([len(set(a) & set(b.tolist())) / k for a, b in zip(ours, ids)]))
+
+    t0 = time.perf_counter()
+    okapi = rank_bm25.BM25Okapi(toks)
+    build = time.perf_counter() - t0
+    sample = np.random.default_rng(0).choice(n, min(args.rank_bm25_queries, n), replace=False)
+    t0 = time.perf_counter()
+    rb = [np.argsort(-okapi.get_scores(toks[i]), kind="stable")[:k] for i in sample]
+    rows["rank_bm25 (BM25Okapi)"] = {"index_s": build, "qps": len(sample) / (time.perf_counter() - t0),
+                                     "queries": len(sample)}
+    overlap_rank = float(np.mean([len(set(ours[i]) & set(r.tolist())) / k for i, r in zip(sample, rb)]))
+
+    base = rows["engine (Tantivy)"]["qps"]
+    v = versions()
+    lines = ["# BM25 candidate generation: queries per second per core", "",
+             f"Corpus: {n:,} sentences (unique STSb sentences" + (f" x {args.scale}" if args.scale > 1 else "")
+             + f"), each also a query, top-{k}. One process, one core.", "",
+             "| library | index build (s) | queries/s | engine / library | queries timed |", "|---|---:|---:|---:|---:|"]
+    lines += [f"| {name} | {r['index_s']:.2f} | {r['qps']:.0f} | {base / r['qps']:.2f}x | {r['queries']:,} |"
+              for name, r in rows.items()]
+    lines += ["", f"Top-{k} overlap with the engine: bm25s {overlap_bm25s:.3f}, rank_bm25 {overlap_rank:.3f}.", "",
+              f"Command: `python benchmarks/bm25_speed.py {' '.join(argv if argv is not None else sys.argv[1:])}`",
+              f"Machine: {platform.machine()}, {os.cpu_count()} cores. Versions: "
+              + ", ".join(f"{k_} {v[k_]}" for k_ in v) + f", bm25s {bm25s.__version__}.",
+              f"Written {datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC.", ""]
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.with_suffix(".md").write_text("\n".join(lines), encoding="utf-8")
+    out.with_suffix(".json").write_text(json.dumps({"rows": rows, "overlap": {"bm25s": overlap_bm25s,
+                                                    "rank_bm25": overlap_rank}, "args": vars(args)}, indent=2))
+    print("\n".join(lines))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
