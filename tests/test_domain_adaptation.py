@@ -53,6 +53,7 @@ def test_unlabelled_pairs_load_with_nan_labels(tmp_path):
         validate_tree({"name": "x", "data": {"train": src.model_dump(), "dev": src.model_dump(), "test": src.model_dump()}})
 
 
+@pytest.mark.slow
 def test_labelled_target_pairs_binary_target(tmp_path, tiny_stsb, tiny_model, ray_local):
     from conftest import write_mrpc
 
