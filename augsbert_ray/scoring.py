@@ -1,0 +1,250 @@
+"""The cross-encoder's scoring core: tokenise, batch by a token budget, run, read a sigmoid.
+
+Pairs are tokenised into flat arrays (``TokenizedPairs``: ids, token types and offsets, the
+layout of an Arrow list column, so a CPU stage can tokenise ahead of the GPU actors and hand
+the result over in the object store). Scoring sorts pairs by token length and cuts the sorted
+order into batches whose padded size (pairs x longest pair) stays within a token budget:
+short pairs go in large batches, long pairs in small ones, and almost no compute is spent on
+padding. On a GPU, the next chunk is tokenised and padded on a CPU thread while the current
+one runs, inputs go up through pinned memory, and scores come back once per chunk.
+
+``prepare_model`` sets the precision: fp32 (the reference, and the default on CPU), bf16 or
+fp16 (GPU; bf16 is the default there), or int8 (dynamic int8 quantisation of the linear
+layers, CPU only, opt-in: on a trained MiniLM teacher its scores moved by up to 0.3, see
+``benchmarks/results/labeling_speed*.md``). The benchmark ``benchmarks/labeling_speed.py``
+measures each against fp32 scores.
+"""
+
+from __future__ import annotations
+
+import itertools
+import warnings
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+
+import numpy as np
+
+PRECISIONS = ("auto", "fp32", "bf16", "fp16", "int8")
+CPU_TOKEN_BUDGET = 8192  # padded tokens per forward pass on CPU
+GPU_TOKEN_BUDGET = 65536  # on a GPU
+CHUNK_PAIRS = 16384  # pairs tokenised, sorted and scored together
+
+
+@dataclass
+class TokenizedPairs:
+    """Tokenised pairs, flat: pair i is ``ids[offsets[i]:offsets[i + 1]]``."""
+
+    ids: np.ndarray  # int32
+    type_ids: np.ndarray | None  # int8, or None for models without token types
+    offsets: np.ndarray  # int64, len(pairs) + 1
+
+    def __len__(self) -> int:
+        return len(self.offsets) - 1
+
+    @property
+    def lengths(self) -> np.ndarray:
+        return np.diff(self.offsets)
+
+
+def tokenize_pairs(tokenizer, s1: list[str], s2: list[str], max_length: int) -> TokenizedPairs:
+    """Tokenises pairs (truncated to ``max_length`` tokens, longest sentence first) into flat arrays.
+
+    A fast (Rust) tokenizer is driven directly: it encodes the batch on all cores, and the
+    ids go to NumPy without the per-pair Python objects of the ``transformers`` wrapper.
+    """
+    n = len(s1)
+    if n == 0:
+        return TokenizedPairs(np.empty(0, np.int32), None, np.zeros(1, np.int64))
+    backend = _backend(tokenizer, max_length)
+    if backend is not None:
+        encodings = getattr(backend, "encode_batch_fast", backend.encode_batch)(list(zip(s1, s2)))
+        rows = [e.ids for e in encodings]
+        types = [e.type_ids for e in encodings] if "token_type_ids" in tokenizer.model_input_names else None
+    else:
+        enc = tokenizer(list(s1), list(s2), truncation=True, max_length=max_length, return_attention_mask=False)
+        rows, types = enc["input_ids"], enc.get("token_type_ids")
+    offsets = np.zeros(n + 1, np.int64)
+    np.cumsum(np.fromiter(map(len, rows), np.int64, count=n), out=offsets[1:])
+    total = int(offsets[-1])
+    ids = np.fromiter(itertools.chain.from_iterable(rows), np.int32, count=total)
+    type_ids = None if types is None else np.fromiter(itertools.chain.from_iterable(types), np.int8, count=total)
+    return TokenizedPairs(ids, type_ids, offsets)
+
+
+_BACKENDS: dict = {}
+
+
+def _backend(tokenizer, max_length: int):
+    """A private copy of a fast tokenizer's Rust backend, set to truncate pairs at ``max_length``."""
+    rust = getattr(tokenizer, "_tokenizer", None) if getattr(tokenizer, "is_fast", False) else None
+    if rust is None:
+        return None
+    key = (id(tokenizer), max_length)
+    cached = _BACKENDS.get(key)
+    if cached is None or cached[0] is not tokenizer:
+        from tokenizers import Tokenizer
+
+        copy = Tokenizer.from_str(rust.to_str())
+        copy.no_padding()
+        copy.enable_truncation(max_length, strategy="longest_first")
+        cached = _BACKENDS[key] = (tokenizer, copy)
+    return cached[1]
+
+
+def token_budget_batches(lengths: np.ndarray, token_budget: int, max_pairs: int) -> list[np.ndarray]:
+    """Cuts pairs, longest first, into batches with (pairs x longest) <= ``token_budget``.
+
+    A pair longer than the budget goes alone. Returns index arrays into ``lengths``; together
+    they hold every index exactly once.
+    """
+    order = np.argsort(-lengths, kind="stable")
+    batches, start, n = [], 0, len(order)
+    while start < n:
+        longest = max(int(lengths[order[start]]), 1)  # sorted: the first pair is the longest
+        size = max(1, min(max_pairs, token_budget // longest, n - start))
+        batches.append(order[start:start + size])
+        start += size
+    return batches
+
+
+def pad_batch(tokens: TokenizedPairs, idx: np.ndarray, pad_id: int) -> tuple[np.ndarray, np.ndarray | None, np.ndarray]:
+    """Right-padded (ids, type ids, lengths) arrays of the pairs ``idx``."""
+    lens = tokens.lengths[idx]
+    width = int(lens.max())
+    rows = np.repeat(np.arange(len(idx)), lens)
+    cols = np.arange(int(lens.sum())) - np.repeat(np.cumsum(lens) - lens, lens)
+    src = np.repeat(tokens.offsets[idx], lens) + cols
+    ids = np.full((len(idx), width), pad_id, np.int64)
+    ids[rows, cols] = tokens.ids[src]
+    types = None
+    if tokens.type_ids is not None:
+        types = np.zeros((len(idx), width), np.int64)
+        types[rows, cols] = tokens.type_ids[src]
+    return ids, types, lens
+
+
+def resolve_precision(precision: str, device: str) -> str:
+    """``auto``: bf16 on a GPU that has it (else fp16), fp32 on CPU."""
+    import torch
+
+    if precision not in PRECISIONS:
+        raise ValueError(f"precision must be one of {PRECISIONS}, not {precision!r}")
+    gpu = str(device).startswith("cuda")
+    if precision == "auto":
+        return ("bf16" if torch.cuda.is_bf16_supported() else "fp16") if gpu else "fp32"
+    if precision == "int8" and gpu:
+        raise ValueError("precision int8 (dynamic quantisation) runs on CPU only; use bf16 or fp16 on a GPU")
+    return precision
+
+
+def prepare_model(model, precision: str, device: str, compile: bool = False):
+    """The model, in eval mode, in ``precision`` (see ``resolve_precision``), optionally compiled."""
+    import torch
+
+    precision = resolve_precision(precision, device)
+    model = model.eval()
+    if precision == "bf16":
+        model = model.to(torch.bfloat16)
+    elif precision == "fp16":
+        model = model.to(torch.float16)
+    elif precision == "int8":
+        model = model.float()
+        with warnings.catch_warnings():  # torch.ao's eager quantisation is deprecated in favour of torchao
+            warnings.simplefilter("ignore")
+            model = torch.ao.quantization.quantize_dynamic(model, {torch.nn.Linear}, dtype=torch.qint8)
+    else:
+        model = model.float()
+    if compile:
+        model = torch.compile(model, dynamic=True)
+    return model
+
+
+def score_tokenized(model, tokens: TokenizedPairs, *, pad_id: int = 0, token_budget: int | None = None,
+                    max_pairs: int = 1024, device: str = "cpu") -> np.ndarray:
+    """Scores tokenised pairs: sigmoid of the model's one logit, float32, in input order."""
+    return _score_chunks(model, iter([(np.arange(len(tokens)), tokens)]), len(tokens), pad_id,
+                         token_budget, max_pairs, device)
+
+
+def score_pairs(model, tokenizer, s1: list[str], s2: list[str], *, micro_batch_size: int = 64,
+                max_length: int = 128, device: str = "cpu", token_budget: int | None = None,
+                chunk_pairs: int = CHUNK_PAIRS) -> np.ndarray:
+    """Scores sentence pairs with a one-logit cross-encoder: sigmoid(logit) in [0, 1].
+
+    Pairs are tokenised once per chunk (the next chunk on a CPU thread while this one runs),
+    sorted by token length and run in batches of at most ``micro_batch_size`` pairs and, with
+    a ``token_budget``, at most that many padded tokens; scores come back in input order. The
+    model runs in whatever precision it is in (see ``prepare_model``).
+
+    Args:
+        model: a ``transformers`` sequence-classification model with one output, in eval mode.
+        tokenizer: its tokenizer.
+        s1, s2: the pairs' first and second sentences.
+        micro_batch_size: most pairs per forward pass.
+        max_length: token limit of a pair (longer pairs are truncated).
+        device: where ``model`` lives.
+        token_budget: most padded tokens per forward pass (None: no limit beyond the pairs).
+        chunk_pairs: pairs tokenised and sorted together.
+
+    Returns:
+        float32 array of shape (len(s1),).
+    """
+    n = len(s1)
+    if len(s2) != n:
+        raise ValueError(f"{n} first sentences but {len(s2)} second sentences")
+    starts = range(0, n, chunk_pairs)
+
+    def tokenize(start: int):
+        end = min(n, start + chunk_pairs)
+        return np.arange(start, end), tokenize_pairs(tokenizer, s1[start:end], s2[start:end], max_length)
+
+    pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
+    if len(starts) <= 1:
+        chunks = map(tokenize, starts)
+        return _score_chunks(model, chunks, n, pad_id, token_budget, micro_batch_size, device)
+    with ThreadPoolExecutor(1, thread_name_prefix="tokenize") as pool:
+        chunks = _prefetch(pool, tokenize, starts)
+        return _score_chunks(model, chunks, n, pad_id, token_budget, micro_batch_size, device)
+
+
+def _prefetch(pool, fn, items):
+    """``map(fn, items)``, computing the next item on ``pool`` while the caller uses this one."""
+    items = iter(items)
+    pending = next((pool.submit(fn, x) for x in items), None)
+    while pending is not None:
+        result = pending.result()
+        pending = next((pool.submit(fn, x) for x in items), None)
+        yield result
+
+
+def _score_chunks(model, chunks, n: int, pad_id: int, token_budget: int | None, max_pairs: int,
+                  device: str) -> np.ndarray:
+    import torch
+
+    out = np.empty(n, dtype=np.float32)
+    gpu = str(device).startswith("cuda")
+    budget = token_budget if token_budget else 1 << 62
+    with torch.inference_mode():
+        for where, tokens in chunks:
+            if len(tokens) == 0:
+                continue
+            batches = token_budget_batches(tokens.lengths, budget, max_pairs)
+            logits, keep = [], []
+            for idx in batches:
+                ids, types, lens = pad_batch(tokens, idx, pad_id)
+                t_ids, t_lens = torch.from_numpy(ids), torch.from_numpy(lens)
+                t_types = torch.from_numpy(types) if types is not None else None
+                if gpu:  # pinned host memory, so the copy overlaps with the work queued before it
+                    t_ids, t_lens = t_ids.pin_memory(), t_lens.pin_memory()
+                    t_types = t_types.pin_memory() if t_types is not None else None
+                    keep.append((t_ids, t_lens, t_types))
+                    t_ids, t_lens = t_ids.to(device, non_blocking=True), t_lens.to(device, non_blocking=True)
+                    t_types = t_types.to(device, non_blocking=True) if t_types is not None else None
+                mask = torch.arange(ids.shape[1], device=t_ids.device)[None, :] < t_lens[:, None]
+                kwargs = {"input_ids": t_ids, "attention_mask": mask.long()}
+                if t_types is not None:
+                    kwargs["token_type_ids"] = t_types
+                logits.append(model(**kwargs).logits.float().reshape(-1))
+            scores = torch.sigmoid(torch.cat(logits)).cpu().numpy()  # one transfer per chunk
+            out[where[np.concatenate(batches)]] = scores
+    return out
