@@ -149,8 +149,19 @@ class LabelingConfig(_Strict):
     actors: int = Field(1, gt=0)  # actor pool size; one per GPU on a GPU cluster
     num_gpus: float = Field(0, ge=0)  # GPUs per actor; 0 runs on CPU
     num_cpus: float | None = Field(None, gt=0)  # CPUs per actor; null: all local CPUs / actors
-    block_size: int = Field(1024, gt=0)  # pairs per shard: one Ray Data batch, committed on its own
-    micro_batch_size: int = Field(64, gt=0)  # pairs per forward pass, formed by length
+    # Pairs per shard: one Ray Data batch, committed on its own. 0: 1024 on CPU, 16384 when the
+    # actors have GPUs (a GPU scores a small batch faster than Ray Data hands it over).
+    block_size: int = Field(0, ge=0)
+    micro_batch_size: int = Field(4096, gt=0)  # most pairs per forward pass (pairs are sorted by length)
+    # Most padded tokens (pairs x longest pair) per forward pass; 0: 8192 on CPU, 65536 on a GPU.
+    token_budget: int = Field(0, ge=0)
+    # auto: bf16 on a GPU (fp16 where bf16 is missing), fp32 on CPU. int8 (dynamic quantisation
+    # of the linear layers, CPU) is faster but moved a trained teacher's scores by up to 0.3.
+    # benchmarks/labeling_speed.py measures each against fp32.
+    precision: Literal["auto", "fp32", "bf16", "fp16", "int8"] = "auto"
+    compile: bool = False  # torch.compile the cross-encoder (slow first batches; helps on long runs)
+    # auto: tokenise in CPU tasks ahead of the actors when they run on GPUs, in the actors on CPU.
+    tokenize_stage: Literal["auto", "actor", "separate"] = "auto"
     # A labelling actor that dies (node lost, OOM) is restarted up to max_restarts times and its
     # batch retried up to max_task_retries times (-1: without limit). If the pool still fails, a
     # new pool labels the shards not yet committed, up to pool_retries times; then the stage
@@ -158,6 +169,12 @@ class LabelingConfig(_Strict):
     max_restarts: int = Field(4, ge=-1)
     max_task_retries: int = Field(4, ge=-1)
     pool_retries: int = Field(2, ge=0)
+
+    @model_validator(mode="after")
+    def _auto_block_size(self):
+        if self.block_size == 0:
+            self.block_size = 16384 if self.num_gpus > 0 else 1024
+        return self
 
 
 class TrainingConfig(_Strict):

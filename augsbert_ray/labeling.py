@@ -21,43 +21,10 @@ import pyarrow.compute as pc
 
 from augsbert_ray import schema
 from augsbert_ray.errors import LabelingError
+from augsbert_ray.scoring import (CPU_TOKEN_BUDGET, GPU_TOKEN_BUDGET, TokenizedPairs, prepare_model, score_pairs,
+                                  score_tokenized, tokenize_pairs)
 
-
-def score_pairs(model, tokenizer, s1: list[str], s2: list[str], *, micro_batch_size: int = 64,
-                max_length: int = 128, device: str = "cpu") -> np.ndarray:
-    """Scores sentence pairs with a one-logit cross-encoder: sigmoid(logit) in [0, 1].
-
-    Pairs are tokenised once, sorted by token length and run in micro-batches of similar
-    length, so little compute is spent on padding; scores come back in input order.
-
-    Args:
-        model: a ``transformers`` sequence-classification model with one output, in eval mode.
-        tokenizer: its tokenizer.
-        s1, s2: the pairs' first and second sentences.
-        micro_batch_size: pairs per forward pass.
-        max_length: token limit of a pair (longer pairs are truncated).
-        device: where ``model`` lives.
-
-    Returns:
-        float32 array of shape (len(s1),).
-    """
-    import torch
-
-    n = len(s1)
-    out = np.empty(n, dtype=np.float32)
-    if n == 0:
-        return out
-    enc = tokenizer(list(s1), list(s2), truncation=True, max_length=max_length)
-    lengths = np.fromiter((len(ids) for ids in enc["input_ids"]), dtype=np.int64, count=n)
-    order = np.argsort(-lengths, kind="stable")
-    keys = list(enc.keys())
-    with torch.inference_mode():
-        for start in range(0, n, micro_batch_size):
-            idx = order[start : start + micro_batch_size]
-            batch = tokenizer.pad({k: [enc[k][i] for i in idx] for k in keys}, return_tensors="pt").to(device)
-            logits = model(**batch).logits.float().reshape(-1)
-            out[idx] = torch.sigmoid(logits).cpu().numpy()
-    return out
+__all__ = ["score_pairs", "label_candidates", "ShardStore", "LabelingReport", "PairScorer"]
 
 
 # Chaos-test hooks (JSON in these environment variables; never set in normal runs).
@@ -65,10 +32,58 @@ FAULT_ENV = "AUGSBERT_LABEL_FAULT"  # {"after_batches": n, "flag": path}: one ac
 TRACE_ENV = "AUGSBERT_LABEL_TRACE"  # {"path": file, "delay_s": s}: log batch start/end, slow batches down
 
 
+IDS, TYPES, OFFSETS = "_input_ids", "_token_type_ids", "_n_tokens"  # a tokenised batch's columns
+
+
+def _tokens_to_arrow(tokens: TokenizedPairs) -> dict[str, pa.Array]:
+    cols = {IDS: pa.ListArray.from_arrays(pa.array(tokens.offsets.astype(np.int32)), pa.array(tokens.ids))}
+    if tokens.type_ids is not None:
+        cols[TYPES] = pa.ListArray.from_arrays(pa.array(tokens.offsets.astype(np.int32)), pa.array(tokens.type_ids))
+    return cols
+
+
+def _tokens_from_arrow(batch: pa.Table) -> TokenizedPairs:
+    ids = batch.column(IDS).combine_chunks()
+    offsets = ids.offsets.to_numpy().astype(np.int64)
+    base = offsets[0]
+    types = None
+    if TYPES in batch.column_names:
+        t = batch.column(TYPES).combine_chunks()
+        t_offsets = t.offsets.to_numpy()  # a sliced list array keeps its own offsets
+        types = t.values.to_numpy()[t_offsets[0]:t_offsets[-1]]
+    return TokenizedPairs(ids.values.to_numpy()[base:offsets[-1]], types, offsets - base)
+
+
+_TOKENIZERS: dict = {}
+
+
+def tokenize_batch(batch: pa.Table, model_dir, max_length: int) -> pa.Table:
+    """Ray Data CPU stage ahead of the labelling actors: adds the pairs' token columns."""
+    from transformers import AutoTokenizer
+
+    from augsbert_ray.models import resolve_model, trust_remote_code
+
+    key = (str(model_dir), max_length)
+    if key not in _TOKENIZERS:
+        # This task holds one CPU: the Rust tokenizer's thread pool (made on first use) gets one thread.
+        os.environ.setdefault("RAYON_NUM_THREADS", "1")
+        _TOKENIZERS[key] = AutoTokenizer.from_pretrained(resolve_model(model_dir), trust_remote_code=trust_remote_code())
+    tokens = tokenize_pairs(_TOKENIZERS[key], batch.column(schema.SENTENCE1).to_pylist(),
+                            batch.column(schema.SENTENCE2).to_pylist(), max_length)
+    for name, col in _tokens_to_arrow(tokens).items():
+        batch = batch.append_column(name, col)
+    return batch
+
+
 class PairScorer:
-    """Ray Data callable: loads the cross-encoder once, adds a ``label`` column to each batch."""
+    """Ray Data callable: loads the cross-encoder once, adds a ``label`` column to each batch.
+
+    A batch that arrives tokenised (by ``tokenize_batch``) is scored from its token columns,
+    which are dropped from the output; otherwise the actor tokenises it itself.
+    """
 
     def __init__(self, model_dir: str, micro_batch_size: int, max_length: int, threads: int, use_gpu: bool,
+                 precision: str = "fp32", token_budget: int = 0, compile: bool = False,
                  fault: dict | None = None, trace: dict | None = None):
         import torch
 
@@ -76,10 +91,11 @@ class PairScorer:
 
         torch.set_num_threads(max(1, threads))
         self.device = "cuda" if use_gpu and torch.cuda.is_available() else "cpu"
-        self.model, self.tokenizer = load_cross_encoder(model_dir, device=self.device)
-        self.model.eval()
+        model, self.tokenizer = load_cross_encoder(model_dir, device=self.device)
+        self.model = prepare_model(model, precision, self.device, compile=compile)
         self.micro_batch_size = micro_batch_size
         self.max_length = max_length
+        self.token_budget = token_budget or (GPU_TOKEN_BUDGET if self.device == "cuda" else CPU_TOKEN_BUDGET)
         self.fault, self.trace, self.batches = fault, trace, 0
         if self.trace:
             import ray
@@ -96,15 +112,15 @@ class PairScorer:
         if self.trace:
             self._trace("start", batch)
             time.sleep(float(self.trace.get("delay_s", 0)))
-        scores = score_pairs(
-            self.model,
-            self.tokenizer,
-            batch.column(schema.SENTENCE1).to_pylist(),
-            batch.column(schema.SENTENCE2).to_pylist(),
-            micro_batch_size=self.micro_batch_size,
-            max_length=self.max_length,
-            device=self.device,
-        )
+        if IDS in batch.column_names:
+            pad = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0
+            scores = score_tokenized(self.model, _tokens_from_arrow(batch), pad_id=pad, token_budget=self.token_budget,
+                                     max_pairs=self.micro_batch_size, device=self.device)
+            batch = batch.drop_columns([c for c in (IDS, TYPES) if c in batch.column_names])
+        else:
+            scores = score_pairs(self.model, self.tokenizer, batch.column(schema.SENTENCE1).to_pylist(),
+                                 batch.column(schema.SENTENCE2).to_pylist(), micro_batch_size=self.micro_batch_size,
+                                 max_length=self.max_length, device=self.device, token_budget=self.token_budget)
         self.batches += 1
         if self.fault and self.batches >= self.fault["after_batches"] and not os.path.exists(self.fault["flag"]):
             Path(self.fault["flag"]).write_text(f"actor pid {os.getpid()} exited after {self.batches} batches\n")
@@ -320,7 +336,12 @@ def _labelled_dataset(blocks: list[pa.Table], model_dir: str, cfg, max_length: i
     import ray
     from ray.data import ActorPoolStrategy
 
-    return ray.data.from_arrow(blocks).map_batches(
+    ds = ray.data.from_arrow(blocks)
+    if cfg.tokenize_stage == "separate" or (cfg.tokenize_stage == "auto" and cfg.num_gpus > 0):
+        # Tokenise in CPU tasks ahead of the actors, so a GPU actor only pads and runs the model.
+        ds = ds.map_batches(tokenize_batch, fn_kwargs={"model_dir": model_dir, "max_length": max_length},
+                            batch_size=cfg.block_size, batch_format="pyarrow", num_cpus=1)
+    return ds.map_batches(
         PairScorer,
         fn_constructor_kwargs={
             "model_dir": model_dir,
@@ -328,6 +349,9 @@ def _labelled_dataset(blocks: list[pa.Table], model_dir: str, cfg, max_length: i
             "max_length": max_length,
             "threads": int(cpus_per_actor),
             "use_gpu": cfg.num_gpus > 0,
+            "precision": cfg.precision,
+            "token_budget": cfg.token_budget,
+            "compile": cfg.compile,
             "fault": _hook(FAULT_ENV),
             "trace": _hook(TRACE_ENV),
         },

@@ -68,7 +68,7 @@ def candidates(s1, s2):
 def test_actor_pool_labels_every_candidate_once(ray_local, tiny_cross_encoder, actors, monkeypatch):
     s1, s2 = pairs(37, seed=1)
     cands = candidates(s1, s2)
-    cfg = LabelingConfig(actors=actors, block_size=5, micro_batch_size=3)
+    cfg = LabelingConfig(actors=actors, block_size=5, micro_batch_size=3, precision="fp32")
     seen = []
     from_arrow = ray_local.data.from_arrow
     monkeypatch.setattr(ray_local.data, "from_arrow", lambda t, **kw: seen.append(t) or from_arrow(t, **kw))
@@ -86,3 +86,19 @@ def test_actor_pool_labels_every_candidate_once(ray_local, tiny_cross_encoder, a
 def test_no_candidates_no_actors(tiny_model):
     silver = label_candidates(candidates([], []), tiny_model, LabelingConfig(), 128, 1)
     assert silver.num_rows == 0 and silver.schema == schema.SILVER_SCHEMA
+
+
+@pytest.mark.parametrize("precision", ["fp32", "int8"])
+def test_tokenising_stage_ahead_of_the_actors_gives_the_same_labels(ray_local, tiny_cross_encoder, precision):
+    s1, s2 = pairs(29, seed=2)
+    cands = candidates(s1, s2)
+    base = dict(actors=1, block_size=8, micro_batch_size=4, precision=precision)
+    in_actor = label_candidates(cands, tiny_cross_encoder, LabelingConfig(**base, tokenize_stage="actor"), 128, 1)
+    staged = label_candidates(cands, tiny_cross_encoder, LabelingConfig(**base, tokenize_stage="separate"), 128, 1)
+    assert staged.column_names == in_actor.column_names  # the token columns do not leak into the output
+    np.testing.assert_allclose(staged.column(schema.LABEL).to_numpy(), in_actor.column(schema.LABEL).to_numpy(),
+                               atol=1e-6)
+    model, tok = load_cross_encoder(tiny_cross_encoder)
+    ref = one_by_one(model.eval(), tok, s1, s2)
+    tol = 1e-5 if precision == "fp32" else 2e-2  # int8: the stated tolerance of dynamic quantisation
+    assert np.abs(staged.column(schema.LABEL).to_numpy() - ref).max() < tol
