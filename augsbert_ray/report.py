@@ -17,21 +17,17 @@ MODEL_ROWS = [
 
 
 def versions() -> dict:
-    import pyarrow
-    import ray
-    import sentence_transformers
-    import torch
-    import transformers
+    """Versions of the libraries a result depends on ("absent" for one not installed)."""
+    import importlib.metadata as md
 
-    return {
-        "python": platform.python_version(),
-        "ray": ray.__version__,
-        "torch": torch.__version__,
-        "transformers": transformers.__version__,
-        "sentence_transformers": sentence_transformers.__version__,
-        "pyarrow": pyarrow.__version__,
-        "machine": f"{platform.machine()} {platform.processor() or ''}".strip(),
-    }
+    out = {"python": platform.python_version()}
+    for name in ("ray", "torch", "transformers", "sentence-transformers", "pyarrow"):
+        try:
+            out[name.replace("-", "_")] = md.version(name)
+        except md.PackageNotFoundError:
+            out[name.replace("-", "_")] = "absent"
+    out["machine"] = f"{platform.machine()} {platform.processor() or ''}".strip()
+    return out
 
 
 def summary_markdown(metrics: dict) -> str:
