@@ -156,8 +156,8 @@ class LabelingConfig(_Strict):
     # Most padded tokens (pairs x longest pair) per forward pass; 0: 8192 on CPU, 65536 on a GPU.
     token_budget: int = Field(0, ge=0)
     # auto: bf16 on a GPU (fp16 where bf16 is missing), fp32 on CPU. int8 (dynamic quantisation
-    # of the linear layers, CPU) is faster but moved a trained teacher's scores by up to 0.3.
-    # benchmarks/labeling_speed.py measures each against fp32.
+    # of the linear layers, CPU) is faster but moved a trained teacher's scores by up to 0.2
+    # (Spearman 0.989 with fp32); benchmarks/labeling_speed.py measures each against fp32.
     precision: Literal["auto", "fp32", "bf16", "fp16", "int8"] = "auto"
     compile: bool = False  # torch.compile the cross-encoder (slow first batches; helps on long runs)
     # auto: tokenise in CPU tasks ahead of the actors when they run on GPUs, in the actors on CPU.
