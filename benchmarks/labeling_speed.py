@@ -1,18 +1,23 @@
-"""Labelling throughput: the engine's cross-encoder labelling vs sentence-transformers'
+"""Labelling throughput: the engine's cross-encoder scoring vs sentence-transformers'
 ``CrossEncoder.predict`` with its defaults, side by side in one run.
 
-Same pairs (sentence pairs of the STS benchmark's dev and test files, so real lengths),
-same model (a one-logit cross-encoder on the embedded MiniLM, saved once and loaded by
-both), same device and threads. Reports pairs/s for
+Same pairs (the STS benchmark's dev and test pairs, cycled, so real lengths), same model
+(a one-logit cross-encoder, saved once in fp32 and loaded by both), same device and threads.
+Reports pairs/s for
 
-- ``CrossEncoder.predict`` (batch_size 32, its default),
-- ``score_pairs``: the engine's single-process core (length-sorted micro-batches),
-- ``label_candidates``: the engine's Ray actor pool, end to end (actor start included),
+- ``CrossEncoder.predict`` with its defaults (batch_size 32, fp32),
+- the engine's scoring core (``score_pairs``: token-budget batches over length-sorted pairs,
+  tokenisation of the next chunk overlapped) in each precision asked for; fp32 is exact,
+  the others are checked against the peer's scores (largest difference, Spearman),
+- optionally a sweep of token budgets, and
+- the engine's Ray pipeline end to end (``label_candidates``: a CPU tokenising stage ahead of
+  GPU actors, shards committed to disk; actor start included, and its steady state from the
+  first shard committed to the last), where Ray is installed.
 
-and the largest difference between the engine's scores and the peer's.
-
-    python benchmarks/labeling_speed.py                       # 3,000 pairs on CPU
-    python benchmarks/labeling_speed.py --pairs 100000 --device cuda --actors 1
+    python benchmarks/labeling_speed.py                                   # 3,000 pairs on CPU
+    python benchmarks/labeling_speed.py --model runs/x/models/cross_encoder  # a trained teacher
+    python benchmarks/labeling_speed.py --pairs 200000 --device cuda --precisions fp32 bf16 fp16 \\
+        --token-budgets 16384 32768 65536 131072
 """
 
 from __future__ import annotations
@@ -52,76 +57,153 @@ def candidates(s1: list[str], s2: list[str]) -> pa.Table:
                      schema.RETRIEVAL_SCORE: np.zeros(n, np.float32)}, schema=schema.CANDIDATE_SCHEMA)
 
 
+def timed(fn, device: str):
+    import torch
+
+    if device.startswith("cuda"):
+        torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    out = fn()
+    if device.startswith("cuda"):
+        torch.cuda.synchronize()
+    return out, time.perf_counter() - t0
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--pairs", type=int, default=3000)
-    p.add_argument("--model", default="embedded", help="initial model of the cross-encoder")
+    p.add_argument("--model", default="embedded", help="the cross-encoder: embedded (a new head) or a saved one")
     p.add_argument("--device", default="cpu")
     p.add_argument("--threads", type=int, default=os.cpu_count())
+    p.add_argument("--precisions", nargs="+", help="engine precisions (default: fp32 and the device's auto)")
+    p.add_argument("--token-budgets", nargs="*", type=int, default=[], help="also sweep these token budgets")
+    p.add_argument("--max-pairs", type=int, default=None, help="most pairs per forward pass (default: config's)")
     p.add_argument("--actors", type=int, default=1, help="labelling actors of the Ray pool")
-    p.add_argument("--micro-batch-size", type=int, default=64)
+    p.add_argument("--no-ray", action="store_true", help="skip the Ray pipeline rows")
+    p.add_argument("--ray-pairs", type=int, help="pairs for the Ray pipeline rows (default: --pairs)")
     p.add_argument("--data-dir", default=os.environ.get("AUGSBERT_DATA_DIR", "../shared/data"))
     p.add_argument("--out", default="benchmarks/results/labeling_speed")
     args = p.parse_args(argv)
 
     import torch
+    from scipy.stats import spearmanr
     from sentence_transformers import CrossEncoder
 
     from augsbert_ray.config import LabelingConfig
-    from augsbert_ray.labeling import label_candidates, score_pairs
     from augsbert_ray.models import load_cross_encoder
     from augsbert_ray.report import versions
-    from augsbert_ray.runtime import start_ray
+    from augsbert_ray.scoring import CPU_TOKEN_BUDGET, GPU_TOKEN_BUDGET, prepare_model, resolve_precision, score_pairs
 
+    gpu = args.device.startswith("cuda")
     torch.set_num_threads(args.threads)
+    default_budget = GPU_TOKEN_BUDGET if gpu else CPU_TOKEN_BUDGET
+    max_pairs = args.max_pairs or LabelingConfig().micro_batch_size
+    precisions = args.precisions or ["fp32", resolve_precision("auto", args.device)]
     s1, s2 = stsb_pairs(Path(args.data_dir), args.pairs)
     torch.manual_seed(0)
     model, tok = load_cross_encoder(args.model)
     model_dir = Path(tempfile.mkdtemp(prefix="labeling-speed-")) / "cross-encoder"
-    model.save_pretrained(model_dir)
+    model.float().save_pretrained(model_dir)
     tok.save_pretrained(model_dir)
-    results = {}
+    del model
+    rows, diffs = [], {}
+    warm = min(2048, args.pairs)
 
     peer = CrossEncoder(str(model_dir), device=args.device)
-    peer.predict(list(zip(s1[:64], s2[:64])))  # warm-up
-    t0 = time.perf_counter()
-    peer_scores = np.asarray(peer.predict(list(zip(s1, s2)), show_progress_bar=False), dtype=np.float32)
-    results["CrossEncoder.predict (defaults)"] = args.pairs / (time.perf_counter() - t0)
+    peer.predict(list(zip(s1[:warm], s2[:warm])), show_progress_bar=False)  # warm-up
+    peer_scores, dt = timed(lambda: np.asarray(peer.predict(list(zip(s1, s2)), show_progress_bar=False),
+                                               dtype=np.float32), args.device)
+    rows.append(("CrossEncoder.predict (defaults: batch 32, fp32)", args.pairs / dt))
     del peer
 
-    model, tok = load_cross_encoder(str(model_dir), device=args.device)
-    model.eval()
-    score_pairs(model, tok, s1[:64], s2[:64], device=args.device)  # warm-up
-    t0 = time.perf_counter()
-    ours = score_pairs(model, tok, s1, s2, micro_batch_size=args.micro_batch_size, device=args.device)
-    results["engine: score_pairs (one process)"] = args.pairs / (time.perf_counter() - t0)
+    def engine(precision: str, budget: int):
+        m, t = load_cross_encoder(str(model_dir), device=args.device)
+        m = prepare_model(m, precision, args.device)
+        run = lambda pairs: score_pairs(m, t, s1[:pairs], s2[:pairs], micro_batch_size=max_pairs,  # noqa: E731
+                                        device=args.device, token_budget=budget)
+        run(warm)
+        scores, dt = timed(lambda: run(args.pairs), args.device)
+        del m
+        return scores, args.pairs / dt
 
-    start_ray(None, args.threads)
-    cfg = LabelingConfig(actors=args.actors, micro_batch_size=args.micro_batch_size,
-                         num_gpus=1 if args.device.startswith("cuda") else 0)
-    t0 = time.perf_counter()
-    pooled = label_candidates(candidates(s1, s2), str(model_dir), cfg, 128, max(1, args.threads // args.actors))
-    results[f"engine: Ray actor pool ({args.actors} actor(s), start included)"] = args.pairs / (time.perf_counter() - t0)
-    pooled = pooled.column("label").to_numpy()
+    for precision in precisions:
+        scores, rate = engine(precision, default_budget)
+        name = f"engine: score_pairs, {precision}, token budget {default_budget}"
+        rows.append((name, rate))
+        diffs[name] = (float(np.abs(scores - peer_scores).max()), float(spearmanr(scores, peer_scores)[0]))
+    sweep_precision = precisions[-1]
+    # The model's share alone: pairs tokenised beforehand, as a GPU actor gets them from the
+    # CPU tokenising stage of the Ray pipeline.
+    from augsbert_ray.scoring import score_tokenized, tokenize_pairs
 
-    diff = {"score_pairs": float(np.abs(ours - peer_scores).max()), "actor pool": float(np.abs(pooled - peer_scores).max())}
-    base = results["CrossEncoder.predict (defaults)"]
+    m, t = load_cross_encoder(str(model_dir), device=args.device)
+    m = prepare_model(m, sweep_precision, args.device)
+    tokens, tok_s = timed(lambda: tokenize_pairs(t, s1, s2, 128), "cpu")
+    run = lambda: score_tokenized(m, tokens, pad_id=t.pad_token_id, token_budget=default_budget,  # noqa: E731
+                                  max_pairs=max_pairs, device=args.device)
+    run()
+    scores, dt = timed(run, args.device)
+    name = f"engine: score_tokenized (pre-tokenised), {sweep_precision}, token budget {default_budget}"
+    rows.append((name, args.pairs / dt))
+    diffs[name] = (float(np.abs(scores - peer_scores).max()), float(spearmanr(scores, peer_scores)[0]))
+    rows.append((f"tokenisation alone ({os.cpu_count()} cores)", args.pairs / tok_s))
+    del m
+    for budget in args.token_budgets:
+        if budget == default_budget:
+            continue
+        scores, rate = engine(sweep_precision, budget)
+        name = f"engine: score_pairs, {sweep_precision}, token budget {budget}"
+        rows.append((name, rate))
+        diffs[name] = (float(np.abs(scores - peer_scores).max()), float(spearmanr(scores, peer_scores)[0]))
+
+    if not args.no_ray:
+        from augsbert_ray.labeling import ShardStore, label_candidates
+        from augsbert_ray.runtime import start_ray
+
+        start_ray(None, args.threads)
+        n = args.ray_pairs or args.pairs
+        r1, r2 = stsb_pairs(Path(args.data_dir), n)
+        cfg = LabelingConfig(actors=args.actors, num_gpus=1 if gpu else 0, micro_batch_size=max_pairs)
+        commits = []
+        store = ShardStore(Path(tempfile.mkdtemp(prefix="labeling-speed-shards-")))
+        pooled, dt = timed(lambda: label_candidates(candidates(r1, r2), str(model_dir), cfg, 128,
+                                                    max(1, args.threads // args.actors), store=store,
+                                                    on_commit=lambda: commits.append(time.perf_counter())),
+                           args.device)
+        precision = resolve_precision(cfg.precision, args.device)
+        name = f"engine: Ray pipeline, {precision}, {n:,} pairs, {args.actors} actor(s), start included"
+        rows.append((name, n / dt))
+        m = min(n, args.pairs)  # the pairs the peer scored too (same order: ids follow the input)
+        scores = pooled.column("label").to_numpy()[:m]
+        diffs[name] = (float(np.abs(scores - peer_scores[:m]).max()), float(spearmanr(scores, peer_scores[:m])[0]))
+        if len(commits) > 2:  # from the first shard committed to the last: the pool at work
+            steady = f"engine: Ray pipeline, {precision}, steady state (shards 2-{len(commits)} of {cfg.block_size:,})"
+            rows.append((steady, (n - cfg.block_size) / (commits[-1] - commits[0])))
+
+    base = rows[0][1]
     v = versions()
+    where = torch.cuda.get_device_name() if gpu else f"{platform.processor() or platform.machine()}, {args.threads} threads"
     lines = ["# Labelling throughput vs CrossEncoder.predict", "",
-             f"{args.pairs} STSb sentence pairs (dev + test, cycled), cross-encoder on `{args.model}`, "
-             f"device {args.device}, {args.threads} threads.", "",
-             "| labeller | pairs/s | vs CrossEncoder.predict |", "|---|---:|---:|"]
-    lines += [f"| {name} | {rate:.1f} | {rate / base:.2f}x |" for name, rate in results.items()]
-    lines += ["", "Largest |engine - CrossEncoder.predict| score difference: "
-              + ", ".join(f"{k} {d:.2e}" for k, d in diff.items()) + ".", "",
-              f"Command: `python benchmarks/labeling_speed.py {' '.join(argv if argv is not None else sys.argv[1:])}`",
-              f"Machine: {platform.machine()}, {os.cpu_count()} cores. Versions: "
+             f"{args.pairs:,} STSb sentence pairs (dev + test, cycled), cross-encoder from `{args.model}`, "
+             f"device {args.device} ({where}), at most {max_pairs} pairs per forward pass.", "",
+             "| labeller | pairs/s | vs CrossEncoder.predict | largest score difference | Spearman with the peer |",
+             "|---|---:|---:|---:|---:|"]
+    for name, rate in rows:
+        d = diffs.get(name)
+        if name.startswith("tokenisation"):
+            lines.append(f"| {name} | {rate:,.0f} | - | - | - |")
+            continue
+        lines.append(f"| {name} | {rate:,.0f} | {rate / base:.2f}x | "
+                     + (f"{d[0]:.1e} | {d[1]:.6f} |" if d else "- | - |"))
+    lines += ["", f"Command: `python benchmarks/labeling_speed.py {' '.join(argv if argv is not None else sys.argv[1:])}`",
+              f"Machine: {platform.machine()}, {os.cpu_count()} cores{', ' + where if gpu else ''}. Versions: "
               + ", ".join(f"{k} {v[k]}" for k in v) + ".",
               f"Written {datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC.", ""]
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.with_suffix(".md").write_text("\n".join(lines), encoding="utf-8")
-    out.with_suffix(".json").write_text(json.dumps({"pairs_per_s": results, "max_abs_diff": diff, "args": vars(args)},
+    out.with_suffix(".json").write_text(json.dumps({"pairs_per_s": dict(rows), "max_abs_diff_and_spearman": diffs,
+                                                   "args": vars(args), "versions": v, "device": where},
                                                    indent=2), encoding="utf-8")
     print("\n".join(lines))
     return 0
