@@ -118,6 +118,14 @@ class FaissConfig(_Strict):
     ivf_nprobe: int = Field(16, gt=0)  # IVF cells visited per query; higher = better recall
     hnsw_m: int = Field(32, gt=1)  # HNSW graph degree
     hnsw_ef_search: int = Field(128, gt=0)  # HNSW beam width; higher = better recall
+    # Index shards, each held by its own Ray actor (rows split evenly; the shards' top-k lists
+    # are merged exactly). 1: one index in the sampling process.
+    shards: int = Field(1, gt=0)
+    shard_cpus: float = Field(1, gt=0)  # CPUs per shard actor
+    shard_gpus: float = Field(0, ge=0)  # GPUs per shard actor
+    # Flat and IVF indexes move to a GPU where faiss-gpu is installed and the process sees one
+    # (HNSW stays on CPU). false keeps them on CPU.
+    use_gpu: bool = True
 
 
 class KDEConfig(_Strict):

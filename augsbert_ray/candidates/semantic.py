@@ -6,8 +6,10 @@ candidate pairs. SS finds the semantically similar pairs that BM25's lexical ove
 misses, such as paraphrases sharing few words.
 
 Embedding runs in a Ray Data actor pool (the model loads once per actor, on a GPU when
-one is given); the nearest-neighbour search runs in Faiss on the driver, over
-normalised embeddings so that inner product is cosine similarity.
+one is given); the nearest-neighbour search runs in Faiss over normalised embeddings, so
+that inner product is cosine similarity: one index in the sampling process, or
+``faiss.shards`` indexes each held by a Ray actor (``ShardedIndex``), whose top-k lists
+are merged exactly. Flat and IVF indexes run on a GPU where faiss-gpu sees one.
 """
 
 from __future__ import annotations
@@ -121,7 +123,94 @@ def build_faiss_index(emb: np.ndarray, cfg, seed: int):
     else:
         raise ValueError(f"unknown faiss index '{cfg.index}'; valid: flat, hnsw, ivf")
     index.add(emb)
-    return index
+    return _on_gpu(index) if getattr(cfg, "use_gpu", False) else index
+
+
+def _on_gpu(index):
+    """``index`` copied to GPU 0 where faiss-gpu sees a GPU (not HNSW, which faiss runs on CPU)."""
+    import faiss
+
+    if not hasattr(faiss, "StandardGpuResources") or faiss.get_num_gpus() == 0:
+        return index
+    if isinstance(index, faiss.IndexHNSW):
+        return index
+    res = faiss.StandardGpuResources()
+    gpu_index = faiss.index_cpu_to_gpu(res, 0, index)
+    gpu_index.referenced_objects = [res]  # the resources must live as long as the index
+    return gpu_index
+
+
+def merge_top_k(parts: list[tuple[np.ndarray, np.ndarray]], k: int) -> tuple[np.ndarray, np.ndarray]:
+    """Merges per-shard ``(scores, ids)`` top lists (ids global, -1 for none) into one top ``k``.
+
+    Every true top-k neighbour is in its own shard's top k, so the merge is exact.
+    """
+    scores = np.concatenate([p[0] for p in parts], axis=1).astype(np.float32)
+    ids = np.concatenate([p[1] for p in parts], axis=1).astype(np.int64)
+    scores[ids < 0] = -np.inf
+    order = np.argsort(-scores, axis=1, kind="stable")[:, :k]
+    return np.take_along_axis(scores, order, 1), np.take_along_axis(ids, order, 1)
+
+
+class _IndexShard:
+    """Ray actor: one shard's Faiss index over rows ``offset .. offset + len(emb)``."""
+
+    def __init__(self, emb: np.ndarray, offset: int, cfg, seed: int):
+        self.offset = offset
+        self.index = build_faiss_index(emb, cfg, seed)
+
+    def search(self, queries: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+        scores, ids = self.index.search(queries, min(k, self.index.ntotal))
+        return scores, np.where(ids >= 0, ids + self.offset, -1)
+
+
+class ShardedIndex:
+    """A Faiss index split row-wise over ``shards`` Ray actors, searched like one index.
+
+    Each query batch goes to every shard; the shards' top-k lists are merged (``merge_top_k``).
+    With ``flat`` shards the result equals one flat index over all rows.
+    """
+
+    def __init__(self, emb: np.ndarray, cfg, seed: int, shards: int, num_cpus: float = 1, num_gpus: float = 0,
+                 query_batch: int = 65536):
+        import logging
+
+        import ray
+
+        cpus = ray.cluster_resources().get("CPU", 0)
+        if shards * num_cpus > cpus:
+            logging.getLogger(__name__).warning(
+                "faiss.shards=%d x faiss.shard_cpus=%g is more than the cluster's %g CPUs: the shard actors "
+                "wait until the cluster grows (lower faiss.shard_cpus to share CPUs)", shards, num_cpus, cpus)
+        self.ntotal = len(emb)
+        bounds = np.linspace(0, self.ntotal, shards + 1).astype(np.int64)
+        actor = ray.remote(_IndexShard).options(num_cpus=num_cpus, num_gpus=num_gpus)
+        self.actors = [actor.remote(np.ascontiguousarray(emb[lo:hi]), int(lo), cfg, seed + i)
+                       for i, (lo, hi) in enumerate(zip(bounds[:-1], bounds[1:])) if hi > lo]
+        self.query_batch = query_batch
+
+    def search(self, queries: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+        import logging
+
+        import ray
+
+        log = logging.getLogger(__name__)
+        out_s, out_i = [], []
+        for start in range(0, len(queries), self.query_batch):
+            batch = ray.put(np.ascontiguousarray(queries[start:start + self.query_batch]))
+            s, i = merge_top_k(ray.get([a.search.remote(batch, k) for a in self.actors]), k)
+            out_s.append(s)
+            out_i.append(i)
+            log.info("semantic search: %d / %d queries over %d shards", min(start + self.query_batch, len(queries)),
+                     len(queries), len(self.actors))
+        return np.concatenate(out_s), np.concatenate(out_i)
+
+    def close(self) -> None:
+        import ray
+
+        for a in self.actors:
+            ray.kill(a)
+        self.actors = []
 
 
 def search_top_k(index, emb: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -194,6 +283,13 @@ def sample(ctx) -> pa.Table:
     if ctx.sentences.num_rows == 0:
         return schema.empty_table(schema.CANDIDATE_SCHEMA)
     emb = embed_on_ray(ctx)
-    index = build_faiss_index(emb, ctx.cfg.faiss, ctx.seed)
-    q, h, s = search_top_k(index, emb, ctx.cfg.top_k)
+    fcfg = ctx.cfg.faiss
+    if fcfg.shards > 1:
+        index = ShardedIndex(emb, fcfg, ctx.seed, fcfg.shards, num_cpus=fcfg.shard_cpus, num_gpus=fcfg.shard_gpus)
+        try:
+            q, h, s = search_top_k(index, emb, ctx.cfg.top_k)
+        finally:
+            index.close()
+    else:
+        q, h, s = search_top_k(build_faiss_index(emb, fcfg, ctx.seed), emb, ctx.cfg.top_k)
     return finalize_candidates(q, h, s, ctx.sentences, ctx.gold_keys, origin="ss")

@@ -84,6 +84,40 @@ def test_search_drops_missing_hits_and_keeps_k_when_the_query_is_not_returned():
     assert all(i ^ 1 in found for i, found in enumerate(_per_query(q, h, 8)))  # each finds its twin
 
 
+def test_merge_top_k_takes_the_best_across_shards_and_drops_padding():
+    a = (np.array([[0.9, 0.5], [0.4, -1.0]], np.float32), np.array([[3, 1], [0, -1]]))
+    b = (np.array([[0.7, 0.6], [0.8, 0.2]], np.float32), np.array([[10, 12], [11, 13]]))
+    scores, ids = semantic.merge_top_k([a, b], 3)
+    assert ids.tolist() == [[3, 10, 12], [11, 0, 13]]
+    np.testing.assert_allclose(scores, [[0.9, 0.7, 0.6], [0.8, 0.4, 0.2]])
+    # Fewer hits than k in all shards together: the padding stays -1 (search_top_k drops it).
+    _, ids = semantic.merge_top_k([a, b], 4)
+    assert ids[1].tolist() == [11, 0, 13, -1]
+
+
+def test_sharded_flat_index_equals_one_index(ray_local, vectors):
+    ids, scores = _brute_top_k(vectors, K)
+    # 3 uneven shards (500 rows), queries sent in batches of 128.
+    index = semantic.ShardedIndex(vectors, FaissConfig(), seed=0, shards=3, num_cpus=0.5, query_batch=128)
+    try:
+        assert len(index.actors) == 3
+        q, h, s = semantic.search_top_k(index, vectors, K)
+    finally:
+        index.close()
+    assert np.array_equal(q, np.repeat(np.arange(len(vectors)), K))
+    assert np.array_equal(h.reshape(-1, K), ids)
+    np.testing.assert_allclose(s.reshape(-1, K), scores, atol=1e-5)
+    # More shards than rows: empty shards are skipped, missing hits dropped.
+    small = _unit_vectors(4, 8, seed=1)
+    index = semantic.ShardedIndex(small, FaissConfig(), seed=0, shards=6, num_cpus=0.25)
+    try:
+        assert len(index.actors) == 4
+        q, h, _ = semantic.search_top_k(index, small, K)
+    finally:
+        index.close()
+    assert len(q) == 4 * 3 and (h >= 0).all() and not (q == h).any()
+
+
 def test_unknown_index_and_missing_bi_encoder_are_clear(tmp_path):
     with pytest.raises(ValueError, match="unknown faiss index 'lsh'"):
         semantic.build_faiss_index(_unit_vectors(4, 8, 0), FaissConfig.model_construct(index="lsh"), 0)
@@ -164,3 +198,8 @@ def test_sample_on_ray_equals_local_brute_force(ray_local, tiny_model, tmp_path,
     assert (got.column(schema.ID1).to_numpy() < got.column(schema.ID2).to_numpy()).all()
     assert len(np.unique(keys)) == len(keys) and not np.isin(keys, gold_keys).any()
     assert set(got.column(schema.ORIGIN).to_pylist()) == {"ss"}
+
+    # The same search over two index shards (Ray actors) gives the same candidates.
+    monkeypatch.setattr(semantic, "embed_on_ray", lambda c: seen[0])
+    sharded = SamplingConfig(top_k=K, faiss=FaissConfig(shards=2, shard_cpus=0.5))
+    assert get_sampler("ss")(ctx.__class__(**{**ctx.__dict__, "cfg": sharded})).equals(got)
