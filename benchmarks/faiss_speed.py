@@ -1,0 +1,193 @@
+"""Semantic top-k: the engine's Faiss search vs ``sentence_transformers.util.semantic_search``,
+and IVF / HNSW recall@k against exact search with their speed-up, side by side in one run
+on the same embeddings, queries and k.
+
+The corpus is the unique sentences of the STS benchmark (train + dev + test), embedded by
+the bi-encoder (``--model``, the embedded all-MiniLM-L6-v2 by default). ``--scale N`` grows
+it N times with synthetic neighbours: copy i of a sentence's embedding has Gaussian noise
+of norm ``--noise`` added and is renormalised, so the corpus keeps the real embeddings'
+cluster structure at N times the size (a synthetic corpus, said in the report). Queries are
+a seeded sample of ``--queries`` corpus rows, each searching for its k nearest *other* rows
+(as semantic-search sampling does); recall@k is measured against exact (flat) search.
+
+    python benchmarks/faiss_speed.py                          # STSb sentences, k = 3
+    python benchmarks/faiss_speed.py --scale 20 --shards 2    # ~330k rows, 2 index shards
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import sys
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+
+import numpy as np
+
+
+def sentences(data_dir: Path) -> list[str]:
+    from augsbert_ray.loaders import load_pairs
+    from augsbert_ray.sources import DataSource
+
+    seen: dict[str, None] = {}
+    for split in ("train", "dev", "test"):
+        t = load_pairs(DataSource(format="stsb", path=str(data_dir / "stsb" / f"sts-{split}.csv")), split).table
+        for col in ("sentence1", "sentence2"):
+            seen.update(dict.fromkeys(t.column(col).to_pylist()))
+    return list(seen)
+
+
+def grow(emb: np.ndarray, scale: int, noise: float, seed: int) -> np.ndarray:
+    """``emb`` and ``scale - 1`` noisy copies of it, each row of unit norm."""
+    if scale == 1:
+        return emb
+    rng = np.random.default_rng(seed)
+    out = np.empty((len(emb) * scale, emb.shape[1]), np.float32)
+    out[:len(emb)] = emb
+    for i in range(1, scale):
+        e = rng.standard_normal(emb.shape).astype(np.float32)
+        e *= noise / np.linalg.norm(e, axis=1, keepdims=True)
+        e += emb
+        out[i * len(emb):(i + 1) * len(emb)] = e / np.linalg.norm(e, axis=1, keepdims=True)
+    return out
+
+
+def top_k_others(scores: np.ndarray, ids: np.ndarray, queries: np.ndarray, k: int) -> np.ndarray:
+    """Each query's first ``k`` hits that are not the query itself (-1 where fewer)."""
+    keep = (ids >= 0) & (ids != queries[:, None])
+    keep &= np.cumsum(keep, axis=1) <= k
+    out = np.full((len(ids), k), -1, np.int64)
+    for r in range(len(ids)):
+        row = ids[r][keep[r]]
+        out[r, :len(row)] = row
+    return out
+
+
+def recall(got: np.ndarray, exact: np.ndarray) -> float:
+    k = exact.shape[1]
+    return float(np.mean([len(set(g[g >= 0].tolist()) & set(e.tolist())) / k for g, e in zip(got, exact)]))
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--k", type=int, default=3)
+    p.add_argument("--model", default="embedded", help="the bi-encoder that embeds the sentences")
+    p.add_argument("--scale", type=int, default=1)
+    p.add_argument("--noise", type=float, default=0.3, help="norm of the noise added to each synthetic copy")
+    p.add_argument("--queries", type=int, default=5000, help="queries timed (a seeded sample of the corpus)")
+    p.add_argument("--threads", type=int, default=0, help="Faiss and torch threads (0: all cores)")
+    p.add_argument("--shards", type=int, nargs="*", default=[], help="also time flat search over these "
+                   "numbers of index shards (Ray actors)")
+    p.add_argument("--ivf", default="1024:8,1024:32,1024:128", help="nlist:nprobe settings")
+    p.add_argument("--hnsw", default="32:64,32:128,32:256", help="M:efSearch settings")
+    p.add_argument("--data-dir", default=os.environ.get("AUGSBERT_DATA_DIR", "../shared/data"))
+    p.add_argument("--out", default="benchmarks/results/faiss_speed")
+    args = p.parse_args(argv)
+
+    import faiss
+    import torch
+    from sentence_transformers import util
+
+    from augsbert_ray.candidates.semantic import ShardedIndex, build_faiss_index, embed_texts
+    from augsbert_ray.config import FaissConfig
+    from augsbert_ray.models import load_bi_encoder
+    from augsbert_ray.report import versions
+
+    threads = args.threads or os.cpu_count()
+    faiss.omp_set_num_threads(threads)
+    torch.set_num_threads(threads)
+    texts = sentences(Path(args.data_dir))
+    t0 = time.perf_counter()
+    base = embed_texts(load_bi_encoder(args.model, 128), texts, batch_size=64)
+    print(f"embedded {len(texts):,} sentences in {time.perf_counter() - t0:.0f} s", flush=True)
+    emb = grow(base, args.scale, args.noise, seed=0)
+    n, k = len(emb), args.k
+    q_ids = np.sort(np.random.default_rng(1).choice(n, min(args.queries, n), replace=False))
+    queries = np.ascontiguousarray(emb[q_ids])
+    rows: dict[str, dict] = {}
+
+    def timed(name: str, build, search, note: str = "") -> np.ndarray:
+        t0 = time.perf_counter()
+        index = build()
+        built = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        scores, ids = search(index)
+        secs = time.perf_counter() - t0
+        got = top_k_others(scores, ids, q_ids, k)
+        rows[name] = {"build_s": built, "search_s": secs, "qps": len(q_ids) / secs, "note": note}
+        print(f"{name}: build {built:.2f} s, {len(q_ids) / secs:,.0f} queries/s", flush=True)
+        if hasattr(index, "close"):
+            index.close()
+        return got
+
+    # The peer: exact cosine top-k in torch, as sentence-transformers users run it.
+    corpus_t, queries_t = torch.from_numpy(emb), torch.from_numpy(queries)
+
+    def st_search(_):
+        hits = util.semantic_search(queries_t, corpus_t, top_k=k + 1)
+        ids = np.array([[h["corpus_id"] for h in row] for row in hits], np.int64)
+        return np.array([[h["score"] for h in row] for row in hits], np.float32), ids
+
+    peer = timed("sentence_transformers.util.semantic_search", lambda: None, st_search, "exact, torch")
+    exact = timed("engine: Faiss flat (exact)", lambda: build_faiss_index(emb, FaissConfig(use_gpu=False), 0),
+                  lambda ix: ix.search(queries, k + 1), "exact")
+    rows["engine: Faiss flat (exact)"]["recall"] = 1.0
+    rows["sentence_transformers.util.semantic_search"]["recall"] = recall(peer, exact)
+    if hasattr(faiss, "StandardGpuResources") and faiss.get_num_gpus() > 0:
+        name = "engine: Faiss flat on the GPU (exact)"
+        got = timed(name, lambda: build_faiss_index(emb, FaissConfig(use_gpu=True), 0),
+                    lambda ix: ix.search(queries, k + 1), "exact")
+        rows[name]["recall"] = recall(got, exact)
+    for shards in args.shards:
+        import ray
+
+        if not ray.is_initialized():
+            ray.init(num_cpus=max(threads, shards), include_dashboard=False, log_to_driver=False)
+        name = f"engine: Faiss flat, {shards} shards (Ray actors)"
+        got = timed(name, lambda s=shards: ShardedIndex(emb, FaissConfig(use_gpu=False), 0, s,
+                                                         num_cpus=max(threads, shards) / s),
+                    lambda ix: ix.search(queries, k + 1), "exact")
+        rows[name]["recall"] = recall(got, exact)
+    for setting in filter(None, args.ivf.split(",")):
+        nlist, nprobe = map(int, setting.split(":"))
+        cfg = FaissConfig(index="ivf", ivf_nlist=nlist, ivf_nprobe=nprobe, use_gpu=False)
+        name = f"engine: IVF nlist {min(nlist, n // 39)}, nprobe {nprobe}"
+        got = timed(name, lambda c=cfg: build_faiss_index(emb, c, 0), lambda ix: ix.search(queries, k + 1))
+        rows[name]["recall"] = recall(got, exact)
+    for setting in filter(None, args.hnsw.split(",")):
+        m, ef = map(int, setting.split(":"))
+        cfg = FaissConfig(index="hnsw", hnsw_m=m, hnsw_ef_search=ef, use_gpu=False)
+        name = f"engine: HNSW M {m}, efSearch {ef}"
+        got = timed(name, lambda c=cfg: build_faiss_index(emb, c, 0), lambda ix: ix.search(queries, k + 1))
+        rows[name]["recall"] = recall(got, exact)
+
+    flat_qps = rows["engine: Faiss flat (exact)"]["qps"]
+    v = versions()
+    corpus_note = (f"{n:,} rows: the {len(texts):,} unique STSb sentences embedded by `{args.model}`"
+                   + (f", and {args.scale - 1} synthetic noisy copies of each (noise norm {args.noise})"
+                      if args.scale > 1 else ""))
+    lines = ["# Semantic top-k: Faiss vs sentence-transformers, and approximate indexes vs exact", "",
+             f"Corpus: {corpus_note}. {len(q_ids):,} queries (corpus rows), top-{k} other rows each. "
+             f"{threads} threads.", "",
+             "| search | index build (s) | queries/s | vs flat | recall@k vs exact |", "|---|---:|---:|---:|---:|"]
+    lines += [f"| {name} | {r['build_s']:.2f} | {r['qps']:,.0f} | {r['qps'] / flat_qps:.2f}x | {r['recall']:.4f} |"
+              for name, r in rows.items()]
+    lines += ["", f"Command: `python benchmarks/faiss_speed.py {' '.join(argv if argv is not None else sys.argv[1:])}`",
+              f"Machine: {platform.machine()}, {os.cpu_count()} cores"
+              + (f", {torch.cuda.get_device_name(0)}" if torch.cuda.is_available() else "") + ". Versions: "
+              + ", ".join(f"{k_} {v[k_]}" for k_ in v) + f", faiss {faiss.__version__}.",
+              f"Written {datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC.", ""]
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.with_suffix(".md").write_text("\n".join(lines), encoding="utf-8")
+    out.with_suffix(".json").write_text(json.dumps({"rows": rows, "n": n, "queries": len(q_ids), "k": k,
+                                                    "versions": v, "args": vars(args)}, indent=2))
+    print("\n".join(lines))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
