@@ -1,0 +1,205 @@
+"""End-to-end wall time of an AugSBERT BM25 job: the engine vs a plain sequential script that
+does the same steps with sentence-transformers alone, side by side in one run.
+
+The engine runs the job (``augsbert run``'s code path, on an embedded local Ray unless
+``RAY_ADDRESS`` names a cluster). The script then takes the very same gold pairs (the
+engine's ``gold/*.parquet``, so both see the same subsample) and the job's hyperparameters,
+and does what a user of sentence-transformers alone would write, in one process:
+``CrossEncoder.fit`` on gold, ``SentenceTransformer`` zero-shot, ``SentenceTransformer.fit``
+on gold (``CosineSimilarityLoss``), BM25 top-k per sentence with ``rank_bm25`` (the self
+hit, pairs seen before and gold pairs dropped), ``CrossEncoder.predict`` to label them, and
+``SentenceTransformer.fit`` on gold + silver; each model is scored on dev and test. Both
+report wall time per step and test Spearman.
+
+Regression jobs (STSb) with ``sampling.strategy: bm25`` only.
+
+    pip install -e ".[bench]"
+    python benchmarks/end_to_end.py                                   # jobs/stsb-1k-bm25.yaml
+    python benchmarks/end_to_end.py --job jobs/stsb-bm25.yaml         # all 5,749 gold pairs
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import platform
+import re
+import shutil
+import sys
+import tempfile
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+
+import numpy as np
+import pyarrow.parquet as pq
+from scipy.stats import spearmanr
+
+_TOKEN = re.compile(r"[A-Za-z0-9]+")
+
+
+def _spearman(a, b) -> float:
+    return 100 * float(spearmanr(a, b)[0])
+
+
+def plain_script(cfg, gold: dict, log) -> tuple[dict, dict, dict]:
+    """The job's steps with sentence-transformers (and rank_bm25) alone; (seconds, scores, counts)."""
+    import rank_bm25
+    import torch
+    from sentence_transformers import CrossEncoder, InputExample, SentenceTransformer, losses
+    from torch.utils.data import DataLoader
+
+    from augsbert_ray.models import resolve_model
+
+    torch.manual_seed(cfg.bi_encoder.seed if cfg.bi_encoder.seed is not None else cfg.seed)
+    ce_cfg, bi_cfg = cfg.cross_encoder, cfg.bi_encoder
+    ce_path, bi_path = str(resolve_model(ce_cfg.model)), str(resolve_model(bi_cfg.model))
+    cols = {s: (t.column("sentence1").to_pylist(), t.column("sentence2").to_pylist(), t.column("label").to_numpy())
+            for s, t in gold.items()}
+    s1, s2, y = cols["train"]
+    seconds, scores, counts = {}, {}, {}
+
+    def bi_scores(model) -> dict:
+        out = {}
+        for split in ("dev", "test"):
+            a, b, labels = cols[split]
+            ea = model.encode(a, batch_size=64, convert_to_tensor=True, normalize_embeddings=True)
+            eb = model.encode(b, batch_size=64, convert_to_tensor=True, normalize_embeddings=True)
+            out[split] = _spearman((ea * eb).sum(-1).cpu().numpy(), labels)
+        return out
+
+    def new_bi() -> SentenceTransformer:
+        model = SentenceTransformer(bi_path, device="cpu")
+        model.max_seq_length = bi_cfg.max_length
+        if bi_cfg.num_layers is not None:  # the job's smaller student: its first N layers
+            model[0].auto_model.encoder.layer = model[0].auto_model.encoder.layer[:bi_cfg.num_layers]
+        return model
+
+    def fit_bi(examples) -> SentenceTransformer:
+        model = new_bi()
+        loader = DataLoader(examples, shuffle=True, batch_size=bi_cfg.batch_size)
+        steps = len(loader) * bi_cfg.epochs
+        model.fit(train_objectives=[(loader, losses.CosineSimilarityLoss(model))], epochs=bi_cfg.epochs,
+                  warmup_steps=math.ceil(bi_cfg.warmup_ratio * steps), optimizer_params={"lr": bi_cfg.lr},
+                  show_progress_bar=False)
+        return model
+
+    gold_examples = [InputExample(texts=[a, b], label=float(v)) for a, b, v in zip(s1, s2, y)]
+
+    t0 = time.perf_counter()
+    teacher = CrossEncoder(ce_path, num_labels=1, max_length=ce_cfg.max_length, device="cpu")
+    loader = DataLoader(gold_examples, shuffle=True, batch_size=ce_cfg.batch_size)
+    teacher.fit(train_dataloader=loader, epochs=ce_cfg.epochs,
+                warmup_steps=math.ceil(ce_cfg.warmup_ratio * len(loader) * ce_cfg.epochs),
+                optimizer_params={"lr": ce_cfg.lr}, show_progress_bar=False)
+    scores["cross_encoder"] = {split: _spearman(teacher.predict(list(zip(a, b)), show_progress_bar=False), labels)
+                               for split, (a, b, labels) in cols.items() if split != "train"}
+    seconds["cross_encoder"] = time.perf_counter() - t0
+    log(f"[script] cross-encoder: {seconds['cross_encoder']:.0f} s, {scores['cross_encoder']}")
+
+    t0 = time.perf_counter()
+    scores["zero_shot"] = bi_scores(new_bi())
+    seconds["zero_shot"] = time.perf_counter() - t0
+
+    t0 = time.perf_counter()
+    scores["gold_only"] = bi_scores(fit_bi(gold_examples))
+    seconds["gold_only"] = time.perf_counter() - t0
+    log(f"[script] gold-only bi-encoder: {seconds['gold_only']:.0f} s, {scores['gold_only']}")
+
+    t0 = time.perf_counter()
+    sentences = list(dict.fromkeys(s1 + s2))
+    bm25 = rank_bm25.BM25Okapi([[w.lower() for w in _TOKEN.findall(s)] for s in sentences])
+    gold_pairs = {frozenset(p) for p in zip(s1, s2)}
+    seen, pairs = set(), []
+    k = cfg.sampling.top_k
+    for i, s in enumerate(sentences):
+        top = np.argsort(-bm25.get_scores([w.lower() for w in _TOKEN.findall(s)]), kind="stable")[:k + 1]
+        for j in [j for j in top if j != i][:k]:
+            key = frozenset((s, sentences[j]))
+            if len(key) == 2 and key not in seen and key not in gold_pairs:
+                seen.add(key)
+                pairs.append((s, sentences[j]))
+    seconds["candidates"] = time.perf_counter() - t0
+    counts["candidates"] = len(pairs)
+
+    t0 = time.perf_counter()
+    silver = teacher.predict(pairs, show_progress_bar=False)
+    seconds["silver"] = time.perf_counter() - t0
+    log(f"[script] BM25 {seconds['candidates']:.0f} s and labelling {seconds['silver']:.0f} s: {len(pairs)} pairs")
+
+    t0 = time.perf_counter()
+    silver_examples = [InputExample(texts=[a, b], label=float(v)) for (a, b), v in zip(pairs, silver)]
+    scores["augsbert"] = bi_scores(fit_bi(gold_examples + silver_examples))
+    seconds["augsbert"] = time.perf_counter() - t0
+    log(f"[script] AugSBERT bi-encoder: {seconds['augsbert']:.0f} s, {scores['augsbert']}")
+    return seconds, scores, counts
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--job", default="jobs/stsb-1k-bm25.yaml")
+    p.add_argument("--set", dest="extra", action="append", default=[], metavar="KEY=VALUE")
+    p.add_argument("--root", default="", help="where the engine's run directory goes (default: a temporary one)")
+    p.add_argument("--out", default="benchmarks/results/end_to_end")
+    args = p.parse_args(argv)
+
+    from augsbert_ray.config import load_job
+    from augsbert_ray.pipeline import run_job
+    from augsbert_ray.report import versions
+
+    root = Path(args.root or tempfile.mkdtemp(prefix="augsbert-e2e-"))
+    cfg = load_job(args.job, args.extra + [f"run_dir={root / 'engine'}"])
+    if cfg.task != "regression" or cfg.sampling.strategy != "bm25" or cfg.target is not None:
+        raise SystemExit(f"{args.job}: this benchmark compares in-domain regression jobs with BM25 sampling")
+
+    t0 = time.perf_counter()
+    engine = run_job(cfg, fresh=True)
+    engine_wall = time.perf_counter() - t0
+    gold = {s: pq.read_table(root / "engine" / "gold" / f"{s}.parquet") for s in ("train", "dev", "test")}
+
+    t0 = time.perf_counter()
+    script_s, script_scores, counts = plain_script(cfg, gold, print)
+    script_wall = time.perf_counter() - t0
+
+    metric = engine["primary_metric"]
+    steps = ["cross_encoder", "zero_shot", "gold_only", "candidates", "silver", "augsbert"]
+    names = {"cross_encoder": "cross-encoder: train + score dev/test", "zero_shot": "zero-shot bi-encoder: score",
+             "gold_only": "gold-only bi-encoder: train + score", "candidates": "BM25 candidates",
+             "silver": "label candidates", "augsbert": "AugSBERT bi-encoder: train + score"}
+    eng_s = engine["stage_seconds"]
+    lines = ["# End to end: the engine vs a sequential sentence-transformers script", "",
+             f"Job `{args.job}`" + (f" with {' '.join(args.extra)}" if args.extra else "")
+             + f": {gold['train'].num_rows:,} gold training pairs, BM25 top-{cfg.sampling.top_k}. "
+             "Same gold pairs and hyperparameters for both.", "",
+             "| step | engine (s) | script (s) |", "|---|---:|---:|"]
+    lines += [f"| {names[s]} | {eng_s.get(s, float('nan')):.1f} | {script_s[s]:.1f} |" for s in steps]
+    lines += [f"| **wall time, whole job** | **{engine_wall:.1f}** | **{script_wall:.1f}** |", "",
+              f"Engine / script wall time: {engine_wall / script_wall:.2f} (below 1: the engine is faster; it also "
+              "starts Ray, checkpoints and writes its report).", "",
+              f"| test {metric} | engine | script |", "|---|---:|---:|"]
+    lines += [f"| {k_} | {engine['scores'][k_]['test'][metric]:.2f} | {script_scores[k_]['test']:.2f} |"
+              for k_ in ("cross_encoder", "zero_shot", "gold_only", "augsbert")]
+    lines += [f"| silver pairs | {engine['sampling']['silver']:,} | {counts['candidates']:,} |"]
+    v = versions()
+    lines += ["", f"Command: `python benchmarks/end_to_end.py {' '.join(argv if argv is not None else sys.argv[1:])}`",
+              f"Machine: {platform.machine()}, {os.cpu_count()} cores. Versions: "
+              + ", ".join(f"{k_} {v[k_]}" for k_ in v) + ".",
+              f"Written {datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC.", ""]
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.with_suffix(".md").write_text("\n".join(lines), encoding="utf-8")
+    out.with_suffix(".json").write_text(json.dumps({
+        "engine": {"wall_s": engine_wall, "stage_seconds": eng_s, "scores": engine["scores"],
+                   "silver": engine["sampling"]["silver"]},
+        "script": {"wall_s": script_wall, "seconds": script_s, "scores": script_scores, "silver": counts["candidates"]},
+        "versions": v, "args": vars(args)}, indent=2, default=str))
+    print("\n".join(lines))
+    if not args.root:
+        shutil.rmtree(root, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
