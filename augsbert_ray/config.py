@@ -45,6 +45,27 @@ class DataConfig(_Strict):
     on_bad_rows: Literal["error", "skip"] = "error"
 
 
+class CorpusConfig(_Strict):
+    """An unlabelled target corpus: sentences from which candidate pairs are sampled."""
+
+    path: str  # a file, a directory or a glob; local or a storage URI (s3://...)
+    # lines: one sentence per line; tsv: tab-separated with a header row, quotes are text
+    format: Literal["lines", "jsonl", "csv", "tsv", "parquet"] = "lines"
+    column: str | None = None  # the text field (jsonl) or column (csv, tsv, parquet)
+    max_chars: int = Field(1000, gt=0)  # longer lines are truncated or dropped (long_lines)
+    long_lines: Literal["truncate", "drop"] = "truncate"
+    on_bad_lines: Literal["error", "skip"] = "error"  # invalid UTF-8 or JSON: stop, or leave out (counted)
+    max_sentences: int | None = Field(None, gt=1)  # a seeded sample of the distinct sentences; null: all
+
+    @model_validator(mode="after")
+    def _check(self) -> "CorpusConfig":
+        if self.format != "lines" and not self.column:
+            raise ValueError(f"column: format '{self.format}' needs the name of the text column")
+        if self.format == "lines" and self.column:
+            raise ValueError("column: format 'lines' has no columns (one sentence per line)")
+        return self
+
+
 class TargetConfig(_Strict):
     """Domain adaptation: the cross-encoder trained on the source gold (``data``) labels
     unlabelled target-domain pairs, and the bi-encoder trains on those silver pairs.
@@ -55,7 +76,9 @@ class TargetConfig(_Strict):
 
     # Target pairs, labelled by the teacher as they are (the paper's setting). Their gold
     # labels, if the file has them, never reach AugSBERT; they train the upper bound only.
-    pairs: DataSource
+    pairs: DataSource | None = None
+    # Or an unlabelled target corpus: the job's sampling strategy picks pairs of its sentences.
+    corpus: CorpusConfig | None = None
     test: DataSource  # labelled target test set
     # Labelled target dev set: picks the F1 threshold of a binary target (without one, a
     # binary target reports AUC(0.05), which needs no threshold).
@@ -68,6 +91,9 @@ class TargetConfig(_Strict):
 
     @model_validator(mode="after")
     def _check(self) -> "TargetConfig":
+        if (self.pairs is None) == (self.corpus is None):
+            raise ValueError("give either target.pairs (pairs labelled as they are) or target.corpus "
+                             "(sentences to sample pairs from), not both and not neither")
         for name in ("test", "dev"):
             src = getattr(self, name)
             if src is not None and not src.labelled:

@@ -26,6 +26,9 @@ class DataError(AugSBERTError):
         what = f" field '{field}'" if field else ""
         super().__init__(f"{where}:{what} {reason}")
 
+    def __reduce__(self):  # crosses process boundaries (Ray tasks) intact
+        return (DataError, (self.path, self.line, self.field, self.reason))
+
 
 class ConfigError(AugSBERTError):
     """A job configuration is invalid; the message names the file and the key."""

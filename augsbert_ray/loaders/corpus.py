@@ -1,0 +1,315 @@
+"""An unlabelled target corpus (domain adaptation, corpus mode), read in streaming shards.
+
+The corpus is one sentence per line (``lines``), a field of JSON lines (``jsonl``) or a
+column of CSV, TSV (tab-separated, quotes are text) or Parquet files: one file, a directory (every file under it, hidden ones
+aside) or a glob, on local disk or at a storage URI (``s3://...``). Ray Data reads it in
+parallel: text files in byte ranges of ``RANGE_BYTES`` cut at line ends, CSV and Parquet
+through Ray Data's own readers. Each line is cleaned where it is read:
+
+- whitespace is collapsed and trimmed; a line left empty is dropped (counted);
+- a line longer than ``max_chars`` characters is cut at the last space before the limit
+  (``long_lines: truncate``, counted) or dropped (``long_lines: drop``, counted);
+- a line that is not valid UTF-8 (or, in JSON lines, not an object whose field is a string)
+  stops the job with an error naming file, line and field, or with ``on_bad_lines: skip`` is
+  left out and counted.
+
+The driver sees the cleaned lines a batch at a time and keeps each distinct sentence once,
+in corpus order (files sorted by path), so the raw corpus is never held in its memory; the
+distinct sentences are (they are what the samplers index), and ``max_sentences`` caps them
+with a seeded sample. Every line read is accounted for in the counts.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import json
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from augsbert_ray import schema
+from augsbert_ray.errors import DataError
+
+RANGE_BYTES = 16 << 20  # bytes of a text file per read task
+DRIVER_BATCH = 16384  # cleaned lines per batch the driver takes in
+STATUS = "status"
+OK, TRUNCATED, EMPTY, TOO_LONG, BAD = "ok", "truncated", "empty", "too_long", "bad"
+ERROR = "error"  # a row that carries a bad line's DataError (as JSON) from a read task to the driver
+_BOM = b"\xef\xbb\xbf"
+
+
+@dataclass
+class CorpusResult:
+    """The distinct sentences of a corpus (``SENTENCE_SCHEMA``) and what happened to every line."""
+
+    sentences: pa.Table
+    counts: dict = field(default_factory=dict)
+    files: list = field(default_factory=list)  # (path, size in bytes) of every file read
+
+
+def _filesystem(path: str):
+    import pyarrow.fs as pafs
+
+    if "://" in path:
+        return pafs.FileSystem.from_uri(path)
+    return pafs.LocalFileSystem(), path
+
+
+def _glob_match(path: str, pattern: str) -> bool:
+    """Glob match by path component: ``*`` stays within one, ``**`` spans any number."""
+    p, q = path.split("/"), pattern.split("/")
+
+    def match(i: int, j: int) -> bool:
+        if j == len(q):
+            return i == len(p)
+        if q[j] == "**":
+            return any(match(k, j + 1) for k in range(i, len(p) + 1))
+        return i < len(p) and fnmatch.fnmatchcase(p[i], q[j]) and match(i + 1, j + 1)
+
+    return match(0, 0)
+
+
+def list_files(path: str) -> list[tuple[str, int]]:
+    """``(path, size)`` of the corpus files ``path`` names (a file, a directory or a glob), sorted.
+
+    Raises:
+        DataError: if nothing matches.
+    """
+    import pyarrow.fs as pafs
+
+    fs, base = _filesystem(path)
+    prefix = path[: len(path) - len(base)] if "://" in path else ""
+    pattern = None
+    if any(c in base for c in "*?["):
+        parts = base.split("/")
+        first = next(i for i, p in enumerate(parts) if any(c in p for c in "*?["))
+        pattern, base = base, "/".join(parts[:first]) or "/"
+    info = fs.get_file_info(base)
+    if info.type == pafs.FileType.File and pattern is None:
+        found = [(base, info.size)]
+    elif info.type == pafs.FileType.Directory:
+        found = [(i.path, i.size) for i in fs.get_file_info(pafs.FileSelector(base, recursive=True))
+                 if i.type == pafs.FileType.File and not any(p.startswith((".", "_")) for p in
+                                                             i.path[len(base):].split("/") if p)
+                 and (pattern is None or _glob_match(i.path, pattern))]
+    else:
+        found = []
+    if not found:
+        raise DataError(path, None, None, "no corpus files found there (a file, a directory or a glob)")
+    return sorted((prefix + p, s) for p, s in found)
+
+
+def clean(text: str | None, max_chars: int, long_lines: str) -> tuple[str | None, str]:
+    """One line's cleaned text (None if dropped) and its status."""
+    if text is None:
+        return None, EMPTY
+    text = " ".join(text.split())
+    if not text:
+        return None, EMPTY
+    if len(text) <= max_chars:
+        return text, OK
+    if long_lines == "drop":
+        return None, TOO_LONG
+    cut = text[:max_chars]
+    space = cut.rfind(" ")
+    return (cut[:space] if space > 0 else cut), TRUNCATED
+
+
+def _line_number(path: str, offset: int) -> int:
+    """1-based number of the line that starts at byte ``offset`` (counted only on the error path)."""
+    fs, p = _filesystem(path)
+    n, pos = 1, 0
+    with fs.open_input_file(p) as f:
+        while pos < offset:
+            chunk = f.read_at(min(1 << 24, offset - pos), pos)
+            n += chunk.count(b"\n")
+            pos += len(chunk)
+    return n
+
+
+def _range_lines(f, size: int, start: int, end: int) -> tuple[int, bytes]:
+    """The bytes of the lines that start in ``[start, end)`` and the offset of the first one."""
+    if start > 0:
+        head = f.read_at(end - (start - 1), start - 1)
+        nl = head.find(b"\n")
+        if nl < 0:
+            return end, b""  # the line straddling this range started before it
+        first, body = start + nl, head[nl + 1:]
+    else:
+        first, body = 0, f.read_at(end, 0)
+    pos = end
+    while body and not body.endswith(b"\n") and pos < size:  # finish the last line
+        chunk = f.read_at(min(1 << 16, size - pos), pos)
+        nl = chunk.find(b"\n")
+        body += chunk if nl < 0 else chunk[:nl + 1]
+        pos += len(chunk)
+    return first, body
+
+
+def read_ranges(batch: dict, fmt: str, column: str | None, max_chars: int, long_lines: str,
+                on_bad_lines: str) -> pa.Table:
+    """Ray Data task: the cleaned lines of some byte ranges of text files (``lines`` / ``jsonl``)."""
+    texts, statuses = [], []
+
+    def table() -> pa.Table:
+        return pa.table({schema.TEXT: pa.array(texts, pa.string()), STATUS: pa.array(statuses, pa.string())})
+
+    for path, size, start, end in zip(batch["path"], batch["size"], batch["start"], batch["end"]):
+        fs, p = _filesystem(str(path))
+        with fs.open_input_file(p) as f:
+            first, body = _range_lines(f, int(size), int(start), int(end))
+        if first == 0 and body.startswith(_BOM):
+            body, first = body[3:], 3
+        offset = first
+        lines = body.split(b"\n") if body else []  # no line starts in an empty body
+        for raw in lines[:-1] if body.endswith(b"\n") else lines:
+            line_start, offset = offset, offset + len(raw) + 1
+            raw = raw[:-1] if raw.endswith(b"\r") else raw
+            try:
+                text = raw.decode("utf-8")
+                if fmt == "jsonl":
+                    if not text.strip():
+                        text = None
+                    else:
+                        try:
+                            obj = json.loads(text)
+                        except json.JSONDecodeError as e:
+                            raise ValueError(None, f"not a JSON object: {e.msg} at column {e.colno}") from None
+                        if not isinstance(obj, dict) or column not in obj:
+                            raise ValueError(column, "missing (each line must be a JSON object with this field)")
+                        text = obj[column]
+                        if text is not None and not isinstance(text, str):
+                            raise ValueError(column, f"is {type(text).__name__}, not a string")
+            except (UnicodeDecodeError, ValueError) as e:
+                if on_bad_lines == "skip":
+                    texts.append(None)
+                    statuses.append(BAD)
+                    continue
+                if isinstance(e, UnicodeDecodeError):
+                    fld, reason = None, f"invalid UTF-8 at byte {e.start} of the line"
+                else:
+                    fld, reason = e.args
+                # The error travels as a row (an exception would reach the driver wrapped by Ray Data).
+                texts.append(json.dumps({"path": str(path), "line": _line_number(str(path), line_start), "field": fld,
+                                         "reason": reason + " (target.corpus.on_bad_lines: skip leaves such lines "
+                                                            "out, counted)"}))
+                statuses.append(ERROR)
+                return table()
+            t, s = clean(text, max_chars, long_lines)
+            texts.append(t)
+            statuses.append(s)
+    return table()
+
+
+def clean_column(batch: pa.Table, column: str, max_chars: int, long_lines: str) -> pa.Table:
+    """Ray Data task: the cleaned values of a CSV / Parquet column."""
+    pairs = [clean(t, max_chars, long_lines) for t in batch.column(column).cast(pa.string()).to_pylist()]
+    return pa.table({schema.TEXT: pa.array([t for t, _ in pairs], pa.string()),
+                     STATUS: pa.array([s for _, s in pairs], pa.string())})
+
+
+def _parse_options(fmt: str):
+    """CSV: comma-separated, double-quoted fields; TSV: tab-separated, quotes are text."""
+    import pyarrow.csv as pacsv
+
+    if fmt == "tsv":
+        return pacsv.ParseOptions(delimiter="\t", quote_char=False)
+    return pacsv.ParseOptions()
+
+
+def _check_column(files: list[tuple[str, int]], fmt: str, column: str) -> None:
+    """Every CSV / Parquet file has ``column`` (read from its header or footer only)."""
+    import pyarrow.csv as pacsv
+    import pyarrow.parquet as pq
+
+    for path, _ in files:
+        fs, p = _filesystem(path)
+        if fmt == "parquet":
+            names = pq.read_schema(p, filesystem=fs).names
+        else:
+            with fs.open_input_stream(p) as f:
+                names = pacsv.open_csv(f, read_options=pacsv.ReadOptions(block_size=1 << 16),
+                                       parse_options=_parse_options(fmt)).schema.names
+        if column not in names:
+            raise DataError(path, None if fmt == "parquet" else 1, column,
+                            f"no such column (the file has: {', '.join(names)})")
+
+
+def corpus_dataset(cfg, files: list[tuple[str, int]]):
+    """The Ray Dataset of cleaned lines (``text``, ``status``), one row per line read."""
+    import ray
+
+    kw = {"max_chars": cfg.max_chars, "long_lines": cfg.long_lines}
+    if cfg.format in ("lines", "jsonl"):
+        ranges = [{"path": p, "size": s, "start": a, "end": min(a + RANGE_BYTES, s)}
+                  for p, s in files for a in range(0, s, RANGE_BYTES)]
+        if not ranges:
+            return ray.data.from_arrow(pa.table({schema.TEXT: pa.array([], pa.string()),
+                                                 STATUS: pa.array([], pa.string())}))
+        return ray.data.from_items(ranges, override_num_blocks=len(ranges)).map_batches(
+            read_ranges, batch_size=1, fn_kwargs={"fmt": cfg.format, "column": cfg.column,
+                                                  "on_bad_lines": cfg.on_bad_lines, **kw},
+            batch_format="numpy")
+    _check_column(files, cfg.format, cfg.column)
+    paths = [p for p, _ in files]
+    if cfg.format == "parquet":
+        ds = ray.data.read_parquet(paths, columns=[cfg.column])
+    else:
+        import pyarrow.csv as pacsv
+
+        ds = ray.data.read_csv(paths, parse_options=_parse_options(cfg.format), convert_options=pacsv.ConvertOptions(
+            include_columns=[cfg.column], column_types={cfg.column: pa.string()}))
+    return ds.map_batches(clean_column, fn_kwargs={"column": cfg.column, **kw}, batch_format="pyarrow")
+
+
+def read_corpus(cfg, seed: int = 0, log=lambda line: None) -> CorpusResult:
+    """Reads, cleans and deduplicates a corpus (``config.CorpusConfig``) on the running Ray.
+
+    Raises:
+        DataError: no files, a missing column, or a bad line (``on_bad_lines: error``).
+    """
+    from ray.data import DataContext
+
+    files = list_files(cfg.path)
+    total = sum(s for _, s in files)
+    log(f"[corpus] {len(files)} files, {total / 2**20:.1f} MiB, from {cfg.path}")
+    ctx = DataContext.get_current()
+    saved = ctx.execution_options.preserve_order
+    ctx.execution_options.preserve_order = True  # corpus order, so sentence ids are reproducible
+    counts = {k: 0 for k in ("lines", OK, TRUNCATED, EMPTY, TOO_LONG, BAD)}
+    seen: dict[str, None] = {}
+    t0 = last = time.perf_counter()
+    try:
+        for batch in corpus_dataset(cfg, files).iter_batches(batch_size=DRIVER_BATCH, batch_format="pyarrow"):
+            status = batch.column(STATUS)
+            errors = batch.filter(pc.equal(status, ERROR))
+            if errors.num_rows:
+                raise DataError(**json.loads(errors.column(schema.TEXT)[0].as_py()))
+            counts["lines"] += batch.num_rows
+            for item in pc.value_counts(status).to_pylist():
+                counts[item["values"]] += item["counts"]
+            seen.update(dict.fromkeys(batch.column(schema.TEXT).drop_null().to_pylist()))
+            if time.perf_counter() - last > 30:
+                last = time.perf_counter()
+                log(f"[corpus] {counts['lines']:,} lines read, {len(seen):,} distinct sentences "
+                    f"({counts['lines'] / (last - t0):,.0f} lines/s)")
+    finally:
+        ctx.execution_options.preserve_order = saved
+    kept = counts[OK] + counts[TRUNCATED]
+    texts = list(seen)
+    counts.update(duplicates=kept - len(texts), distinct=len(texts), sampled_out=0)
+    if cfg.max_sentences is not None and len(texts) > cfg.max_sentences:
+        keep = np.sort(np.random.default_rng([seed, 7]).choice(len(texts), cfg.max_sentences, replace=False))
+        counts["sampled_out"] = len(texts) - len(keep)
+        texts = [texts[i] for i in keep]
+    counts["sentences"] = len(texts)
+    log(f"[corpus] {counts['lines']:,} lines: {counts[OK]:,} kept as they are, {counts[TRUNCATED]:,} truncated, "
+        f"{counts[EMPTY]:,} empty, {counts[TOO_LONG]:,} too long and {counts[BAD]:,} bad left out, "
+        f"{counts['duplicates']:,} repeats; {counts['sentences']:,} sentences"
+        + (f" (a seeded sample of {counts['distinct']:,})" if counts["sampled_out"] else ""))
+    sentences = pa.table({schema.SENTENCE_ID: pa.array(np.arange(len(texts), dtype=np.int64)),
+                          schema.TEXT: pa.array(texts, pa.string())}, schema=schema.SENTENCE_SCHEMA)
+    return CorpusResult(sentences, counts, files)
