@@ -206,6 +206,7 @@ class Job:
         binary = self.cfg.target_task == "binary"
         target, counts = {}, {}
         for name, source, is_eval in (("pairs", t.pairs, False), ("test", t.test, True), ("dev", t.dev, True)):
+            # (corpus mode has no target pairs: its sentences are read by the candidates stage)
             if source is None:
                 continue
             res = load_pairs(source, f"target_{name}", binary=binary and is_eval, on_bad_rows=self.cfg.data.on_bad_rows)
@@ -217,13 +218,15 @@ class Job:
             target[name] = res.table
             counts[name] = {"pairs": res.table.num_rows, "rows_read": res.rows_read, "skipped_rows": len(res.skipped)}
             self.rd.write_table(f"gold/target_{name}.parquet", res.table)
-        labels = target["pairs"].column(schema.LABEL).to_numpy()
-        counts["pairs"]["labelled"] = bool(len(labels) and np.isfinite(labels).all())
+        if "pairs" in target:
+            labels = target["pairs"].column(schema.LABEL).to_numpy()
+            counts["pairs"]["labelled"] = bool(len(labels) and np.isfinite(labels).all())
         self.results["target_data"] = counts
         self.target_eval = {f"target_{n}": target[n].select(PAIR_COLUMNS) for n in ("test", "dev") if n in target}
         self.target_fp = {n: table_fingerprint(target[n].drop_columns([schema.SOURCE])) for n in target}
         self.log("[target] pairs: " + ", ".join(f"{n} {target[n].num_rows}" for n in target)
-                 + ("" if counts["pairs"]["labelled"] else " (target pairs unlabelled)"))
+                 + ("" if counts.get("pairs", {}).get("labelled", True) else " (target pairs unlabelled)")
+                 + ("" if t.corpus is None else f"; sentences from the corpus {t.corpus.path}"))
         return target
 
     def _target_fp(self) -> list:
@@ -325,15 +328,7 @@ class Job:
 
         def run() -> dict:
             sentences = unique_sentences(gold["train"])
-            ss_model = (self._ship(self.rd.path(self.results["gold_only"]["model"])) if s.ss_model == "gold_only"
-                        else self._base_model(self.cfg.bi_encoder.model))
-            ctx = SamplingContext(
-                sentences, gold_pair_keys(gold["train"], sentences), s, self.rd.path("index"), self.cfg.seed,
-                bi_encoder=ss_model, max_length=self.cfg.bi_encoder.max_length,
-                cpus_per_actor=per_worker_cpus(None, self.cluster.cpus, s.searchers),
-                gpus_per_actor=1 if self.cfg.training.use_gpu else 0,
-            )
-            candidates = get_sampler(s.strategy)(ctx)
+            candidates = self._sample(sentences, gold_pair_keys(gold["train"], sentences))
             self.rd.write_table("sentences.parquet", sentences)
             self.rd.write_table("candidates.parquet", candidates)
             self.log(f"[candidates] {candidates.num_rows} {s.strategy} pairs from {sentences.num_rows} sentences")
@@ -341,9 +336,23 @@ class Job:
 
         return self.stage("candidates", fp, run, outputs=("sentences.parquet", "candidates.parquet"))
 
+    def _sample(self, sentences: pa.Table, gold_keys: np.ndarray) -> pa.Table:
+        """The job's sampling strategy over ``sentences`` (pairs in ``gold_keys`` left out)."""
+        s = self.cfg.sampling
+        ss_model = (self._ship(self.rd.path(self.results["gold_only"]["model"])) if s.ss_model == "gold_only"
+                    else self._base_model(self.cfg.bi_encoder.model))
+        ctx = SamplingContext(
+            sentences, gold_keys, s, self.rd.path("index"), self.cfg.seed,
+            bi_encoder=ss_model, max_length=self.cfg.bi_encoder.max_length,
+            cpus_per_actor=per_worker_cpus(None, self.cluster.cpus, s.searchers),
+            gpus_per_actor=1 if self.cfg.training.use_gpu else 0,
+        )
+        return get_sampler(s.strategy)(ctx)
+
     def _selector(self):
         """The post-labelling selection of the strategy (KDE), if any; target pairs are used as they are."""
-        return SELECTORS.get(self.cfg.sampling.strategy) if self.cfg.target is None else None
+        sampled = self.cfg.target is None or self.cfg.target.corpus is not None
+        return SELECTORS.get(self.cfg.sampling.strategy) if sampled else None
 
     def label_silver(self, candidates: Stage, teacher: Stage) -> Stage:
         lab = self.cfg.labeling
@@ -437,7 +446,7 @@ class Job:
 
     def train_upper_bound(self, target: dict[str, pa.Table]) -> Stage | None:
         """Domain adaptation's upper bound: a bi-encoder trained on the target pairs' own labels."""
-        if not (self.cfg.target.upper_bound and self.results["target_data"]["pairs"]["labelled"]):
+        if not (self.cfg.target.upper_bound and self.results["target_data"].get("pairs", {}).get("labelled")):
             return None
         b = self.cfg.bi_encoder
         objective = b.resolved_objective(self.cfg.target_task)
@@ -462,7 +471,10 @@ class Job:
 
     def target_candidates(self, target: dict[str, pa.Table]) -> Stage:
         """Domain adaptation, step 2.1: the target pairs themselves are the candidates (their
-        labels are not used); self-pairs and repeats (in either order) are counted and left out."""
+        labels are not used); self-pairs and repeats (in either order) are counted and left out.
+        In corpus mode the job's sampling strategy picks pairs of the corpus's sentences."""
+        if self.cfg.target.corpus is not None:
+            return self.corpus_candidates()
         fp = fingerprint("candidates", "target pairs", self.target_fp["pairs"])
 
         def run() -> dict:
@@ -481,6 +493,32 @@ class Job:
                      f"pairs of {pairs.num_rows} left out) over {sentences.num_rows} sentences")
             return {"sentences": sentences.num_rows, "candidates": candidates.num_rows,
                     "target_pairs": pairs.num_rows, "self_pairs_left_out": self_pairs, "repeats_left_out": repeats}
+
+        return self.stage("candidates", fp, run, outputs=("sentences.parquet", "candidates.parquet"))
+
+    def corpus_candidates(self) -> Stage:
+        """Corpus mode, step 2.1: the corpus read in streaming shards, cleaned and deduplicated
+        (``loaders.corpus``), then the job's sampler over its sentences."""
+        from augsbert_ray.loaders.corpus import list_files, read_corpus
+
+        c, s = self.cfg.target.corpus, self.cfg.sampling
+        files = list_files(c.path)
+        ss_fp = None
+        if s.strategy in EMBEDS:
+            ss_fp = self.stage_fp.get("gold_only") if s.ss_model == "gold_only" else _model_id(self.cfg.bi_encoder.model)
+        # A corpus can be large: its files' names, sizes and modification times stand for its contents.
+        fp = fingerprint("candidates", "target corpus", c.model_dump(), _file_stamps(c.path, files),
+                         s.model_dump(), self.cfg.seed, ss_fp)
+
+        def run() -> dict:
+            corpus = read_corpus(c, seed=self.cfg.seed, log=self.log)
+            candidates = self._sample(corpus.sentences, np.empty(0, np.int64))
+            self.rd.write_table("sentences.parquet", corpus.sentences)
+            self.rd.write_table("candidates.parquet", candidates)
+            self.log(f"[candidates] {candidates.num_rows} {s.strategy} pairs from {corpus.sentences.num_rows} "
+                     "corpus sentences")
+            return {"sentences": corpus.sentences.num_rows, "candidates": candidates.num_rows,
+                    "corpus_files": len(corpus.files), "corpus_lines": corpus.counts}
 
         return self.stage("candidates", fp, run, outputs=("sentences.parquet", "candidates.parquet"))
 
@@ -564,10 +602,12 @@ class Job:
                 "metric": TARGET_METRIC[self.cfg.target_task],
                 "data": r["target_data"],
                 "mix_source_gold": self.cfg.target.mix_source_gold,
-                "candidates": {k: v for k, v in r["candidates"].items() if k.endswith(("_left_out", "target_pairs"))},
+                "candidates": {k: v for k, v in r["candidates"].items()
+                               if k.endswith(("_left_out", "target_pairs")) or k.startswith("corpus")},
             },
             "sampling": {
-                "strategy": self.cfg.sampling.strategy if self.cfg.target is None else "target pairs",
+                "strategy": "target pairs" if self.cfg.target is not None and self.cfg.target.pairs is not None
+                else self.cfg.sampling.strategy,
                 "top_k": self.cfg.sampling.top_k,
                 "sentences": r["candidates"]["sentences"],
                 "candidates": r["candidates"]["candidates"],
@@ -648,3 +688,14 @@ def _predict_cross_encoder(model_dir: str, splits: dict, batch_size: int, max_le
     model, tokenizer = load_cross_encoder(model_dir, device=device)
     model.eval()
     return cross_encoder_predictions(model, tokenizer, splits, batch_size, max_length, device)
+
+
+def _file_stamps(path: str, files: list[tuple[str, int]]) -> list:
+    """(path, size, modification time) of each corpus file, for a stage fingerprint."""
+    import pyarrow.fs as pafs
+
+    from augsbert_ray.loaders.corpus import _filesystem
+
+    fs, _ = _filesystem(path)
+    infos = fs.get_file_info([_filesystem(p)[1] for p, _ in files])
+    return [(p, i.size, i.mtime_ns if i.type == pafs.FileType.File else None) for (p, _), i in zip(files, infos)]

@@ -175,7 +175,10 @@ def target_markdown(metrics: dict) -> list[str]:
         "## Domain adaptation (target test set)",
         "",
         f"Target task: {t['task']}; {name} x100 on {data['test']['pairs']} target test pairs. Silver: "
-        f"{data['pairs']['pairs']} target pairs labelled by the cross-encoder"
+        + (f"{data['pairs']['pairs']} target pairs" if "pairs" in data else
+           f"{metrics['sampling']['silver']} {metrics['sampling']['strategy']} pairs of "
+           f"{metrics['sampling']['sentences']} target corpus sentences")
+        + " labelled by the cross-encoder"
         + (" and mixed with the source gold." if t["mix_source_gold"] else " (target silver only)."),
         "",
         f"| model | target test {name} |",
@@ -191,5 +194,12 @@ def target_markdown(metrics: dict) -> list[str]:
     if jac:
         lines.append(f"| Jaccard word overlap | {jac[m]:.2f} |")
     if "target_gold" not in scores:
-        lines += ["", "No upper bound: the target pairs have no labels (or target.upper_bound is off)."]
+        lines += ["", "No upper bound: the target pairs have no labels (or target.upper_bound is off)."
+                  if "pairs" in data else "No upper bound: a target corpus has no labels."]
+    corpus = t.get("candidates", {}).get("corpus_lines")
+    if corpus:
+        lines += ["", f"Target corpus: {corpus['lines']:,} lines read; {corpus['empty']:,} empty, "
+                  f"{corpus['too_long']:,} too long and {corpus['bad']:,} bad left out, {corpus['truncated']:,} "
+                  f"truncated, {corpus['duplicates']:,} repeats; {corpus['sentences']:,} sentences"
+                  + (f" (a seeded sample of {corpus['distinct']:,})." if corpus["sampled_out"] else ".")]
     return lines

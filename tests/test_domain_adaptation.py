@@ -105,3 +105,31 @@ def json_result(cfg, stage: str) -> dict:
     import json
 
     return json.loads((cfg.resolved_run_dir / "stages" / f"{stage}.json").read_text())["result"]
+
+
+@pytest.mark.slow
+def test_corpus_mode_samples_pairs_from_target_sentences(tmp_path, tiny_stsb, tiny_model, ray_local):
+    from conftest import write_mrpc
+
+    corpus_file, test = write_mrpc(tmp_path / "train.txt", 40, 7), write_mrpc(tmp_path / "test.txt", 30, 8)
+    cfg = _job(tmp_path, tiny_stsb, tiny_model, {
+        "corpus": {"path": str(corpus_file), "format": "tsv", "column": "#1 String"},
+        "test": {"format": "mrpc", "path": str(test)}, "task": "binary"})
+    m = run_job(cfg, log=lambda line: None)
+    rd = cfg.resolved_run_dir
+    lines = m["target"]["candidates"]["corpus_lines"]
+    assert lines["lines"] == 40 and lines["ok"] + lines["truncated"] == lines["distinct"] + lines["duplicates"]
+    sentences = pq.read_table(rd / "sentences.parquet").column(schema.TEXT).to_pylist()
+    corpus_rows = [r.split("\t") for r in corpus_file.read_text(encoding="utf-8-sig").splitlines()[1:]]
+    assert sentences == list(dict.fromkeys(r[3] for r in corpus_rows))  # the corpus column, deduplicated
+    # BM25 pairs of corpus sentences, labelled by the source-trained teacher.
+    assert m["sampling"]["strategy"] == "bm25" and m["sampling"]["sentences"] == len(sentences)
+    silver = pq.read_table(rd / "silver.parquet")
+    assert silver.num_rows == m["sampling"]["silver"] > 0
+    assert set(silver.column(schema.SENTENCE1).to_pylist()) | set(silver.column(schema.SENTENCE2).to_pylist()) \
+        <= set(sentences)
+    assert 0 <= m["scores"]["augsbert"]["target_test"]["auc_0.05"] <= 100
+    assert "target_gold" not in m["scores"]  # a corpus has no labels: no upper bound
+    # A re-run reuses the corpus's candidates (its files are unchanged).
+    m2 = run_job(cfg, log=lambda line: None)
+    assert "candidates" in m2["stages_reused"] and m2["sampling"]["silver"] == m["sampling"]["silver"]
