@@ -30,6 +30,36 @@ def versions() -> dict:
     return out
 
 
+def provenance(script: str, argv: list[str] | None, machine: str = "", extra: str = "") -> list[str]:
+    """A benchmark result's closing lines: the command, the machine, the versions and the time.
+
+    Args:
+        script: the program, e.g. ``benchmarks/bm25_speed.py``.
+        argv: its arguments (None: ``sys.argv[1:]``).
+        machine: what to add to the machine's description (a GPU's name).
+        extra: versions of other libraries, e.g. ``", faiss 1.9"``.
+    """
+    import os
+    import sys
+    from datetime import datetime, timezone
+
+    v = versions()
+    return [f"Command: `python {script} {' '.join(sys.argv[1:] if argv is None else argv)}`".rstrip("` ") + "`",
+            f"Machine: {platform.machine()}, {os.cpu_count()} cores{', ' + machine if machine else ''}. Versions: "
+            + ", ".join(f"{k} {v[k]}" for k in v) + f"{extra}.",
+            f"Written {datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC.", ""]
+
+
+def write_result(out, lines: list[str], data: dict) -> None:
+    """Writes a benchmark's table (``out``.md) and its figures with the versions (``out``.json)."""
+    from pathlib import Path
+
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.with_suffix(".md").write_text("\n".join(lines), encoding="utf-8")
+    out.with_suffix(".json").write_text(json.dumps({**data, "versions": versions()}, indent=2, default=str))
+
+
 def summary_markdown(metrics: dict) -> str:
     scores = metrics["scores"]
     metric = metrics["primary_metric"]

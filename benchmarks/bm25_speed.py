@@ -16,14 +16,11 @@ idf variants differ slightly between the libraries).
 from __future__ import annotations
 
 import argparse
-import json
 import os
-import platform
 import re
 import sys
 import tempfile
 import time
-from datetime import datetime, timezone
 from pathlib import Path
 
 import numpy as np
@@ -65,7 +62,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from augsbert_ray import schema
     from augsbert_ray.candidates.bm25 import BM25Index, build_index
-    from augsbert_ray.report import versions
+    from augsbert_ray.report import provenance, write_result
 
     docs = corpus(Path(args.data_dir), args.scale)
     n, k = len(docs), args.k
@@ -102,7 +99,6 @@ def main(argv: list[str] | None = None) -> int:
     overlap_rank = float(np.mean([len(set(ours[i]) & set(r.tolist())) / k for i, r in zip(sample, rb)]))
 
     base = rows["engine (Tantivy)"]["qps"]
-    v = versions()
     lines = ["# BM25 candidate generation: queries per second per core", "",
              f"Corpus: {n:,} sentences (unique STSb sentences" + (f" x {args.scale}" if args.scale > 1 else "")
              + f"), each also a query, top-{k}. One process, one core.", "",
@@ -110,15 +106,9 @@ def main(argv: list[str] | None = None) -> int:
     lines += [f"| {name} | {r['index_s']:.2f} | {r['qps']:.0f} | {base / r['qps']:.2f}x | {r['queries']:,} |"
               for name, r in rows.items()]
     lines += ["", f"Top-{k} overlap with the engine: bm25s {overlap_bm25s:.3f}, rank_bm25 {overlap_rank:.3f}.", "",
-              f"Command: `python benchmarks/bm25_speed.py {' '.join(argv if argv is not None else sys.argv[1:])}`",
-              f"Machine: {platform.machine()}, {os.cpu_count()} cores. Versions: "
-              + ", ".join(f"{k_} {v[k_]}" for k_ in v) + f", bm25s {bm25s.__version__}.",
-              f"Written {datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC.", ""]
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.with_suffix(".md").write_text("\n".join(lines), encoding="utf-8")
-    out.with_suffix(".json").write_text(json.dumps({"rows": rows, "overlap": {"bm25s": overlap_bm25s,
-                                                    "rank_bm25": overlap_rank}, "args": vars(args)}, indent=2))
+              *provenance("benchmarks/bm25_speed.py", argv, extra=f", bm25s {bm25s.__version__}")]
+    write_result(args.out, lines, {"rows": rows, "overlap": {"bm25s": overlap_bm25s, "rank_bm25": overlap_rank},
+                                   "args": vars(args)})
     print("\n".join(lines))
     return 0
 

@@ -21,16 +21,12 @@ Regression jobs (STSb) with ``sampling.strategy: bm25`` only.
 from __future__ import annotations
 
 import argparse
-import json
 import math
-import os
-import platform
 import re
 import shutil
 import sys
 import tempfile
 import time
-from datetime import datetime, timezone
 from pathlib import Path
 
 import numpy as np
@@ -147,7 +143,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from augsbert_ray.config import load_job
     from augsbert_ray.pipeline import run_job
-    from augsbert_ray.report import versions
+    from augsbert_ray.report import provenance, write_result
 
     root = Path(args.root or tempfile.mkdtemp(prefix="augsbert-e2e-"))
     cfg = load_job(args.job, args.extra + [f"run_dir={root / 'engine'}"])
@@ -182,19 +178,12 @@ def main(argv: list[str] | None = None) -> int:
     lines += [f"| {k_} | {engine['scores'][k_]['test'][metric]:.2f} | {script_scores[k_]['test']:.2f} |"
               for k_ in ("cross_encoder", "zero_shot", "gold_only", "augsbert")]
     lines += [f"| silver pairs | {engine['sampling']['silver']:,} | {counts['candidates']:,} |"]
-    v = versions()
-    lines += ["", f"Command: `python benchmarks/end_to_end.py {' '.join(argv if argv is not None else sys.argv[1:])}`",
-              f"Machine: {platform.machine()}, {os.cpu_count()} cores. Versions: "
-              + ", ".join(f"{k_} {v[k_]}" for k_ in v) + ".",
-              f"Written {datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC.", ""]
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.with_suffix(".md").write_text("\n".join(lines), encoding="utf-8")
-    out.with_suffix(".json").write_text(json.dumps({
+    lines += ["", *provenance("benchmarks/end_to_end.py", argv)]
+    write_result(args.out, lines, {
         "engine": {"wall_s": engine_wall, "stage_seconds": eng_s, "scores": engine["scores"],
                    "silver": engine["sampling"]["silver"]},
         "script": {"wall_s": script_wall, "seconds": script_s, "scores": script_scores, "silver": counts["candidates"]},
-        "versions": v, "args": vars(args)}, indent=2, default=str))
+        "args": vars(args)})
     print("\n".join(lines))
     if not args.root:
         shutil.rmtree(root, ignore_errors=True)

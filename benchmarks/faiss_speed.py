@@ -17,12 +17,9 @@ a seeded sample of ``--queries`` corpus rows, each searching for its k nearest *
 from __future__ import annotations
 
 import argparse
-import json
 import os
-import platform
 import sys
 import time
-from datetime import datetime, timezone
 from pathlib import Path
 
 import numpy as np
@@ -66,6 +63,11 @@ def top_k_others(scores: np.ndarray, ids: np.ndarray, queries: np.ndarray, k: in
     return out
 
 
+def _pairs(settings: str) -> list[tuple[int, int]]:
+    """``"a:b,c:d"`` as ``[(a, b), (c, d)]``."""
+    return [tuple(map(int, s.split(":"))) for s in settings.split(",") if s]
+
+
 def recall(got: np.ndarray, exact: np.ndarray) -> float:
     k = exact.shape[1]
     return float(np.mean([len(set(g[g >= 0].tolist()) & set(e.tolist())) / k for g, e in zip(got, exact)]))
@@ -94,7 +96,7 @@ def main(argv: list[str] | None = None) -> int:
     from augsbert_ray.candidates.semantic import ShardedIndex, build_faiss_index, embed_texts
     from augsbert_ray.config import FaissConfig
     from augsbert_ray.models import load_bi_encoder
-    from augsbert_ray.report import versions
+    from augsbert_ray.report import provenance, write_result
 
     threads = args.threads or os.cpu_count()
     faiss.omp_set_num_threads(threads)
@@ -151,21 +153,15 @@ def main(argv: list[str] | None = None) -> int:
                                                          num_cpus=max(threads, shards) / s),
                     lambda ix: ix.search(queries, k + 1), "exact")
         rows[name]["recall"] = recall(got, exact)
-    for setting in filter(None, args.ivf.split(",")):
-        nlist, nprobe = map(int, setting.split(":"))
-        cfg = FaissConfig(index="ivf", ivf_nlist=nlist, ivf_nprobe=nprobe, use_gpu=False)
-        name = f"engine: IVF nlist {min(nlist, n // 39)}, nprobe {nprobe}"
-        got = timed(name, lambda c=cfg: build_faiss_index(emb, c, 0), lambda ix: ix.search(queries, k + 1))
-        rows[name]["recall"] = recall(got, exact)
-    for setting in filter(None, args.hnsw.split(",")):
-        m, ef = map(int, setting.split(":"))
-        cfg = FaissConfig(index="hnsw", hnsw_m=m, hnsw_ef_search=ef, use_gpu=False)
-        name = f"engine: HNSW M {m}, efSearch {ef}"
+    approximate = [(f"engine: IVF nlist {min(a, n // 39)}, nprobe {b}",
+                    FaissConfig(index="ivf", ivf_nlist=a, ivf_nprobe=b, use_gpu=False)) for a, b in _pairs(args.ivf)]
+    approximate += [(f"engine: HNSW M {a}, efSearch {b}",
+                     FaissConfig(index="hnsw", hnsw_m=a, hnsw_ef_search=b, use_gpu=False)) for a, b in _pairs(args.hnsw)]
+    for name, cfg in approximate:
         got = timed(name, lambda c=cfg: build_faiss_index(emb, c, 0), lambda ix: ix.search(queries, k + 1))
         rows[name]["recall"] = recall(got, exact)
 
     flat_qps = rows["engine: Faiss flat (exact)"]["qps"]
-    v = versions()
     corpus_note = (f"{n:,} rows: the {len(texts):,} unique STSb sentences embedded by `{args.model}`"
                    + (f", and {args.scale - 1} synthetic noisy copies of each (noise norm {args.noise})"
                       if args.scale > 1 else ""))
@@ -175,16 +171,9 @@ def main(argv: list[str] | None = None) -> int:
              "| search | index build (s) | queries/s | vs flat | recall@k vs exact |", "|---|---:|---:|---:|---:|"]
     lines += [f"| {name} | {r['build_s']:.2f} | {r['qps']:,.0f} | {r['qps'] / flat_qps:.2f}x | {r['recall']:.4f} |"
               for name, r in rows.items()]
-    lines += ["", f"Command: `python benchmarks/faiss_speed.py {' '.join(argv if argv is not None else sys.argv[1:])}`",
-              f"Machine: {platform.machine()}, {os.cpu_count()} cores"
-              + (f", {torch.cuda.get_device_name(0)}" if torch.cuda.is_available() else "") + ". Versions: "
-              + ", ".join(f"{k_} {v[k_]}" for k_ in v) + f", faiss {faiss.__version__}.",
-              f"Written {datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC.", ""]
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.with_suffix(".md").write_text("\n".join(lines), encoding="utf-8")
-    out.with_suffix(".json").write_text(json.dumps({"rows": rows, "n": n, "queries": len(q_ids), "k": k,
-                                                    "versions": v, "args": vars(args)}, indent=2))
+    lines += ["", *provenance("benchmarks/faiss_speed.py", argv, extra=f", faiss {faiss.__version__}",
+                              machine=torch.cuda.get_device_name(0) if torch.cuda.is_available() else "")]
+    write_result(args.out, lines, {"rows": rows, "n": n, "queries": len(q_ids), "k": k, "args": vars(args)})
     print("\n".join(lines))
     return 0
 

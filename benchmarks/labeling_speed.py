@@ -23,13 +23,11 @@ Reports pairs/s for
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import platform
 import sys
 import tempfile
 import time
-from datetime import datetime, timezone
 from pathlib import Path
 
 import numpy as np
@@ -91,7 +89,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from augsbert_ray.config import LabelingConfig
     from augsbert_ray.models import load_cross_encoder
-    from augsbert_ray.report import versions
+    from augsbert_ray.report import provenance, write_result
     from augsbert_ray.scoring import CPU_TOKEN_BUDGET, GPU_TOKEN_BUDGET, prepare_model, resolve_precision, score_pairs
 
     gpu = args.device.startswith("cuda")
@@ -181,7 +179,6 @@ def main(argv: list[str] | None = None) -> int:
             rows.append((steady, (n - cfg.block_size) / (commits[-1] - commits[0])))
 
     base = rows[0][1]
-    v = versions()
     where = torch.cuda.get_device_name() if gpu else f"{platform.processor() or platform.machine()}, {args.threads} threads"
     lines = ["# Labelling throughput vs CrossEncoder.predict", "",
              f"{args.pairs:,} STSb sentence pairs (dev + test, cycled), cross-encoder from `{args.model}`, "
@@ -195,16 +192,9 @@ def main(argv: list[str] | None = None) -> int:
             continue
         lines.append(f"| {name} | {rate:,.0f} | {rate / base:.2f}x | "
                      + (f"{d[0]:.1e} | {d[1]:.6f} |" if d else "- | - |"))
-    lines += ["", f"Command: `python benchmarks/labeling_speed.py {' '.join(argv if argv is not None else sys.argv[1:])}`",
-              f"Machine: {platform.machine()}, {os.cpu_count()} cores{', ' + where if gpu else ''}. Versions: "
-              + ", ".join(f"{k} {v[k]}" for k in v) + ".",
-              f"Written {datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC.", ""]
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.with_suffix(".md").write_text("\n".join(lines), encoding="utf-8")
-    out.with_suffix(".json").write_text(json.dumps({"pairs_per_s": dict(rows), "max_abs_diff_and_spearman": diffs,
-                                                   "args": vars(args), "versions": v, "device": where},
-                                                   indent=2), encoding="utf-8")
+    lines += ["", *provenance("benchmarks/labeling_speed.py", argv, machine=where if gpu else "")]
+    write_result(args.out, lines, {"pairs_per_s": dict(rows), "max_abs_diff_and_spearman": diffs, "args": vars(args),
+                                   "device": where})
     print("\n".join(lines))
     return 0
 
