@@ -507,11 +507,10 @@ class Job:
         if s.strategy in EMBEDS:
             ss_fp = self.stage_fp.get("gold_only") if s.ss_model == "gold_only" else _model_id(self.cfg.bi_encoder.model)
         # A corpus can be large: its files' names, sizes and modification times stand for its contents.
-        fp = fingerprint("candidates", "target corpus", c.model_dump(), _file_stamps(c.path, files),
-                         s.model_dump(), self.cfg.seed, ss_fp)
+        fp = fingerprint("candidates", "target corpus", c.model_dump(), files, s.model_dump(), self.cfg.seed, ss_fp)
 
         def run() -> dict:
-            corpus = read_corpus(c, seed=self.cfg.seed, log=self.log)
+            corpus = read_corpus(c, seed=self.cfg.seed, log=self.log, files=files)
             candidates = self._sample(corpus.sentences, np.empty(0, np.int64))
             self.rd.write_table("sentences.parquet", corpus.sentences)
             self.rd.write_table("candidates.parquet", candidates)
@@ -688,14 +687,3 @@ def _predict_cross_encoder(model_dir: str, splits: dict, batch_size: int, max_le
     model, tokenizer = load_cross_encoder(model_dir, device=device)
     model.eval()
     return cross_encoder_predictions(model, tokenizer, splits, batch_size, max_length, device)
-
-
-def _file_stamps(path: str, files: list[tuple[str, int]]) -> list:
-    """(path, size, modification time) of each corpus file, for a stage fingerprint."""
-    import pyarrow.fs as pafs
-
-    from augsbert_ray.loaders.corpus import _filesystem
-
-    fs, _ = _filesystem(path)
-    infos = fs.get_file_info([_filesystem(p)[1] for p, _ in files])
-    return [(p, i.size, i.mtime_ns if i.type == pafs.FileType.File else None) for (p, _), i in zip(files, infos)]

@@ -55,7 +55,7 @@ def test_list_files(tmp_path):
     (tmp_path / "d" / "sub").mkdir(parents=True)
     for name in ("d/a.txt", "d/sub/b.txt", "d/.hidden", "d/_SUCCESS", "d/c.csv"):
         (tmp_path / name).write_text("x\n")
-    names = lambda files: [p.rsplit("/", 1)[-1] for p, _ in files]  # noqa: E731
+    names = lambda files: [p.rsplit("/", 1)[-1] for p, *_ in files]  # noqa: E731
     assert names(corpus.list_files(str(tmp_path / "d"))) == ["a.txt", "c.csv", "b.txt"]
     assert names(corpus.list_files(str(tmp_path / "d" / "*.txt"))) == ["a.txt"]  # * stays in its folder
     assert names(corpus.list_files(str(tmp_path / "d" / "**" / "*.txt"))) == ["a.txt", "b.txt"]

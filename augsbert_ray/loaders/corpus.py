@@ -47,7 +47,7 @@ class CorpusResult:
 
     sentences: pa.Table
     counts: dict = field(default_factory=dict)
-    files: list = field(default_factory=list)  # (path, size in bytes) of every file read
+    files: list = field(default_factory=list)  # (path, size in bytes, mtime in ns) of every file read
 
 
 def _filesystem(path: str):
@@ -72,8 +72,10 @@ def _glob_match(path: str, pattern: str) -> bool:
     return match(0, 0)
 
 
-def list_files(path: str) -> list[tuple[str, int]]:
-    """``(path, size)`` of the corpus files ``path`` names (a file, a directory or a glob), sorted.
+def list_files(path: str) -> list[tuple[str, int, int | None]]:
+    """``(path, size, mtime_ns)`` of the corpus files ``path`` names (a file, a directory or a glob), sorted.
+
+    Names, sizes and modification times stand for a large corpus's contents in a stage fingerprint.
 
     Raises:
         DataError: if nothing matches.
@@ -89,9 +91,9 @@ def list_files(path: str) -> list[tuple[str, int]]:
         pattern, base = base, "/".join(parts[:first]) or "/"
     info = fs.get_file_info(base)
     if info.type == pafs.FileType.File and pattern is None:
-        found = [(base, info.size)]
+        found = [(base, info.size, info.mtime_ns)]
     elif info.type == pafs.FileType.Directory:
-        found = [(i.path, i.size) for i in fs.get_file_info(pafs.FileSelector(base, recursive=True))
+        found = [(i.path, i.size, i.mtime_ns) for i in fs.get_file_info(pafs.FileSelector(base, recursive=True))
                  if i.type == pafs.FileType.File and not any(p.startswith((".", "_")) for p in
                                                              i.path[len(base):].split("/") if p)
                  and (pattern is None or _glob_match(i.path, pattern))]
@@ -99,7 +101,7 @@ def list_files(path: str) -> list[tuple[str, int]]:
         found = []
     if not found:
         raise DataError(path, None, None, "no corpus files found there (a file, a directory or a glob)")
-    return sorted((prefix + p, s) for p, s in found)
+    return sorted((prefix + p, s, t) for p, s, t in found)
 
 
 def clean(text: str | None, max_chars: int, long_lines: str) -> tuple[str | None, str]:
@@ -220,12 +222,12 @@ def _parse_options(fmt: str):
     return pacsv.ParseOptions()
 
 
-def _check_column(files: list[tuple[str, int]], fmt: str, column: str) -> None:
+def _check_column(files: list[tuple], fmt: str, column: str) -> None:
     """Every CSV / Parquet file has ``column`` (read from its header or footer only)."""
     import pyarrow.csv as pacsv
     import pyarrow.parquet as pq
 
-    for path, _ in files:
+    for path, *_ in files:
         fs, p = _filesystem(path)
         if fmt == "parquet":
             names = pq.read_schema(p, filesystem=fs).names
@@ -238,14 +240,14 @@ def _check_column(files: list[tuple[str, int]], fmt: str, column: str) -> None:
                             f"no such column (the file has: {', '.join(names)})")
 
 
-def corpus_dataset(cfg, files: list[tuple[str, int]]):
+def corpus_dataset(cfg, files: list[tuple]):
     """The Ray Dataset of cleaned lines (``text``, ``status``), one row per line read."""
     import ray
 
     kw = {"max_chars": cfg.max_chars, "long_lines": cfg.long_lines}
     if cfg.format in ("lines", "jsonl"):
         ranges = [{"path": p, "size": s, "start": a, "end": min(a + RANGE_BYTES, s)}
-                  for p, s in files for a in range(0, s, RANGE_BYTES)]
+                  for p, s, _ in files for a in range(0, s, RANGE_BYTES)]
         if not ranges:
             return ray.data.from_arrow(pa.table({schema.TEXT: pa.array([], pa.string()),
                                                  STATUS: pa.array([], pa.string())}))
@@ -254,7 +256,7 @@ def corpus_dataset(cfg, files: list[tuple[str, int]]):
                                                   "on_bad_lines": cfg.on_bad_lines, **kw},
             batch_format="numpy")
     _check_column(files, cfg.format, cfg.column)
-    paths = [p for p, _ in files]
+    paths = [p for p, *_ in files]
     if cfg.format == "parquet":
         ds = ray.data.read_parquet(paths, columns=[cfg.column])
     else:
@@ -265,16 +267,18 @@ def corpus_dataset(cfg, files: list[tuple[str, int]]):
     return ds.map_batches(clean_column, fn_kwargs={"column": cfg.column, **kw}, batch_format="pyarrow")
 
 
-def read_corpus(cfg, seed: int = 0, log=lambda line: None) -> CorpusResult:
+def read_corpus(cfg, seed: int = 0, log=lambda line: None, files: list[tuple] | None = None) -> CorpusResult:
     """Reads, cleans and deduplicates a corpus (``config.CorpusConfig``) on the running Ray.
+
+    ``files``: the corpus's ``list_files`` result, where the caller has it already.
 
     Raises:
         DataError: no files, a missing column, or a bad line (``on_bad_lines: error``).
     """
     from ray.data import DataContext
 
-    files = list_files(cfg.path)
-    total = sum(s for _, s in files)
+    files = files if files is not None else list_files(cfg.path)
+    total = sum(s for _, s, _ in files)
     log(f"[corpus] {len(files)} files, {total / 2**20:.1f} MiB, from {cfg.path}")
     ctx = DataContext.get_current()
     saved = ctx.execution_options.preserve_order
