@@ -24,7 +24,7 @@ from augsbert_ray.errors import LabelingError
 from augsbert_ray.scoring import (CPU_TOKEN_BUDGET, GPU_TOKEN_BUDGET, TokenizedPairs, prepare_model, score_pairs,
                                   score_tokenized, tokenize_pairs)
 
-__all__ = ["score_pairs", "label_candidates", "ShardStore", "LabelingReport", "PairScorer"]
+__all__ = ["score_pairs", "label_candidates", "label_candidates_file", "ShardStore", "LabelingReport", "PairScorer"]
 
 
 # Chaos-test hooks (JSON in these environment variables; never set in normal runs).
@@ -199,7 +199,7 @@ def _keys_digest(table: pa.Table) -> str:
     """What identifies a shard's input: its pairs' ids and sentences, in order."""
     from augsbert_ray.rundir import table_fingerprint
 
-    return table_fingerprint(table.select([*_KEY_COLUMNS, schema.SENTENCE1, schema.SENTENCE2]))
+    return table_fingerprint(table.select([*_KEY_COLUMNS, schema.SENTENCE1, schema.SENTENCE2]).combine_chunks())
 
 
 @dataclass
@@ -214,6 +214,33 @@ class LabelingReport:
     redone_shards: list = field(default_factory=list)  # labelled now (their indices)
 
 
+def _table_shards(table: pa.Table, size: int):
+    """Slices of ``size`` rows, dictionary text columns decoded (a shard travels alone)."""
+    plain = pa.schema([f.with_type(f.type.value_type) if pa.types.is_dictionary(f.type) else f for f in table.schema])
+    for start in range(0, table.num_rows, size):
+        yield table.slice(start, size).cast(plain)
+
+
+def _file_shards(path, size: int):
+    """A Parquet file's rows in shards of ``size`` rows, read a batch at a time."""
+    import pyarrow.parquet as pq
+
+    buf: list[pa.Table] = []
+    held = 0
+    for batch in pq.ParquetFile(path).iter_batches(batch_size=size):
+        rows = pa.Table.from_batches([batch])
+        while rows.num_rows:
+            take = min(size - held, rows.num_rows)
+            buf.append(rows.slice(0, take))
+            held += take
+            rows = rows.slice(take)
+            if held == size:
+                yield pa.concat_tables(buf)
+                buf, held = [], 0
+    if held:
+        yield pa.concat_tables(buf)
+
+
 def label_candidates(candidates: pa.Table, model_dir: str, cfg, max_length: int, cpus_per_actor: float,
                      store: ShardStore | None = None, log=lambda line: None, on_commit=None,
                      report: LabelingReport | None = None) -> pa.Table:
@@ -224,7 +251,8 @@ def label_candidates(candidates: pa.Table, model_dir: str, cfg, max_length: int,
     reach the driver, and the shards an earlier run committed are not labelled again: a job
     killed mid-labelling redoes only the shards that were in flight. An actor that dies is
     restarted by Ray and its batch redone; the driver checks every shard's rows against its
-    input, so a pair is never lost or doubled.
+    input, so a pair is never lost or doubled. (``label_candidates_file`` does the same from
+    and to Parquet files without holding the pairs in memory.)
 
     Args:
         candidates: ``schema.CANDIDATE_SCHEMA`` rows.
@@ -240,22 +268,93 @@ def label_candidates(candidates: pa.Table, model_dir: str, cfg, max_length: int,
     Returns:
         ``schema.SILVER_SCHEMA`` rows sorted by (id1, id2): one per candidate.
     """
-    report = report if report is not None else LabelingReport()
     if candidates.num_rows == 0:
         return schema.empty_table(schema.SILVER_SCHEMA)
-    size = cfg.block_size
-    shards = [candidates.slice(i, size) for i in range(0, candidates.num_rows, size)]
-    digests = [_keys_digest(t) for t in shards]
-    report.shards = len(shards)
     done: dict[int, pa.Table] = {}
-    if store is not None:
-        for i, d in enumerate(digests):
-            if store.done(i, d):
+    count = _label(_table_shards(candidates, cfg.block_size), done, model_dir, cfg, max_length, cpus_per_actor,
+                   store, log, on_commit, report)
+    silver = pa.concat_tables([done[i] for i in range(count)]).cast(schema.SILVER_SCHEMA)
+    silver = silver.take(pc.sort_indices(silver, [(schema.ID1, "ascending"), (schema.ID2, "ascending")]))
+    if silver.num_rows != candidates.num_rows:  # every candidate gets exactly one label
+        raise LabelingError(f"labelling returned {silver.num_rows} rows for {candidates.num_rows} candidates")
+    return silver
+
+
+def label_candidates_file(candidates_path, silver_path, model_dir: str, cfg, max_length: int,
+                          cpus_per_actor: float, store: ShardStore, log=lambda line: None, on_commit=None,
+                          report: LabelingReport | None = None) -> int:
+    """``label_candidates`` from a Parquet file of candidates to a Parquet file of silver pairs.
+
+    The driver never holds the pairs: the candidates are read a shard at a time and put in
+    Ray's object store (which spills to disk when full), labelled shards are committed to
+    ``store`` as they arrive and dropped, and ``silver_path`` is written from the committed
+    shards one at a time (under a temporary name, then renamed). What the driver keeps per
+    pending shard is its object reference and its pairs' two ids, for the completeness check.
+    Rows keep the candidates' order, so candidates sorted by (id1, id2), as every sampler
+    writes them, give silver pairs sorted the same way.
+
+    Returns:
+        The number of silver rows written: one per candidate.
+    """
+    import pyarrow.parquet as pq
+
+    total = pq.ParquetFile(candidates_path).metadata.num_rows
+    count = _label(_file_shards(candidates_path, cfg.block_size), None, model_dir, cfg, max_length, cpus_per_actor,
+                   store, log, on_commit, report)
+    out = Path(silver_path)
+    tmp = out.with_name(f".{out.name}.tmp")
+    written = 0
+    with pq.ParquetWriter(tmp, schema.SILVER_SCHEMA) as writer:
+        for i in range(count):
+            part = store.read(i).cast(schema.SILVER_SCHEMA)
+            written += part.num_rows
+            writer.write_table(part)
+    if written != total:  # every candidate gets exactly one label
+        tmp.unlink(missing_ok=True)
+        raise LabelingError(f"labelling returned {written} rows for {total} candidates in {candidates_path}")
+    os.replace(tmp, out)
+    return written
+
+
+@dataclass
+class _Pending:
+    ref: object  # the shard (with its SHARD column) in the object store
+    keys: tuple[np.ndarray, np.ndarray]  # its pairs' (id1, id2), sorted, to check what comes back
+    rows: int
+
+
+def _label(shards, done: dict | None, model_dir, cfg, max_length, cpus_per_actor, store, log, on_commit,
+           report) -> int:
+    """Labels an iterable of candidate shards; returns how many shards there were.
+
+    With ``done`` (a dict), labelled shards are kept there by index; with ``done=None`` they
+    are only committed to ``store`` (which is then required) and not kept.
+    """
+    import ray
+
+    report = report if report is not None else LabelingReport()
+    keep = done is not None
+    if not keep and store is None:
+        raise ValueError("labelling without keeping shards in memory needs a ShardStore")
+    finished: set[int] = set()
+    digests: list[str] = []
+    pending: dict[int, _Pending] = {}
+    for i, shard in enumerate(shards):
+        digest = _keys_digest(shard)
+        digests.append(digest)
+        if store is not None and store.done(i, digest):
+            finished.add(i)
+            if keep:
                 done[i] = store.read(i)
-    report.reused = len(done)
-    pending = [i for i in range(len(shards)) if i not in done]
-    if done:
-        log(f"[silver] {len(done)} of {len(shards)} shards labelled by an earlier run; {len(pending)} to label")
+            continue
+        order = pc.sort_indices(shard, [(schema.ID1, "ascending"), (schema.ID2, "ascending")])
+        keys = tuple(shard.column(c).take(order).to_numpy() for c in _KEY_COLUMNS)
+        block = shard.append_column(SHARD, pa.array(np.full(shard.num_rows, i, np.int64)))
+        pending[i] = _Pending(ray.put(block), keys, shard.num_rows)
+    report.shards = len(digests)
+    report.reused = len(finished)
+    if finished:
+        log(f"[silver] {len(finished)} of {len(digests)} shards labelled by an earlier run; {len(pending)} to label")
     t0 = time.perf_counter()
     last_log = [t0]
 
@@ -264,79 +363,75 @@ def label_candidates(candidates: pa.Table, model_dir: str, cfg, max_length: int,
             store.commit(i, table, digests[i])
             if on_commit is not None:
                 on_commit()
-        done[i] = table
+        if keep:
+            done[i] = table
+        finished.add(i)
+        del pending[i]  # its block leaves the object store
         report.labelled += 1
         report.labelled_pairs += table.num_rows
         report.redone_shards.append(i)
         now = time.perf_counter()
-        if now - last_log[0] > 10 or len(done) == len(shards):
+        if now - last_log[0] > 10 or len(finished) == len(digests):
             last_log[0] = now
-            log(f"[silver] {len(done)}/{len(shards)} shards labelled ({report.labelled_pairs / (now - t0):.1f} pairs/s)")
+            log(f"[silver] {len(finished)}/{len(digests)} shards labelled ({report.labelled_pairs / (now - t0):.1f} pairs/s)")
 
     attempt = 0
     while pending:
         try:
-            _label_shards(pending, shards, done, commit, model_dir, cfg, max_length, cpus_per_actor)
+            _label_shards(pending, finished, commit, model_dir, cfg, max_length, cpus_per_actor)
         except LabelingError:
             raise
         except Exception as e:  # actor restarts or task retries exhausted, a lost actor, the pool failed
-            pending = [i for i in pending if i not in done]
             why = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
             if attempt < cfg.pool_retries:
                 attempt += 1
                 log(f"[silver] the actor pool failed ({why[:300]}); a new pool labels the {len(pending)} shards "
                     f"not committed (retry {attempt} of labeling.pool_retries={cfg.pool_retries})")
                 continue
-            where = f"; the {len(done)} committed shards in {store.root} are kept and a re-run resumes from them" \
+            where = f"; the {len(finished)} committed shards in {store.root} are kept and a re-run resumes from them" \
                 if store is not None else ""
             raise LabelingError(
-                f"labelling failed with {len(pending)} of {len(shards)} shards not labelled (labeling.max_restarts="
+                f"labelling failed with {len(pending)} of {len(digests)} shards not labelled (labeling.max_restarts="
                 f"{cfg.max_restarts}, max_task_retries={cfg.max_task_retries}, pool_retries={cfg.pool_retries})"
                 f"{where}: {why}") from e
-        pending = [i for i in pending if i not in done]
         if pending:
-            raise LabelingError(f"shards {pending} came back incomplete from the actor pool")
+            raise LabelingError(f"shards {sorted(pending)} came back incomplete from the actor pool")
     report.seconds = time.perf_counter() - t0
-    silver = pa.concat_tables([done[i] for i in range(len(shards))]).cast(schema.SILVER_SCHEMA)
-    silver = silver.take(pc.sort_indices(silver, [(schema.ID1, "ascending"), (schema.ID2, "ascending")]))
-    if silver.num_rows != candidates.num_rows:  # every candidate gets exactly one label
-        raise LabelingError(f"labelling returned {silver.num_rows} rows for {candidates.num_rows} candidates")
-    return silver
+    return len(digests)
 
 
-def _label_shards(pending, shards, done, commit, model_dir, cfg, max_length, cpus_per_actor) -> None:
+def _label_shards(pending: dict, finished: set, commit, model_dir, cfg, max_length, cpus_per_actor) -> None:
     """One actor pool over the ``pending`` shards; each shard is committed when all its rows are back."""
-    blocks = [shards[i].append_column(SHARD, pa.array([i] * shards[i].num_rows, pa.int64())) for i in pending]
     with warnings.catch_warnings():
         # Ray Data takes actor restart limits only through the deprecated **ray_remote_args.
         warnings.filterwarnings("ignore", message=".*ray_remote_args.*deprecated", category=DeprecationWarning)
-        labelled = _labelled_dataset(blocks, model_dir, cfg, max_length, cpus_per_actor)
+        labelled = _labelled_dataset([p.ref for _, p in sorted(pending.items())], model_dir, cfg, max_length,
+                                     cpus_per_actor)
     partial: dict[int, list[pa.Table]] = {}
     for batch in labelled.iter_batches(batch_size=None, batch_format="pyarrow"):
         for i in sorted(set(batch.column(SHARD).to_pylist())):
-            if i in done:
+            if i in finished or i not in pending:
                 raise LabelingError(f"shard {i} came back twice from the actor pool")
             partial.setdefault(i, []).append(batch.filter(pc.equal(batch.column(SHARD), i)))
-            if sum(t.num_rows for t in partial[i]) >= shards[i].num_rows:
-                commit(i, _checked_shard(i, pa.concat_tables(partial.pop(i)), shards[i]))
+            if sum(t.num_rows for t in partial[i]) >= pending[i].rows:
+                commit(i, _checked_shard(i, pa.concat_tables(partial.pop(i)), pending[i].keys))
 
 
-def _checked_shard(i: int, labelled: pa.Table, shard: pa.Table) -> pa.Table:
-    """The shard's labelled rows in input order, after checking they are exactly its pairs."""
+def _checked_shard(i: int, labelled: pa.Table, keys: tuple[np.ndarray, np.ndarray]) -> pa.Table:
+    """The shard's labelled rows sorted by (id1, id2), after checking they are exactly its pairs."""
     order = pc.sort_indices(labelled, [(schema.ID1, "ascending"), (schema.ID2, "ascending")])
     labelled = labelled.take(order).drop_columns([SHARD])
-    expect = shard.take(pc.sort_indices(shard, [(schema.ID1, "ascending"), (schema.ID2, "ascending")]))
-    for name in _KEY_COLUMNS:
-        if not labelled.column(name).equals(expect.column(name)):
+    for name, expect in zip(_KEY_COLUMNS, keys):
+        if not np.array_equal(labelled.column(name).to_numpy(), expect):
             raise LabelingError(f"shard {i}: the labelled pairs differ from the shard's candidates")
     return labelled.cast(schema.SILVER_SCHEMA)
 
 
-def _labelled_dataset(blocks: list[pa.Table], model_dir: str, cfg, max_length: int, cpus_per_actor: float):
+def _labelled_dataset(refs: list, model_dir: str, cfg, max_length: int, cpus_per_actor: float):
     import ray
     from ray.data import ActorPoolStrategy
 
-    ds = ray.data.from_arrow(blocks)
+    ds = ray.data.from_arrow_refs(refs)
     if cfg.tokenize_stage == "separate" or (cfg.tokenize_stage == "auto" and cfg.num_gpus > 0):
         # Tokenise in CPU tasks ahead of the actors, so a GPU actor only pads and runs the model.
         ds = ds.map_batches(tokenize_batch, fn_kwargs={"model_dir": model_dir, "max_length": max_length},

@@ -21,6 +21,7 @@ from typing import Callable
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.parquet as pq
 
 from augsbert_ray import schema
 from augsbert_ray.candidates import EMBEDS, SELECTORS, SamplingContext, get_sampler
@@ -330,7 +331,7 @@ class Job:
             sentences = unique_sentences(gold["train"])
             candidates = self._sample(sentences, gold_pair_keys(gold["train"], sentences))
             self.rd.write_table("sentences.parquet", sentences)
-            self.rd.write_table("candidates.parquet", candidates)
+            self.rd.write_table("candidates.parquet", candidates, schema.CANDIDATE_SCHEMA)
             self.log(f"[candidates] {candidates.num_rows} {s.strategy} pairs from {sentences.num_rows} sentences")
             return {"sentences": sentences.num_rows, "candidates": candidates.num_rows}
 
@@ -339,8 +340,10 @@ class Job:
     def _sample(self, sentences: pa.Table, gold_keys: np.ndarray) -> pa.Table:
         """The job's sampling strategy over ``sentences`` (pairs in ``gold_keys`` left out)."""
         s = self.cfg.sampling
-        ss_model = (self._ship(self.rd.path(self.results["gold_only"]["model"])) if s.ss_model == "gold_only"
-                    else self._base_model(self.cfg.bi_encoder.model))
+        ss_model = None  # only semantic search embeds sentences
+        if s.strategy in EMBEDS:
+            ss_model = (self._ship(self.rd.path(self.results["gold_only"]["model"])) if s.ss_model == "gold_only"
+                        else self._base_model(self.cfg.bi_encoder.model))
         ctx = SamplingContext(
             sentences, gold_keys, s, self.rd.path("index"), self.cfg.seed,
             bi_encoder=ss_model, max_length=self.cfg.bi_encoder.max_length,
@@ -362,9 +365,8 @@ class Job:
         def run() -> dict:
             import shutil
 
-            from augsbert_ray.labeling import LabelingReport, ShardStore, label_candidates
+            from augsbert_ray.labeling import LabelingReport, ShardStore, label_candidates_file
 
-            cands = self.rd.read_table("candidates.parquet")
             cpus = per_worker_cpus(lab.num_cpus, self.cluster.cpus, lab.actors)
             # Shards are committed under names derived from this stage's inputs; another
             # fingerprint's or block size's shards are stale.
@@ -382,24 +384,31 @@ class Job:
                     self.rd.push()
                     last_push[0] = time.perf_counter()
 
-            silver = label_candidates(cands, self._ship(self.rd.path(teacher.result["model"])), lab,
-                                      self.cfg.cross_encoder.max_length, cpus, store=store, log=self.log,
-                                      on_commit=upload, report=report)
-            labelled = silver.num_rows
+            # The pairs stream from candidates.parquet through the actor pool into the shard
+            # store and from there into the silver file; the driver holds none of them.
+            select = self._selector()
+            labelled_file = "silver_pool.parquet" if select is not None else "silver.parquet"
+            labelled = label_candidates_file(
+                self.rd.path("candidates.parquet"), self.rd.path(labelled_file),
+                self._ship(self.rd.path(teacher.result["model"])), lab, self.cfg.cross_encoder.max_length, cpus,
+                store=store, log=self.log, on_commit=upload, report=report)
             rate = report.labelled_pairs / report.seconds if report.seconds else 0.0
             self.log(f"[silver] labelled {report.labelled_pairs} pairs in {report.labelled} shards "
                      f"({rate:.1f} pairs/s); {report.reused} shards reused from an earlier run")
-            select = self._selector()
             if select is not None:  # e.g. KDE: the labelled pool is kept, the selection trains
-                self.rd.write_table("silver_pool.parquet", silver)
                 gold_labels = self.rd.read_table("gold/train.parquet").column(schema.LABEL).to_numpy()
-                silver = select(silver, gold_labels, self.cfg.task, self.cfg.seed, self.cfg.sampling)
+                silver = select(self.rd.read_table(labelled_file), gold_labels, self.cfg.task, self.cfg.seed,
+                                self.cfg.sampling)
                 self.log(f"[silver] {self.cfg.sampling.strategy} selection kept {silver.num_rows} of {labelled}")
-            self.rd.write_table("silver.parquet", silver)
-            labels = silver.column(schema.LABEL).to_numpy()
+                self.rd.write_table("silver.parquet", silver)
+                n_silver = silver.num_rows
+                del silver
+            else:
+                n_silver = labelled
+            labels = pq.read_table(self.rd.path("silver.parquet"), columns=[schema.LABEL]).column(0).to_numpy()
             return {
                 "labelled": labelled,
-                "silver": silver.num_rows,
+                "silver": n_silver,
                 "pairs_per_s": rate,
                 "shards": {"total": report.shards, "reused": report.reused, "labelled": report.labelled,
                            "block_size": lab.block_size},
@@ -488,7 +497,7 @@ class Job:
             self_pairs = int((q == h).sum())
             repeats = pairs.num_rows - self_pairs - candidates.num_rows
             self.rd.write_table("sentences.parquet", sentences)
-            self.rd.write_table("candidates.parquet", candidates)
+            self.rd.write_table("candidates.parquet", candidates, schema.CANDIDATE_SCHEMA)
             self.log(f"[candidates] {candidates.num_rows} target pairs ({self_pairs} self-pairs and {repeats} repeated "
                      f"pairs of {pairs.num_rows} left out) over {sentences.num_rows} sentences")
             return {"sentences": sentences.num_rows, "candidates": candidates.num_rows,
@@ -513,7 +522,7 @@ class Job:
             corpus = read_corpus(c, seed=self.cfg.seed, log=self.log, files=files)
             candidates = self._sample(corpus.sentences, np.empty(0, np.int64))
             self.rd.write_table("sentences.parquet", corpus.sentences)
-            self.rd.write_table("candidates.parquet", candidates)
+            self.rd.write_table("candidates.parquet", candidates, schema.CANDIDATE_SCHEMA)
             self.log(f"[candidates] {candidates.num_rows} {s.strategy} pairs from {corpus.sentences.num_rows} "
                      "corpus sentences")
             return {"sentences": corpus.sentences.num_rows, "candidates": candidates.num_rows,

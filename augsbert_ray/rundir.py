@@ -155,11 +155,21 @@ class RunDir:
         os.replace(tmp, target)
         return target
 
-    def write_table(self, name: str, table: pa.Table) -> Path:
+    def write_table(self, name: str, table: pa.Table, schema: pa.Schema | None = None,
+                    rows_per_write: int = 65_536) -> Path:
+        """Writes a table as Parquet atomically; with ``schema``, cast to it a slice at a time
+        (dictionary text columns are decoded one slice at a time, never whole)."""
         target = self.path(name)
         target.parent.mkdir(parents=True, exist_ok=True)
         tmp = target.with_name(f".{target.name}.tmp")
-        pq.write_table(table, tmp)
+        if schema is None:
+            pq.write_table(table, tmp)
+        else:
+            with pq.ParquetWriter(tmp, schema) as writer:
+                for start in range(0, table.num_rows, rows_per_write):
+                    writer.write_table(table.slice(start, rows_per_write).cast(schema))
+                if table.num_rows == 0:
+                    writer.write_table(schema.empty_table())
         os.replace(tmp, target)
         return target
 

@@ -48,6 +48,14 @@ CANDIDATE_SCHEMA = pa.schema(
     ]
 )
 
+# Candidates as samplers hand them over in memory: the same columns with the texts as
+# dictionary columns whose indices are the ids, so the texts are held once (in the sentence
+# table) however many pairs there are. Written to Parquet as ``CANDIDATE_SCHEMA``.
+CANDIDATE_MEMORY_SCHEMA = pa.schema(
+    [f.with_type(pa.dictionary(pa.int64(), pa.string())) if f.name in (SENTENCE1, SENTENCE2) else f
+     for f in CANDIDATE_SCHEMA]
+)
+
 # Silver pairs: candidates with the cross-encoder's score as their label.
 SILVER_SCHEMA = pa.schema(list(CANDIDATE_SCHEMA) + [pa.field(LABEL, pa.float32(), nullable=False)])
 
@@ -57,6 +65,18 @@ TEXT = "text"
 SENTENCE_SCHEMA = pa.schema(
     [pa.field(SENTENCE_ID, pa.int64(), nullable=False), pa.field(TEXT, pa.string(), nullable=False)]
 )
+
+
+def conforms(table: pa.Table, expected: pa.Schema) -> bool:
+    """True if ``table`` has ``expected``'s columns and types, a dictionary column counting as
+    its value type (so an in-memory candidate table conforms to ``CANDIDATE_SCHEMA``)."""
+    if table.column_names != expected.names:
+        return False
+    for field in table.schema:
+        kind = field.type.value_type if pa.types.is_dictionary(field.type) else field.type
+        if kind != expected.field(field.name).type:
+            return False
+    return True
 
 
 def empty_table(schema: pa.Schema) -> pa.Table:

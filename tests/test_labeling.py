@@ -4,7 +4,7 @@ import pytest
 
 from augsbert_ray import schema
 from augsbert_ray.config import LabelingConfig
-from augsbert_ray.labeling import label_candidates, score_pairs
+from augsbert_ray.labeling import ShardStore, _file_shards, label_candidates, label_candidates_file, score_pairs
 from augsbert_ray.models import load_cross_encoder
 from conftest import make_sentence
 
@@ -70,11 +70,11 @@ def test_actor_pool_labels_every_candidate_once(ray_local, tiny_cross_encoder, a
     cands = candidates(s1, s2)
     cfg = LabelingConfig(actors=actors, block_size=5, micro_batch_size=3, precision="fp32")
     seen = []
-    from_arrow = ray_local.data.from_arrow
-    monkeypatch.setattr(ray_local.data, "from_arrow", lambda t, **kw: seen.append(t) or from_arrow(t, **kw))
+    from_refs = ray_local.data.from_arrow_refs
+    monkeypatch.setattr(ray_local.data, "from_arrow_refs", lambda refs, **kw: seen.append(refs) or from_refs(refs, **kw))
     silver = label_candidates(cands, tiny_cross_encoder, cfg, max_length=128, cpus_per_actor=1)
     # One block per actor batch, so every actor of the pool gets work.
-    assert [b.num_rows for b in seen[0]] == [5] * 7 + [2]
+    assert [b.num_rows for b in ray_local.get(seen[0])] == [5] * 7 + [2]
     assert silver.schema == schema.SILVER_SCHEMA
     assert silver.num_rows == cands.num_rows
     assert silver.column(schema.ID1).to_pylist() == cands.column(schema.ID1).to_pylist()
@@ -102,3 +102,47 @@ def test_tokenising_stage_ahead_of_the_actors_gives_the_same_labels(ray_local, t
     ref = one_by_one(model.eval(), tok, s1, s2)
     tol = 1e-5 if precision == "fp32" else 2e-2  # int8: the stated tolerance of dynamic quantisation
     assert np.abs(staged.column(schema.LABEL).to_numpy() - ref).max() < tol
+
+
+@pytest.mark.parametrize("row_group", [3, 7, 100])
+def test_file_shards_cut_any_row_groups_into_exact_shards(tmp_path, row_group):
+    import pyarrow.parquet as pq
+
+    s1, s2 = pairs(23, seed=3)
+    path = tmp_path / "candidates.parquet"
+    pq.write_table(candidates(s1, s2), path, row_group_size=row_group)
+    shards = list(_file_shards(path, 5))
+    assert [t.num_rows for t in shards] == [5, 5, 5, 5, 3]
+    assert pa.concat_tables(shards).equals(pq.read_table(path))
+
+
+def test_file_to_file_labelling_matches_in_memory_and_resumes(ray_local, tiny_cross_encoder, tmp_path):
+    """Candidates streamed from a Parquet file (row groups that do not line up with shards)
+    give the in-memory path's silver rows; a re-run reuses every committed shard."""
+    import pyarrow.parquet as pq
+
+    from augsbert_ray.labeling import LabelingReport
+
+    s1, s2 = pairs(41, seed=4)
+    cands = candidates(s1, s2)
+    path = tmp_path / "candidates.parquet"
+    pq.write_table(cands, path, row_group_size=9)
+    cfg = LabelingConfig(actors=2, block_size=6, micro_batch_size=4, precision="fp32")
+    store = ShardStore(tmp_path / "shards")
+    report = LabelingReport()
+    n = label_candidates_file(path, tmp_path / "silver.parquet", tiny_cross_encoder, cfg, 128, 1, store=store,
+                              report=report)
+    silver = pq.read_table(tmp_path / "silver.parquet")
+    assert n == silver.num_rows == 41 and report.labelled == report.shards == 7 and report.reused == 0
+    assert silver.schema == schema.SILVER_SCHEMA
+    expect = label_candidates(cands, tiny_cross_encoder, cfg, 128, 1)
+    assert silver.select([schema.ID1, schema.ID2, schema.SENTENCE1, schema.SENTENCE2]).equals(
+        expect.select([schema.ID1, schema.ID2, schema.SENTENCE1, schema.SENTENCE2]))
+    np.testing.assert_allclose(silver.column(schema.LABEL).to_numpy(), expect.column(schema.LABEL).to_numpy(),
+                               atol=1e-6)
+    again = LabelingReport()
+    (tmp_path / "silver.parquet").unlink()
+    label_candidates_file(path, tmp_path / "silver.parquet", tiny_cross_encoder, cfg, 128, 1, store=store,
+                          report=again)
+    assert (again.reused, again.labelled) == (7, 0)
+    assert pq.read_table(tmp_path / "silver.parquet").equals(silver)

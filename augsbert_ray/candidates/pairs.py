@@ -60,7 +60,8 @@ def finalize_candidates(
     highest retrieval score). Output is sorted by (id1, id2), so it is deterministic.
 
     Returns:
-        A table of ``schema.CANDIDATE_SCHEMA``.
+        A table of ``schema.CANDIDATE_MEMORY_SCHEMA``: ``schema.CANDIDATE_SCHEMA`` with the
+        texts as dictionary columns over ``sentences``.
     """
     n = sentences.num_rows
     q = np.asarray(query_ids, dtype=np.int64)
@@ -76,18 +77,22 @@ def finalize_candidates(
     first = np.ones(len(keys), dtype=bool)
     first[1:] = keys[1:] != keys[:-1]
     keys, s = keys[first], s[first]
-    id1, id2 = keys // n, keys % n
-    texts = sentences.column(schema.TEXT)
+    id1, id2 = pa.array(keys // n, pa.int64()), pa.array(keys % n, pa.int64())
+    # The texts are dictionary columns over the sentence table: their indices are the id
+    # columns themselves, so a million candidates hold no copy of their sentences until a
+    # slice of them is written (``schema.CANDIDATE_SCHEMA`` on disk; ``schema.conforms``).
+    column = sentences.column(schema.TEXT)
+    texts = column.chunk(0) if column.num_chunks == 1 else column.combine_chunks()
     return pa.table(
         {
-            schema.ID1: pa.array(id1, pa.int64()),
-            schema.ID2: pa.array(id2, pa.int64()),
-            schema.SENTENCE1: texts.take(pa.array(id1)),
-            schema.SENTENCE2: texts.take(pa.array(id2)),
-            schema.ORIGIN: pa.array([origin] * len(keys), pa.string()),
+            schema.ID1: id1,
+            schema.ID2: id2,
+            schema.SENTENCE1: pa.DictionaryArray.from_arrays(id1, texts),
+            schema.SENTENCE2: pa.DictionaryArray.from_arrays(id2, texts),
+            schema.ORIGIN: pa.repeat(pa.scalar(origin, pa.string()), len(keys)),
             schema.RETRIEVAL_SCORE: pa.array(s, pa.float32()),
         },
-        schema=schema.CANDIDATE_SCHEMA,
+        schema=schema.CANDIDATE_MEMORY_SCHEMA,
     )
 
 

@@ -105,7 +105,7 @@ def test_gold_pair_keys_empty():
 
 
 def _check_table(table: pa.Table, sentences: pa.Table, origin: str) -> None:
-    assert table.schema == schema.CANDIDATE_SCHEMA
+    assert schema.conforms(table, schema.CANDIDATE_SCHEMA)
     id1 = table.column(schema.ID1).to_pylist()
     id2 = table.column(schema.ID2).to_pylist()
     texts = sentences.column(schema.TEXT).to_pylist()
@@ -171,7 +171,7 @@ def test_finalize_empty_result_has_schema(all_removed):
         gold = np.empty(0, np.int64)
     table = finalize_candidates(q, h, s, sentences, gold, origin="bm25")
     assert table.num_rows == 0
-    assert table.schema == schema.CANDIDATE_SCHEMA
+    assert schema.conforms(table, schema.CANDIDATE_SCHEMA)
 
 
 def test_concat_hits_stacks_tables_and_handles_none():
@@ -183,3 +183,38 @@ def test_concat_hits_stacks_tables_and_handles_none():
     q, h, s = concat_hits([t1, t2])
     assert q.tolist() == [0, 1, 4] and h.tolist() == [2, 3, 5] and s.tolist() == [1.0, 2.0, 3.0]
     assert s.dtype == np.float32
+
+
+def test_candidate_texts_are_held_once_and_written_plain(tmp_path):
+    """A candidate table shares its sentences' text buffer (no copy per pair); written in
+    slices it is plain ``CANDIDATE_SCHEMA`` Parquet with the same texts."""
+    import pyarrow.parquet as pq
+
+    from augsbert_ray.rundir import RunDir
+
+    texts = [f"sentence number {i} " + "word " * (i % 7) for i in range(200)]
+    sentences = _sentences(texts)
+    rng = np.random.default_rng(1)
+    q, h = rng.integers(0, 200, 3000), rng.integers(0, 200, 3000)
+    table = finalize_candidates(q, h, np.zeros(3000, np.float32), sentences, np.empty(0, np.int64), origin="bm25")
+    text_data = sentences.column(schema.TEXT).chunk(0).buffers()[2].address
+    for col in (schema.SENTENCE1, schema.SENTENCE2):
+        chunk = table.column(col).chunk(0)
+        assert chunk.dictionary.buffers()[2].address == text_data  # the sentences' own bytes
+        assert chunk.indices.equals(table.column(schema.ID1 if col == schema.SENTENCE1 else schema.ID2).chunk(0))
+    path = RunDir(tmp_path).write_table("candidates.parquet", table, schema.CANDIDATE_SCHEMA, rows_per_write=97)
+    back = pq.read_table(path)
+    assert back.schema == schema.CANDIDATE_SCHEMA and back.num_rows == table.num_rows
+    assert back.column(schema.SENTENCE1).to_pylist() == [texts[i] for i in table.column(schema.ID1).to_pylist()]
+    assert back.column(schema.SENTENCE2).to_pylist() == [texts[i] for i in table.column(schema.ID2).to_pylist()]
+    empty = RunDir(tmp_path).write_table("empty.parquet", table.slice(0, 0), schema.CANDIDATE_SCHEMA)
+    assert pq.read_table(empty).schema == schema.CANDIDATE_SCHEMA
+
+
+def test_conforms_checks_names_and_value_types():
+    plain = schema.empty_table(schema.CANDIDATE_SCHEMA)
+    assert schema.conforms(plain, schema.CANDIDATE_SCHEMA)
+    assert schema.conforms(schema.empty_table(schema.CANDIDATE_MEMORY_SCHEMA), schema.CANDIDATE_SCHEMA)
+    assert not schema.conforms(plain.drop_columns([schema.ORIGIN]), schema.CANDIDATE_SCHEMA)
+    wrong = plain.set_column(0, schema.ID1, pa.array([], pa.int32()))
+    assert not schema.conforms(wrong, schema.CANDIDATE_SCHEMA)
