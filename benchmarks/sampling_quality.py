@@ -6,9 +6,10 @@ silver set sizes, how far each silver label distribution is from gold's, the tea
 check, and each strategy's silver density plot.
 
 The strategies of one job share the stages that do not depend on the strategy: the
-cross-encoder is trained once per job and the gold-only bi-encoder once per seed (their
-completion markers are offered to every strategy's run directory, and the pipeline only
-reuses a marker whose fingerprint matches).
+cross-encoder is trained once per job and the gold-only bi-encoder once per seed, and a
+strategy's candidates and silver labels once for all seeds where they do not depend on the
+bi-encoder (their completion markers and outputs are offered to the other run directories,
+and the pipeline only reuses a marker whose fingerprint matches).
 
     python benchmarks/sampling_quality.py                                  # STSb-1k and MRPC, 3 seeds
     python benchmarks/sampling_quality.py --jobs jobs/stsb-1k-bm25.yaml --seeds 1 2 \\
@@ -36,26 +37,35 @@ from augsbert_ray.report import versions
 
 STRATEGIES = {"None": None, "RS": "rs", "KDE": "kde", "BM25": "bm25", "SS": "ss", "BM25+SS": "bm25+ss"}
 SHARED_STAGES = ("cross_encoder", "zero_shot", "gold_only")  # independent of the sampling strategy
+SEED_FREE_STAGES = ("candidates", "silver")  # independent of the bi-encoder's seed unless SS embeds
 
 
 def share_stages(src: Path, dst: Path, stages=SHARED_STAGES) -> None:
-    """Offers ``src``'s strategy-independent stage markers to ``dst`` (fingerprints still decide).
+    """Offers ``src``'s stage markers to ``dst`` (fingerprints still decide whether they are used).
 
     Only stages ``dst`` has no marker for are offered, so a resumed run keeps its own. A marker
-    names its model relative to its run directory, so the model is copied with it (a copy, not
-    a link: a stage redone in ``dst`` must not write into ``src``).
+    names its outputs and model relative to its run directory, so they are copied with it (a
+    copy, not a link: a stage redone in ``dst`` must not write into ``src``).
     """
     for stage in stages:
         marker = src / "stages" / f"{stage}.json"
         if not marker.exists() or (dst / "stages" / f"{stage}.json").exists():
             continue
-        model = json.loads(marker.read_text())["result"].get("model")
-        if model and not Path(model).is_absolute():
-            if not (src / model).is_dir():
-                continue
-            if (dst / model).exists():
-                shutil.rmtree(dst / model)
-            shutil.copytree(src / model, dst / model, symlinks=False)
+        record = json.loads(marker.read_text())
+        model = record["result"].get("model")
+        outputs = [rel for rel in record.get("outputs", {}) if not Path(rel).is_absolute()]
+        if model and not Path(model).is_absolute() and model not in outputs:
+            outputs.append(model)
+        if not all((src / rel).exists() for rel in outputs):
+            continue
+        for rel in outputs:
+            if (src / rel).is_dir():
+                if (dst / rel).exists():
+                    shutil.rmtree(dst / rel)
+                shutil.copytree(src / rel, dst / rel, symlinks=False)
+            else:
+                (dst / rel).parent.mkdir(parents=True, exist_ok=True)
+                shutil.copyfile(src / rel, dst / rel)
         (dst / "stages").mkdir(parents=True, exist_ok=True)
         shutil.copyfile(marker, dst / "stages" / f"{stage}.json")
 
@@ -91,6 +101,12 @@ def run_grid(job: str, seeds: list[int], strategies: list[str], extra: list[str]
             run_dir = root / base.name / f"seed-{seed}" / strategy.replace("+", "-")
             if seed_first is not None:
                 share_stages(seed_first, run_dir, ("gold_only",))
+            if seed != seeds[0]:
+                # The job's seed is fixed and only the bi-encoder's varies, so candidates and
+                # silver labels that do not embed with the gold-only bi-encoder (RS, KDE, BM25)
+                # are the first seed's; SS's fingerprints name the seed's own bi-encoder.
+                share_stages(root / base.name / f"seed-{seeds[0]}" / strategy.replace("+", "-"), run_dir,
+                             SEED_FREE_STAGES)
             if teacher is not None and teacher != run_dir:
                 share_stages(teacher, run_dir, ("cross_encoder", "zero_shot"))
             cfg = load_job(job, extra + [f"sampling.strategy={strategy}", f"bi_encoder.seed={seed}",
