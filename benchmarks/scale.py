@@ -225,7 +225,7 @@ def main(argv: list[str] | None = None) -> int:
 
     root = Path(args.keep or tempfile.mkdtemp(prefix="augsbert-scale-"))
     root.mkdir(parents=True, exist_ok=True)
-    # BM25 top-k gives k pairs per sentence less the pairs found from both ends (about 0.7 k
+    # BM25 top-k gives k pairs per sentence less the pairs found from both ends (about 0.67 k
     # on this corpus).
     plan = [(scale, args.workers[-1]) for scale in args.scales]
     mid = sorted(args.scales)[len(args.scales) // 2]
@@ -233,7 +233,7 @@ def main(argv: list[str] | None = None) -> int:
     runs = []
     for scale, workers in plan:
         pairs = args.base_pairs * scale
-        sentences = int(pairs / (args.k * 0.7)) + 1
+        sentences = int(pairs / (args.k * 0.65)) + 1
         work = root / f"x{scale}-w{workers}"
         work.mkdir(parents=True, exist_ok=True)
         corpus_path = root / f"corpus-{sentences}.txt"
