@@ -6,6 +6,10 @@ recipe matters as much as the sampling strategy. For one job, trains the cross-e
 next to the job's gold-only bi-encoder score when a run of the job has one.
 
     python benchmarks/teacher_recipe.py --job jobs/stsb-1k-bm25.yaml --epochs 4 8 --lr 2e-5 5e-5
+    python benchmarks/teacher_recipe.py --recipes 4:2e-5 4:5e-5 8:5e-5     # chosen pairs only
+
+A recipe's run directory is kept under ``--root``: a re-run reuses a finished recipe's
+cross-encoder and resumes an unfinished one from its last checkpoint.
 """
 
 from __future__ import annotations
@@ -36,6 +40,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--job", default="jobs/stsb-1k-bm25.yaml")
     p.add_argument("--epochs", type=int, nargs="+", default=[4, 8])
     p.add_argument("--lr", type=float, nargs="+", default=[2e-5, 5e-5])
+    p.add_argument("--recipes", nargs="+", metavar="EPOCHS:LR", help="chosen (epochs, lr) pairs instead of the grid")
     p.add_argument("--set", dest="extra", action="append", default=[], metavar="KEY=VALUE")
     p.add_argument("--gold-only", type=Path, help="metrics.json of a run of the job, for its gold-only score")
     p.add_argument("--root", type=Path, help="run directories (default: a temporary folder)")
@@ -46,7 +51,9 @@ def main(argv: list[str] | None = None) -> int:
 
     root = args.root or Path(tempfile.mkdtemp(prefix="augsbert-teacher-"))
     rows = []
-    for epochs, lr in itertools.product(args.epochs, args.lr):
+    recipes = ([(int(r.split(":")[0]), float(r.split(":")[1])) for r in args.recipes] if args.recipes
+               else list(itertools.product(args.epochs, args.lr)))
+    for epochs, lr in recipes:
         run_dir = root / f"e{epochs}-lr{lr:g}"
         r = train_teacher(args.job, args.extra + [f"cross_encoder.epochs={epochs}", f"cross_encoder.lr={lr}"], run_dir)
         rows.append({"epochs": epochs, "lr": lr, **r})
