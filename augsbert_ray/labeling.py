@@ -216,7 +216,7 @@ class LabelingReport:
 
 def _table_shards(table: pa.Table, size: int):
     """Slices of ``size`` rows, dictionary text columns decoded (a shard travels alone)."""
-    plain = pa.schema([f.with_type(f.type.value_type) if pa.types.is_dictionary(f.type) else f for f in table.schema])
+    plain = schema.decoded(table.schema)
     for start in range(0, table.num_rows, size):
         yield table.slice(start, size).cast(plain)
 
@@ -285,11 +285,13 @@ def label_candidates_file(candidates_path, silver_path, model_dir: str, cfg, max
                           report: LabelingReport | None = None) -> int:
     """``label_candidates`` from a Parquet file of candidates to a Parquet file of silver pairs.
 
-    The driver never holds the pairs: the candidates are read a shard at a time and put in
-    Ray's object store (which spills to disk when full), labelled shards are committed to
-    ``store`` as they arrive and dropped, and ``silver_path`` is written from the committed
-    shards one at a time (under a temporary name, then renamed). What the driver keeps per
-    pending shard is its object reference and its pairs' two ids, for the completeness check.
+    The driver's heap never holds all the pairs: the candidates are read a shard at a time and
+    put in Ray's object store (which spills to disk when full; the pages of the shards the
+    driver put there stay mapped in its address space until they are labelled), labelled
+    shards are committed to ``store`` as they arrive and dropped, and ``silver_path`` is
+    written from the committed shards one at a time (under a temporary name, then renamed).
+    What the driver keeps per pending shard is its object reference and its pairs' two ids,
+    for the completeness check.
     Rows keep the candidates' order, so candidates sorted by (id1, id2), as every sampler
     writes them, give silver pairs sorted the same way.
 

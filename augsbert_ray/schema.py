@@ -67,16 +67,16 @@ SENTENCE_SCHEMA = pa.schema(
 )
 
 
+def decoded(s: pa.Schema) -> pa.Schema:
+    """``s`` with every dictionary column given its value type (what a cast to it decodes)."""
+    return pa.schema([f.with_type(f.type.value_type) if pa.types.is_dictionary(f.type) else f for f in s])
+
+
 def conforms(table: pa.Table, expected: pa.Schema) -> bool:
     """True if ``table`` has ``expected``'s columns and types, a dictionary column counting as
     its value type (so an in-memory candidate table conforms to ``CANDIDATE_SCHEMA``)."""
-    if table.column_names != expected.names:
-        return False
-    for field in table.schema:
-        kind = field.type.value_type if pa.types.is_dictionary(field.type) else field.type
-        if kind != expected.field(field.name).type:
-            return False
-    return True
+    return table.column_names == expected.names and all(
+        f.type == expected.field(f.name).type for f in decoded(table.schema))
 
 
 def empty_table(schema: pa.Schema) -> pa.Table:
