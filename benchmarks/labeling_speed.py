@@ -74,9 +74,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--device", default="cpu")
     p.add_argument("--threads", type=int, default=os.cpu_count())
     p.add_argument("--precisions", nargs="+", help="engine precisions (default: fp32 and the device's auto)")
-    p.add_argument("--token-budgets", nargs="*", type=int, default=[], help="also sweep these token budgets")
+    p.add_argument("--token-budgets", nargs="*", type=int, default=[], help="also time each precision with these token budgets")
     p.add_argument("--max-pairs", type=int, default=None, help="most pairs per forward pass (default: config's)")
     p.add_argument("--actors", type=int, default=1, help="labelling actors of the Ray pool")
+    p.add_argument("--repeats", type=int, default=3, help="interleaved timing rounds (median reported)")
     p.add_argument("--no-ray", action="store_true", help="skip the Ray pipeline rows")
     p.add_argument("--ray-pairs", type=int, help="pairs for the Ray pipeline rows (default: --pairs)")
     p.add_argument("--data-dir", default=os.environ.get("AUGSBERT_DATA_DIR", "../shared/data"))
@@ -104,55 +105,58 @@ def main(argv: list[str] | None = None) -> int:
     model.float().save_pretrained(model_dir)
     tok.save_pretrained(model_dir)
     del model
-    rows, diffs = [], {}
+    rows, diffs, spread = [], {}, {}
     warm = min(2048, args.pairs)
 
+    # Every labeller is set up once, warmed up, then timed in ``--repeats`` interleaved
+    # rounds (the order rotates each round), so that a drift of the machine's speed reaches
+    # all of them alike; the median time of each gives its pairs/s.
     peer = CrossEncoder(str(model_dir), device=args.device)
-    peer.predict(list(zip(s1[:warm], s2[:warm])), show_progress_bar=False)  # warm-up
-    peer_scores, dt = timed(lambda: np.asarray(peer.predict(list(zip(s1, s2)), show_progress_bar=False),
-                                               dtype=np.float32), args.device)
-    rows.append(("CrossEncoder.predict (defaults: batch 32, fp32)", args.pairs / dt))
-    del peer
-
-    def engine(precision: str, budget: int):
-        m, t = load_cross_encoder(str(model_dir), device=args.device)
-        m = prepare_model(m, precision, args.device)
-        run = lambda pairs: score_pairs(m, t, s1[:pairs], s2[:pairs], micro_batch_size=max_pairs,  # noqa: E731
-                                        device=args.device, token_budget=budget)
-        run(warm)
-        scores, dt = timed(lambda: run(args.pairs), args.device)
-        del m
-        return scores, args.pairs / dt
-
-    for precision in precisions:
-        scores, rate = engine(precision, default_budget)
-        name = f"engine: score_pairs, {precision}, token budget {default_budget}"
-        rows.append((name, rate))
-        diffs[name] = (float(np.abs(scores - peer_scores).max()), float(spearmanr(scores, peer_scores)[0]))
     sweep_precision = precisions[-1]
-    # The model's share alone: pairs tokenised beforehand, as a GPU actor gets them from the
-    # CPU tokenising stage of the Ray pipeline.
+    models = {}
+    for precision in dict.fromkeys(precisions):
+        m, t = load_cross_encoder(str(model_dir), device=args.device)
+        models[precision] = prepare_model(m, precision, args.device)
     from augsbert_ray.scoring import score_tokenized, tokenize_pairs
 
-    m, t = load_cross_encoder(str(model_dir), device=args.device)
-    m = prepare_model(m, sweep_precision, args.device)
     tokens, tok_s = timed(lambda: tokenize_pairs(t, s1, s2, 128), "cpu")
-    run = lambda: score_tokenized(m, tokens, pad_id=t.pad_token_id, token_budget=default_budget,  # noqa: E731
+
+    def engine(precision: str, budget: int, n: int):
+        return score_pairs(models[precision], t, s1[:n], s2[:n], micro_batch_size=max_pairs, device=args.device,
+                           token_budget=budget)
+
+    runners = {"CrossEncoder.predict (defaults: batch 32, fp32)": lambda n: np.asarray(
+        peer.predict(list(zip(s1[:n], s2[:n])), show_progress_bar=False), dtype=np.float32)}
+    for precision in precisions:
+        runners[f"engine: score_pairs, {precision}, token budget {default_budget}"] = \
+            lambda n, p=precision: engine(p, default_budget, n)
+    # The model's share alone: pairs tokenised beforehand, as a GPU actor gets them from the
+    # CPU tokenising stage of the Ray pipeline.
+    runners[f"engine: score_tokenized (pre-tokenised), {sweep_precision}, token budget {default_budget}"] = \
+        lambda n: score_tokenized(models[sweep_precision], tokens, pad_id=t.pad_token_id, token_budget=default_budget,
                                   max_pairs=max_pairs, device=args.device)
-    run()
-    scores, dt = timed(run, args.device)
-    name = f"engine: score_tokenized (pre-tokenised), {sweep_precision}, token budget {default_budget}"
-    rows.append((name, args.pairs / dt))
-    diffs[name] = (float(np.abs(scores - peer_scores).max()), float(spearmanr(scores, peer_scores)[0]))
-    rows.append((f"tokenisation alone ({os.cpu_count()} cores)", args.pairs / tok_s))
-    del m
-    for budget in args.token_budgets:
-        if budget == default_budget:
-            continue
-        scores, rate = engine(sweep_precision, budget)
-        name = f"engine: score_pairs, {sweep_precision}, token budget {budget}"
-        rows.append((name, rate))
-        diffs[name] = (float(np.abs(scores - peer_scores).max()), float(spearmanr(scores, peer_scores)[0]))
+    for precision in precisions:
+        for budget in args.token_budgets:
+            if budget != default_budget:
+                runners[f"engine: score_pairs, {precision}, token budget {budget}"] = \
+                    lambda n, p=precision, b=budget: engine(p, b, n)
+    names = list(runners)
+    for name in names:
+        runners[name](warm)  # warm-up
+    times: dict[str, list[float]] = {name: [] for name in names}
+    scores = {}
+    for r in range(args.repeats):
+        for name in names[r % len(names):] + names[:r % len(names)]:
+            scores[name], dt = timed(lambda: runners[name](args.pairs), args.device)
+            times[name].append(dt)
+    peer_scores = scores[names[0]]
+    for name in names:
+        rows.append((name, args.pairs / float(np.median(times[name]))))
+        spread[name] = (args.pairs / max(times[name]), args.pairs / min(times[name]))
+        if name != names[0]:
+            diffs[name] = (float(np.abs(scores[name] - peer_scores).max()), float(spearmanr(scores[name], peer_scores)[0]))
+    rows.insert(len(precisions) + 2, (f"tokenisation alone ({os.cpu_count()} cores)", args.pairs / tok_s))
+    del peer, models
 
     if not args.no_ray:
         from augsbert_ray.labeling import ShardStore, label_candidates
@@ -183,18 +187,23 @@ def main(argv: list[str] | None = None) -> int:
     lines = ["# Labelling throughput vs CrossEncoder.predict", "",
              f"{args.pairs:,} STSb sentence pairs (dev + test, cycled), cross-encoder from `{args.model}`, "
              f"device {args.device} ({where}), at most {max_pairs} pairs per forward pass.", "",
-             "| labeller | pairs/s | vs CrossEncoder.predict | largest score difference | Spearman with the peer |",
-             "|---|---:|---:|---:|---:|"]
+             f"Each labeller timed in {args.repeats} interleaved rounds: pairs/s from the median round, "
+             "with the slowest and fastest round's.", "",
+             "| labeller | pairs/s | rounds' range | vs CrossEncoder.predict | largest score difference | "
+             "Spearman with the peer |",
+             "|---|---:|---:|---:|---:|---:|"]
     for name, rate in rows:
         d = diffs.get(name)
         if name.startswith("tokenisation"):
-            lines.append(f"| {name} | {rate:,.0f} | - | - | - |")
+            lines.append(f"| {name} | {rate:,.0f} | - | - | - | - |")
             continue
-        lines.append(f"| {name} | {rate:,.0f} | {rate / base:.2f}x | "
+        lo_hi = spread.get(name)
+        lines.append(f"| {name} | {rate:,.0f} | " + (f"{lo_hi[0]:,.0f}-{lo_hi[1]:,.0f}" if lo_hi else "-")
+                     + f" | {rate / base:.2f}x | "
                      + (f"{d[0]:.1e} | {d[1]:.6f} |" if d else "- | - |"))
     lines += ["", *provenance("benchmarks/labeling_speed.py", argv, machine=where if gpu else "")]
     write_result(args.out, lines, {"pairs_per_s": dict(rows), "max_abs_diff_and_spearman": diffs, "args": vars(args),
-                                   "device": where})
+                                   "rounds_pairs_per_s": spread, "device": where})
     print("\n".join(lines))
     return 0
 
