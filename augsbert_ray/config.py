@@ -187,11 +187,12 @@ class LabelingConfig(_Strict):
     # actors have GPUs (a GPU scores a small batch faster than Ray Data hands it over).
     block_size: int = Field(0, ge=0)
     micro_batch_size: int = Field(4096, gt=0)  # most pairs per forward pass (pairs are sorted by length)
-    # Most padded tokens (pairs x longest pair) per forward pass; 0: 8192 on CPU, 65536 on a GPU.
+    # Most padded tokens (pairs x longest pair) per forward pass; 0: 4096 on CPU, 65536 on a GPU.
     token_budget: int = Field(0, ge=0)
     # auto: bf16 on a GPU (fp16 where bf16 is missing), fp32 on CPU. int8 (dynamic quantisation
-    # of the linear layers, CPU) is faster but moved a trained teacher's scores by up to 0.2
-    # (Spearman 0.989 with fp32); benchmarks/labeling_speed.py measures each against fp32.
+    # of the linear layers, CPU) is about 1.5x fp32's speed on 2 cores but moved a trained
+    # teacher's scores by up to 0.29-0.42 (Spearman 0.985-0.987 with fp32, 3,000 STSb pairs);
+    # benchmarks/labeling_speed.py measures each against fp32.
     precision: Literal["auto", "fp32", "bf16", "fp16", "int8"] = "auto"
     compile: bool = False  # torch.compile the cross-encoder (slow first batches; helps on long runs)
     # auto: tokenise in CPU tasks ahead of the actors when they run on GPUs, in the actors on CPU.
