@@ -72,12 +72,14 @@ def table(runs: dict[str, dict]) -> list[str]:
         gain.append(f"{s['augsbert']['target_test'][metrics[n]] - s['gold_only']['target_test'][metrics[n]]:+.2f}")
     lines.append("| AugSBERT - lower bound | " + " | ".join(gain) + " |")
     lines += ["", "| transfer | source gold pairs | target silver pairs | target test pairs | silver label mean | "
-              "wall time, s |", "|---|---:|---:|---:|---:|---:|"]
+              "teacher - lower bound, source dev | stages run, s | stages reused |", "|---|---:|---:|---:|---:|---:|---:|---|"]
     for n in names:
         m = runs[n]
         data = m["target"]["data"]
-        lines.append(f"| {transfer_name(m)} | {m['data']['train']} | {m['sampling']['silver']} | {data['test']['pairs']} | {m['sampling']['silver_label_mean']:.3f} | "
-                     f"{sum(m['stage_seconds'].values()):.0f} |")
+        own = sum(v for k, v in m["stage_seconds"].items() if k not in m["stages_reused"])
+        lines.append(f"| {transfer_name(m)} | {m['data']['train']} | {m['sampling']['silver']} | {data['test']['pairs']} | "
+                     f"{m['sampling']['silver_label_mean']:.3f} | {m['teacher_check']['gap']:+.2f} | {own:.0f} | "
+                     f"{', '.join(m['stages_reused']) or '-'} |")
     return lines
 
 
