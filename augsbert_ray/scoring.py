@@ -2,7 +2,8 @@
 
 Pairs are tokenised into flat arrays (``TokenizedPairs``: ids, token types and offsets, the
 layout of an Arrow list column, so a CPU stage can tokenise ahead of the GPU actors and hand
-the result over in the object store). Scoring sorts pairs by token length and cuts the sorted
+the result over in the object store); each distinct sentence is tokenised once and its pairs
+are composed from its tokens. Scoring sorts pairs by token length and cuts the sorted
 order into batches whose padded size (pairs x longest pair) stays within a token budget:
 short pairs go in large batches, long pairs in small ones, and almost no compute is spent on
 padding. On a GPU, the next chunk is tokenised and padded on a CPU thread while the current
@@ -46,16 +47,24 @@ class TokenizedPairs:
         return np.diff(self.offsets)
 
 
-def tokenize_pairs(tokenizer, s1: list[str], s2: list[str], max_length: int) -> TokenizedPairs:
+def tokenize_pairs(tokenizer, s1: list[str], s2: list[str], max_length: int, compose: bool = True) -> TokenizedPairs:
     """Tokenises pairs (truncated to ``max_length`` tokens, longest sentence first) into flat arrays.
 
     A fast (Rust) tokenizer is driven directly: it encodes the batch on all cores, and the
-    ids go to NumPy without the per-pair Python objects of the ``transformers`` wrapper.
+    ids go to NumPy without the per-pair Python objects of the ``transformers`` wrapper. With
+    ``compose`` (the default) each distinct sentence is tokenised once and the pairs are put
+    together from its tokens with the tokenizer's special tokens and truncation (the same ids
+    and token types as its pair encoding; see ``_PairLayout``): candidate pairs repeat their
+    sentences, so there is less to tokenise. Tokenizers whose pairs cannot be composed exactly
+    are given whole pairs.
     """
     n = len(s1)
     if n == 0:
         return TokenizedPairs(np.empty(0, np.int32), None, np.zeros(1, np.int64))
     backend = _backend(tokenizer, max_length)
+    layout = _pair_layout(tokenizer, max_length) if backend is not None and compose else None
+    if layout is not None:
+        return layout.compose(s1, s2, with_types="token_type_ids" in tokenizer.model_input_names)
     if backend is not None:
         encodings = getattr(backend, "encode_batch_fast", backend.encode_batch)(list(zip(s1, s2)))
         rows = [e.ids for e in encodings]
@@ -72,6 +81,137 @@ def tokenize_pairs(tokenizer, s1: list[str], s2: list[str], max_length: int) -> 
 
 
 _BACKENDS: dict = {}
+_LAYOUTS: dict = {}
+
+
+def _ranges(starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
+    """``concatenate([arange(s, s + n) for s, n in zip(starts, lengths)])``, without the loop."""
+    total = int(lengths.sum())
+    ends = np.cumsum(lengths)
+    return np.arange(total, dtype=np.int64) + np.repeat(starts - (ends - lengths), lengths)
+
+
+@dataclass
+class _PairLayout:
+    """How a tokenizer lays out a pair: special tokens around and between the two sentences'
+    own tokens, and their token types. Pairs are composed from each distinct sentence's tokens,
+    so a sentence that recurs in many candidate pairs (a BM25 or semantic-search query, a
+    popular neighbour) is tokenised once.
+
+    Truncation follows the ``tokenizers`` library's ``longest_first`` rule for pairs; the layout
+    is built only after it reproduced the tokenizer's own pair encodings on probes, and tests
+    compare it with them on real sentences.
+    """
+
+    single: object  # a Rust tokenizer without truncation or padding
+    prefix: tuple  # (ids, types) before the first sentence
+    middle: tuple  # between the sentences
+    suffix: tuple  # after the second
+    type_a: int
+    type_b: int
+    max_length: int
+
+    @property
+    def budget(self) -> int:  # tokens left for the two sentences
+        return self.max_length - len(self.prefix[0]) - len(self.middle[0]) - len(self.suffix[0])
+
+    def truncated(self, la: np.ndarray, lb: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Both sentences' lengths after ``longest_first`` truncation to ``budget``."""
+        cap = self.budget
+        small, large = np.minimum(la, lb), np.maximum(la, lb)
+        large_cut = np.maximum(small, cap - small)
+        halves = small + large_cut > cap  # both longer than half: split the budget (the larger gets the odd token)
+        small_cut = np.where(halves, cap // 2, small)
+        large_cut = np.where(halves, cap // 2 + cap % 2, large_cut)
+        a_larger = la > lb
+        over = la + lb > cap
+        return (np.where(over, np.where(a_larger, large_cut, small_cut), la),
+                np.where(over, np.where(a_larger, small_cut, large_cut), lb))
+
+    def compose(self, s1: list[str], s2: list[str], with_types: bool) -> TokenizedPairs:
+        index: dict[str, int] = {}
+        i1 = np.fromiter((index.setdefault(x, len(index)) for x in s1), np.int64, count=len(s1))
+        i2 = np.fromiter((index.setdefault(x, len(index)) for x in s2), np.int64, count=len(s2))
+        encode = getattr(self.single, "encode_batch_fast", self.single.encode_batch)
+        rows = [e.ids for e in encode(list(index), add_special_tokens=False)]
+        lens = np.fromiter(map(len, rows), np.int64, count=len(rows))
+        starts = np.concatenate([[0], np.cumsum(lens)[:-1]]).astype(np.int64)
+        flat = np.fromiter(itertools.chain.from_iterable(rows), np.int32, count=int(lens.sum()))
+        ta, tb = self.truncated(lens[i1], lens[i2])
+        (p_ids, p_types), (m_ids, m_types), (x_ids, x_types) = self.prefix, self.middle, self.suffix
+        npre, nmid, nsuf = len(p_ids), len(m_ids), len(x_ids)
+        offsets = np.zeros(len(s1) + 1, np.int64)
+        np.cumsum(ta + tb + (npre + nmid + nsuf), out=offsets[1:])
+        head = offsets[:-1]
+        ids = np.empty(int(offsets[-1]), np.int32)
+        types = np.empty(len(ids), np.int8) if with_types else None
+        pos_a, pos_b = _ranges(head + npre, ta), _ranges(head + npre + ta + nmid, tb)
+        ids[pos_a], ids[pos_b] = flat[_ranges(starts[i1], ta)], flat[_ranges(starts[i2], tb)]
+        if types is not None:
+            types[pos_a], types[pos_b] = self.type_a, self.type_b
+        for base, (sp_ids, sp_types) in ((head, self.prefix), (head + npre + ta, self.middle),
+                                          (head + npre + ta + nmid + tb, self.suffix)):
+            for j, (tid, ttype) in enumerate(zip(sp_ids, sp_types)):
+                ids[base + j] = tid
+                if types is not None:
+                    types[base + j] = ttype
+        return TokenizedPairs(ids, types, offsets)
+
+
+# Probe pairs for _pair_layout: lengths that exercise every branch of longest_first truncation.
+_PROBES = [(w1 * n1, w2 * n2) for n1, n2 in [(1, 2), (3, 3), (2, 40), (40, 2), (30, 31), (31, 30), (90, 90), (200, 5)]
+           for w1, w2 in [("the cat sat on a mat. ", "a dog ran in the park! ")]]
+
+
+def _pair_layout(tokenizer, max_length: int) -> _PairLayout | None:
+    """The tokenizer's pair layout, or None where composing pairs would not reproduce its own
+    pair encodings exactly (then pairs are tokenised whole)."""
+    backend = _backend(tokenizer, max_length)
+    key = (id(tokenizer), max_length)
+    cached = _LAYOUTS.get(key)
+    if cached is not None and cached[0] is tokenizer:
+        return cached[1]
+    layout = None
+    try:
+        from tokenizers import Tokenizer
+
+        single = Tokenizer.from_str(backend.to_str())
+        single.no_truncation()
+        layout = _learn_layout(single, backend, max_length)
+    except Exception:  # an unusual tokenizer: tokenise pairs whole
+        layout = None
+    _LAYOUTS[key] = (tokenizer, layout)
+    return layout
+
+
+def _learn_layout(single, pair_encoder, max_length: int) -> _PairLayout | None:
+    a, b = "the cat sat", "a dog ran in the park"
+    ea, eb = single.encode(a, add_special_tokens=False).ids, single.encode(b, add_special_tokens=False).ids
+    full = single.encode(a, b)
+    ids, types = full.ids, full.type_ids
+    starts_a = [i for i in range(len(ids) - len(ea) + 1) if ids[i:i + len(ea)] == ea]
+    if not ea or not eb or not starts_a:
+        return None
+    pa = starts_a[0]
+    starts_b = [i for i in range(pa + len(ea), len(ids) - len(eb) + 1) if ids[i:i + len(eb)] == eb]
+    if not starts_b:
+        return None
+    pb = starts_b[0]
+    span_types = lambda lo, hi: set(types[lo:hi])  # noqa: E731
+    if len(span_types(pa, pa + len(ea))) != 1 or len(span_types(pb, pb + len(eb))) != 1:
+        return None
+    layout = _PairLayout(single, (ids[:pa], types[:pa]), (ids[pa + len(ea):pb], types[pa + len(ea):pb]),
+                         (ids[pb + len(eb):], types[pb + len(eb):]), types[pa], types[pb], max_length)
+    if layout.budget <= 0:
+        return None
+    firsts, seconds = [p[0] for p in _PROBES], [p[1] for p in _PROBES]
+    got = layout.compose(firsts, seconds, with_types=True)
+    want = pair_encoder.encode_batch(list(zip(firsts, seconds)))
+    for i, e in enumerate(want):
+        lo, hi = got.offsets[i], got.offsets[i + 1]
+        if got.ids[lo:hi].tolist() != list(e.ids) or got.type_ids[lo:hi].tolist() != list(e.type_ids):
+            return None
+    return layout
 
 
 def _backend(tokenizer, max_length: int):

@@ -75,3 +75,78 @@ def test_mismatched_pair_lists_are_rejected(tiny_model):
     model, tok = load_cross_encoder(tiny_model)
     with pytest.raises(ValueError, match="3 first sentences but 2"):
         score_pairs(model, tok, ["a", "b", "c"], ["x", "y"])
+
+
+def _reference(tok, s1, s2, max_length):
+    enc = tok(list(s1), list(s2), truncation=True, max_length=max_length)
+    return enc["input_ids"], enc.get("token_type_ids")
+
+
+def _rows(tokens):
+    ids = [tokens.ids[a:b].tolist() for a, b in zip(tokens.offsets[:-1], tokens.offsets[1:])]
+    types = None if tokens.type_ids is None else [tokens.type_ids[a:b].tolist()
+                                                  for a, b in zip(tokens.offsets[:-1], tokens.offsets[1:])]
+    return ids, types
+
+
+def _mixed_pairs():
+    import random
+
+    s1, s2 = pairs(60, seed=7)
+    extra = ["", " ", "naïve café, 東京 😀 — ok?", "word " * 300, "a", "A"]
+    sentences = s1 + s2 + extra
+    rng = random.Random(1)
+    # Candidate-like: a few sentences recur in many pairs, on either side.
+    a = [rng.choice(sentences[:10] + extra) if rng.random() < 0.5 else rng.choice(sentences) for _ in range(400)]
+    b = [rng.choice(sentences) for _ in range(400)]
+    return a, b
+
+
+@pytest.mark.parametrize("max_length", [5, 9, 20, 128])
+def test_composed_pairs_equal_the_tokenizers_pair_encoding(tiny_model, max_length):
+    from augsbert_ray import scoring
+
+    _, tok = load_cross_encoder(tiny_model)
+    s1, s2 = _mixed_pairs()
+    composed = tokenize_pairs(tok, s1, s2, max_length)
+    assert scoring._pair_layout(tok, max_length) is not None  # composed, not tokenised whole
+    assert _rows(composed) == _reference(tok, s1, s2, max_length)
+    whole = tokenize_pairs(tok, s1, s2, max_length, compose=False)
+    assert np.array_equal(whole.ids, composed.ids) and np.array_equal(whole.offsets, composed.offsets)
+
+
+def _template_tokenizer(pair_template: str):
+    from tokenizers import Tokenizer, models, pre_tokenizers, processors
+    from transformers import PreTrainedTokenizerFast
+
+    words = "the a cat dog sat ran on in park mat . !".split()
+    vocab = {w: i for i, w in enumerate(["<pad>", "<s>", "</s>", "<unk>"] + words)}
+    rust = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
+    rust.pre_tokenizer = pre_tokenizers.Whitespace()
+    rust.post_processor = processors.TemplateProcessing(
+        single="<s> $A </s>", pair=pair_template, special_tokens=[("<s>", 1), ("</s>", 2)])
+    return PreTrainedTokenizerFast(tokenizer_object=rust, pad_token="<pad>", unk_token="<unk>",
+                                   model_input_names=["input_ids", "attention_mask"])
+
+
+def test_a_roberta_style_layout_is_composed():
+    from augsbert_ray import scoring
+
+    tok = _template_tokenizer("<s> $A </s> </s> $B </s>")
+    s1 = ["the cat sat on the mat .", "a dog", "", "the cat sat on the mat ."] * 5
+    s2 = ["a dog ran in the park !" * 3, "the cat", "dog", "park"] * 5
+    for max_length in (7, 12, 64):
+        got = tokenize_pairs(tok, s1, s2, max_length)
+        assert scoring._pair_layout(tok, max_length) is not None
+        assert got.type_ids is None
+        assert _rows(got)[0] == _reference(tok, s1, s2, max_length)[0]
+
+
+def test_a_layout_it_cannot_learn_falls_back_to_whole_pairs():
+    from augsbert_ray import scoring
+
+    tok = _template_tokenizer("<s> $B:1 </s> $A:0 </s>")  # second sentence first: not composed
+    s1, s2 = ["the cat sat", "a dog", ""], ["on the mat", "ran in the park !", "cat"]
+    got = tokenize_pairs(tok, s1, s2, 8)
+    assert scoring._pair_layout(tok, 8) is None
+    assert _rows(got)[0] == _reference(tok, s1, s2, 8)[0]
