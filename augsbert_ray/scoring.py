@@ -138,8 +138,7 @@ class _PairLayout:
         starts = np.concatenate([[0], np.cumsum(lens)[:-1]]).astype(np.int64)
         flat = np.fromiter(itertools.chain.from_iterable(rows), np.int32, count=int(lens.sum()))
         ta, tb = self.truncated(lens[i1], lens[i2])
-        (p_ids, p_types), (m_ids, m_types), (x_ids, x_types) = self.prefix, self.middle, self.suffix
-        npre, nmid, nsuf = len(p_ids), len(m_ids), len(x_ids)
+        npre, nmid, nsuf = len(self.prefix[0]), len(self.middle[0]), len(self.suffix[0])
         offsets = np.zeros(len(s1) + 1, np.int64)
         np.cumsum(ta + tb + (npre + nmid + nsuf), out=offsets[1:])
         head = offsets[:-1]
@@ -158,9 +157,10 @@ class _PairLayout:
         return TokenizedPairs(ids, types, offsets)
 
 
-# Probe pairs for _pair_layout: lengths that exercise every branch of longest_first truncation.
-_PROBES = [(w1 * n1, w2 * n2) for n1, n2 in [(1, 2), (3, 3), (2, 40), (40, 2), (30, 31), (31, 30), (90, 90), (200, 5)]
-           for w1, w2 in [("the cat sat on a mat. ", "a dog ran in the park! ")]]
+# Probe pairs for _pair_layout: short and long, equal and unequal, either side the longer, so
+# that at the usual max_length every branch of longest_first truncation is taken.
+_PROBES = [("the cat sat on a mat. " * n1, "a dog ran in the park! " * n2)
+           for n1, n2 in [(1, 2), (3, 3), (2, 40), (40, 2), (30, 31), (31, 30), (90, 90), (200, 5)]]
 
 
 def _pair_layout(tokenizer, max_length: int) -> _PairLayout | None:
@@ -192,16 +192,17 @@ def _learn_layout(single, pair_encoder, max_length: int) -> _PairLayout | None:
     starts_a = [i for i in range(len(ids) - len(ea) + 1) if ids[i:i + len(ea)] == ea]
     if not ea or not eb or not starts_a:
         return None
-    pa = starts_a[0]
-    starts_b = [i for i in range(pa + len(ea), len(ids) - len(eb) + 1) if ids[i:i + len(eb)] == eb]
+    at_a = starts_a[0]
+    end_a = at_a + len(ea)
+    starts_b = [i for i in range(end_a, len(ids) - len(eb) + 1) if ids[i:i + len(eb)] == eb]
     if not starts_b:
         return None
-    pb = starts_b[0]
-    span_types = lambda lo, hi: set(types[lo:hi])  # noqa: E731
-    if len(span_types(pa, pa + len(ea))) != 1 or len(span_types(pb, pb + len(eb))) != 1:
+    at_b = starts_b[0]
+    end_b = at_b + len(eb)
+    if len(set(types[at_a:end_a])) != 1 or len(set(types[at_b:end_b])) != 1:
         return None
-    layout = _PairLayout(single, (ids[:pa], types[:pa]), (ids[pa + len(ea):pb], types[pa + len(ea):pb]),
-                         (ids[pb + len(eb):], types[pb + len(eb):]), types[pa], types[pb], max_length)
+    layout = _PairLayout(single, (ids[:at_a], types[:at_a]), (ids[end_a:at_b], types[end_a:at_b]),
+                         (ids[end_b:], types[end_b:]), types[at_a], types[at_b], max_length)
     if layout.budget <= 0:
         return None
     firsts, seconds = [p[0] for p in _PROBES], [p[1] for p in _PROBES]
