@@ -18,6 +18,7 @@ Reports pairs/s for
 
     python benchmarks/labeling_speed.py                                   # 3,000 pairs on CPU
     python benchmarks/labeling_speed.py --model runs/x/models/cross_encoder  # a trained teacher
+    python benchmarks/labeling_speed.py --ray-pairs 20000 --actors 1 2      # the Ray pool, 1 and 2 actors
     python benchmarks/labeling_speed.py --pairs 200000 --device cuda --precisions fp32 bf16 fp16 \\
         --token-budgets 16384 32768 65536 131072
 """
@@ -81,7 +82,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--precisions", nargs="+", help="engine precisions (default: fp32 and the device's auto)")
     p.add_argument("--token-budgets", nargs="*", type=int, default=[], help="also time each precision with these token budgets")
     p.add_argument("--max-pairs", type=int, default=None, help="most pairs per forward pass (default: config's)")
-    p.add_argument("--actors", type=int, default=1, help="labelling actors of the Ray pool")
+    p.add_argument("--actors", type=int, nargs="+", default=[1],
+                   help="labelling actors of the Ray pool (several: one pipeline run each; threads shared)")
     p.add_argument("--repeats", type=int, default=3, help="interleaved timing rounds (median reported)")
     p.add_argument("--no-ray", action="store_true", help="skip the Ray pipeline rows")
     p.add_argument("--ray-pairs", type=int, help="pairs for the Ray pipeline rows (default: --pairs)")
@@ -170,22 +172,24 @@ def main(argv: list[str] | None = None) -> int:
         start_ray(None, args.threads)
         n = args.ray_pairs or args.pairs
         r1, r2 = stsb_pairs(Path(args.data_dir), n)
-        cfg = LabelingConfig(actors=args.actors, num_gpus=1 if gpu else 0, micro_batch_size=max_pairs)
-        commits = []
-        store = ShardStore(Path(tempfile.mkdtemp(prefix="labeling-speed-shards-")))
-        pooled, dt = timed(lambda: label_candidates(candidates(r1, r2), str(model_dir), cfg, 128,
-                                                    max(1, args.threads // args.actors), store=store,
-                                                    on_commit=lambda: commits.append(time.perf_counter())),
-                           args.device)
-        precision = resolve_precision(cfg.precision, args.device)
-        name = f"engine: Ray pipeline, {precision}, {n:,} pairs, {args.actors} actor(s), start included"
-        rows.append((name, n / dt))
-        m = min(n, args.pairs)  # the pairs the peer scored too (same order: ids follow the input)
-        scores = pooled.column("label").to_numpy()[:m]
-        diffs[name] = (float(np.abs(scores - peer_scores[:m]).max()), float(spearmanr(scores, peer_scores[:m])[0]))
-        if len(commits) > 2:  # from the first shard committed to the last: the pool at work
-            steady = f"engine: Ray pipeline, {precision}, steady state (shards 2-{len(commits)} of {cfg.block_size:,})"
-            rows.append((steady, (n - cfg.block_size) / (commits[-1] - commits[0])))
+        for actors in args.actors:
+            cfg = LabelingConfig(actors=actors, num_gpus=1 if gpu else 0, micro_batch_size=max_pairs)
+            commits = []
+            store = ShardStore(Path(tempfile.mkdtemp(prefix="labeling-speed-shards-")))
+            pooled, dt = timed(lambda: label_candidates(candidates(r1, r2), str(model_dir), cfg, 128,
+                                                        max(1, args.threads // actors), store=store,
+                                                        on_commit=lambda: commits.append(time.perf_counter())),
+                               args.device)
+            precision = resolve_precision(cfg.precision, args.device)
+            name = f"engine: Ray pipeline, {precision}, {n:,} pairs, {actors} actor(s), start included"
+            rows.append((name, n / dt))
+            m = min(n, args.pairs)  # the pairs the peer scored too (same order: ids follow the input)
+            scores = pooled.column("label").to_numpy()[:m]
+            diffs[name] = (float(np.abs(scores - peer_scores[:m]).max()), float(spearmanr(scores, peer_scores[:m])[0]))
+            if len(commits) > 2:  # from the first shard committed to the last: the pool at work
+                steady = (f"engine: Ray pipeline, {precision}, {actors} actor(s), steady state "
+                          f"(shards 2-{len(commits)} of {cfg.block_size:,})")
+                rows.append((steady, (n - cfg.block_size) / (commits[-1] - commits[0])))
 
     base = rows[0][1]
     where = torch.cuda.get_device_name() if gpu else f"{platform.processor() or platform.machine()}, {args.threads} threads"
