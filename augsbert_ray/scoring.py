@@ -61,9 +61,8 @@ def tokenize_pairs(tokenizer, s1: list[str], s2: list[str], max_length: int, com
     n = len(s1)
     if n == 0:
         return TokenizedPairs(np.empty(0, np.int32), None, np.zeros(1, np.int64))
-    backend = _backend(tokenizer, max_length)
-    layout = _pair_layout(tokenizer, max_length) if backend is not None and compose else None
-    if layout is not None:
+    backend, layout = _prepared(tokenizer, max_length)
+    if layout is not None and compose:
         return layout.compose(s1, s2, with_types="token_type_ids" in tokenizer.model_input_names)
     if backend is not None:
         encodings = getattr(backend, "encode_batch_fast", backend.encode_batch)(list(zip(s1, s2)))
@@ -80,8 +79,7 @@ def tokenize_pairs(tokenizer, s1: list[str], s2: list[str], max_length: int, com
     return TokenizedPairs(ids, type_ids, offsets)
 
 
-_BACKENDS: dict = {}
-_LAYOUTS: dict = {}
+_BACKENDS: dict = {}  # (id(tokenizer), max_length) -> (tokenizer, backend, layout)
 
 
 def _ranges(starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
@@ -166,22 +164,18 @@ _PROBES = [("the cat sat on a mat. " * n1, "a dog ran in the park! " * n2)
 def _pair_layout(tokenizer, max_length: int) -> _PairLayout | None:
     """The tokenizer's pair layout, or None where composing pairs would not reproduce its own
     pair encodings exactly (then pairs are tokenised whole)."""
-    backend = _backend(tokenizer, max_length)
-    key = (id(tokenizer), max_length)
-    cached = _LAYOUTS.get(key)
-    if cached is not None and cached[0] is tokenizer:
-        return cached[1]
-    layout = None
+    return _prepared(tokenizer, max_length)[1]
+
+
+def _make_layout(backend, max_length: int) -> _PairLayout | None:
     try:
         from tokenizers import Tokenizer
 
         single = Tokenizer.from_str(backend.to_str())
         single.no_truncation()
-        layout = _learn_layout(single, backend, max_length)
+        return _learn_layout(single, backend, max_length)
     except Exception:  # an unusual tokenizer: tokenise pairs whole
-        layout = None
-    _LAYOUTS[key] = (tokenizer, layout)
-    return layout
+        return None
 
 
 def _learn_layout(single, pair_encoder, max_length: int) -> _PairLayout | None:
@@ -215,11 +209,13 @@ def _learn_layout(single, pair_encoder, max_length: int) -> _PairLayout | None:
     return layout
 
 
-def _backend(tokenizer, max_length: int):
-    """A private copy of a fast tokenizer's Rust backend, set to truncate pairs at ``max_length``."""
+def _prepared(tokenizer, max_length: int) -> tuple:
+    """(backend, pair layout) for a fast tokenizer, made once per tokenizer and ``max_length``:
+    a private copy of its Rust backend set to truncate pairs at ``max_length``, and the layout
+    (``_pair_layout``). (None, None) for a slow tokenizer."""
     rust = getattr(tokenizer, "_tokenizer", None) if getattr(tokenizer, "is_fast", False) else None
     if rust is None:
-        return None
+        return None, None
     key = (id(tokenizer), max_length)
     cached = _BACKENDS.get(key)
     if cached is None or cached[0] is not tokenizer:
@@ -228,8 +224,8 @@ def _backend(tokenizer, max_length: int):
         copy = Tokenizer.from_str(rust.to_str())
         copy.no_padding()
         copy.enable_truncation(max_length, strategy="longest_first")
-        cached = _BACKENDS[key] = (tokenizer, copy)
-    return cached[1]
+        cached = _BACKENDS[key] = (tokenizer, copy, _make_layout(copy, max_length))
+    return cached[1], cached[2]
 
 
 def token_budget_batches(lengths: np.ndarray, token_budget: int, max_pairs: int) -> list[np.ndarray]:
