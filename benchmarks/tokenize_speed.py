@@ -31,20 +31,14 @@ def bm25_candidates(sentences: list[str], k: int):
     import pyarrow as pa
 
     from augsbert_ray import schema
-    from augsbert_ray.candidates.bm25 import BM25Index, build_index
-    from augsbert_ray.candidates.pairs import finalize_candidates
+    from augsbert_ray.candidates.bm25 import BM25Searcher, build_index
+    from augsbert_ray.candidates.pairs import concat_hits, finalize_candidates
 
     table = pa.table({schema.SENTENCE_ID: pa.array(range(len(sentences)), pa.int64()),
                       schema.TEXT: pa.array(sentences, pa.string())})
-    q, h, s = [], [], []
     with tempfile.TemporaryDirectory() as tmp:
-        index = BM25Index(build_index(table, Path(tmp) / "bm25"))
-        for sid, text in enumerate(sentences):
-            hits = [(i, sc) for i, sc in index.top_k(text, k + 1) if i != sid][:k]
-            q.extend([sid] * len(hits))
-            h.extend(i for i, _ in hits)
-            s.extend(sc for _, sc in hits)
-    return finalize_candidates(np.array(q), np.array(h), np.array(s), table, np.empty(0, np.int64), origin="bm25")
+        hits = BM25Searcher(str(build_index(table, Path(tmp) / "bm25")), k)(table)  # what each search actor does
+    return finalize_candidates(*concat_hits([hits]), table, np.empty(0, np.int64), origin="bm25")
 
 
 def main(argv: list[str] | None = None) -> int:
