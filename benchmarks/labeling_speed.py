@@ -73,6 +73,61 @@ def timed(fn, device: str):
     return out, time.perf_counter() - t0
 
 
+class PassCounter:
+    """Counts what a model's forward passes compute: padded tokens, and the sum of batch x
+    length^2 that attention's score and value products grow with."""
+
+    def __init__(self, model):
+        import transformers
+
+        # The base model: sentence-transformers calls the outer model's ``forward`` itself, which
+        # hooks do not see, and the outer model calls the base model.
+        hf = next(m for m in model.modules() if isinstance(m, transformers.PreTrainedModel))
+        self.tokens = self.square = 0
+        hf.base_model.register_forward_pre_hook(self._count, with_kwargs=True)
+
+    def _count(self, module, args, kwargs):
+        ids = kwargs["input_ids"] if "input_ids" in kwargs else args[0]
+        batch, length = ids.shape
+        self.tokens += batch * length
+        self.square += batch * length * length
+
+    def snapshot(self) -> tuple[int, int]:
+        return self.tokens, self.square
+
+
+def model_flops(model) -> tuple[int, int]:
+    """(FLOPs per token of the encoder's linear layers, FLOPs per unit of batch x length^2 of
+    attention's two products). The pooler and head run once per pair and are left out."""
+    import torch
+
+    cfg = model.config
+    per_token = sum(2 * m.in_features * m.out_features for name, m in model.base_model.named_modules()
+                    if isinstance(m, torch.nn.Linear) and "pooler" not in name)
+    return per_token, 4 * cfg.hidden_size * cfg.num_hidden_layers
+
+
+def matmul_rate(model, precision: str, rows: int, device: str, repeats: int = 5) -> float:
+    """FLOP/s of the encoder's linear layers alone, every shape once per layer, on ``rows``
+    tokens, in ``precision`` (int8: dynamically quantised as the engine does): the best of
+    ``repeats`` timings, so the rate this machine reaches on these matrices."""
+    import torch
+
+    from augsbert_ray.scoring import prepare_model
+
+    shapes = [(m.in_features, m.out_features) for name, m in model.base_model.named_modules()
+              if isinstance(m, torch.nn.Linear) and "pooler" not in name]
+    stack = torch.nn.ModuleList(torch.nn.Linear(i, o) for i, o in shapes)
+    stack = prepare_model(stack, precision, device).to(device)
+    dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(precision, torch.float32)
+    inputs = {i: torch.randn(rows, i, device=device, dtype=dtype) for i, _ in shapes}
+    flops = sum(2 * rows * i * o for i, o in shapes)
+    with torch.inference_mode():
+        times = [timed(lambda: [layer(inputs[layer.in_features]) for layer in stack], device)[1]
+                 for _ in range(repeats + 1)]
+    return flops / min(times[1:])  # the first pass warms up
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--pairs", type=int, default=3000)
@@ -92,6 +147,7 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
 
     import torch
+    import transformers
     from scipy.stats import spearmanr
     from sentence_transformers import CrossEncoder
 
@@ -132,38 +188,62 @@ def main(argv: list[str] | None = None) -> int:
         return score_pairs(models[precision], t, s1[:n], s2[:n], micro_batch_size=max_pairs, device=args.device,
                            token_budget=budget)
 
-    runners = {"CrossEncoder.predict (defaults: batch 32, fp32)": lambda n: np.asarray(
+    # What each labeller computes, counted in its forward passes: padded tokens and attention's
+    # batch x length^2, turned into FLOPs by the model's shapes (the peer's copy is fp32).
+    counters = {"fp32 peer": PassCounter(peer)} | {p: PassCounter(m) for p, m in models.items()}
+    peer_hf = next(m for m in peer.modules() if isinstance(m, transformers.PreTrainedModel))
+    flops_token, flops_square = model_flops(peer_hf)
+    work_of = {}  # labeller -> (its model's counter, precision)
+
+    peer_name = "CrossEncoder.predict (defaults: batch 32, fp32)"
+    runners = {peer_name: lambda n: np.asarray(
         peer.predict(list(zip(s1[:n], s2[:n])), show_progress_bar=False), dtype=np.float32)}
+    work_of[peer_name] = (counters["fp32 peer"], "fp32")
     for precision in precisions:
         runners[f"engine: score_pairs, {precision}, token budget {default_budget}"] = \
             lambda n, p=precision: engine(p, default_budget, n)
+        work_of[f"engine: score_pairs, {precision}, token budget {default_budget}"] = (counters[precision], precision)
     # The model's share alone: pairs tokenised beforehand, as a GPU actor gets them from the
     # CPU tokenising stage of the Ray pipeline.
-    runners[f"engine: score_tokenized (pre-tokenised), {sweep_precision}, token budget {default_budget}"] = \
-        lambda n: score_tokenized(models[sweep_precision], tokens, pad_id=t.pad_token_id, token_budget=default_budget,
-                                  max_pairs=max_pairs, device=args.device)
+    pre = f"engine: score_tokenized (pre-tokenised), {sweep_precision}, token budget {default_budget}"
+    runners[pre] = lambda n: score_tokenized(models[sweep_precision], tokens, pad_id=t.pad_token_id,
+                                             token_budget=default_budget, max_pairs=max_pairs, device=args.device)
+    work_of[pre] = (counters[sweep_precision], sweep_precision)
     for precision in precisions:
         for budget in args.token_budgets:
             if budget != default_budget:
                 runners[f"engine: score_pairs, {precision}, token budget {budget}"] = \
                     lambda n, p=precision, b=budget: engine(p, b, n)
+                work_of[f"engine: score_pairs, {precision}, token budget {budget}"] = (counters[precision], precision)
     names = list(runners)
     for name in names:
         runners[name](warm)  # warm-up
     times: dict[str, list[float]] = {name: [] for name in names}
-    scores = {}
+    scores, work = {}, {name: np.zeros(2) for name in names}
     for r in range(args.repeats):
         for name in names[r % len(names):] + names[:r % len(names)]:
+            before = work_of[name][0].snapshot()
             scores[name], dt = timed(lambda: runners[name](args.pairs), args.device)
             times[name].append(dt)
+            work[name] += np.subtract(work_of[name][0].snapshot(), before)
     peer_scores = scores[names[0]]
+    # This machine's rate on the model's matrix products in each precision, and the most any
+    # labeller could reach in fp32: the pairs at their own lengths (no padding), every FLOP at
+    # the fp32 rate (the pooler, head and the rest of the model left out: a bound).
+    rates = {p: matmul_rate(peer_hf, p, default_budget, args.device) for p in dict.fromkeys(["fp32", *precisions])}
+    lengths = tokens.lengths.astype(np.float64)
+    ceiling = rates["fp32"] / (flops_token * lengths.mean() + flops_square * (lengths ** 2).mean())
+    compute = {}
     for name in names:
         rows.append((name, args.pairs / float(np.median(times[name]))))
         spread[name] = (args.pairs / max(times[name]), args.pairs / min(times[name]))
+        padded, square = work[name] / args.repeats
+        flop_s = (flops_token * padded + flops_square * square) / float(np.median(times[name]))
+        compute[name] = (padded / args.pairs, flop_s, flop_s / rates[work_of[name][1]])
         if name != names[0]:
             diffs[name] = (float(np.abs(scores[name] - peer_scores).max()), float(spearmanr(scores[name], peer_scores)[0]))
     rows.insert(len(precisions) + 2, (f"tokenisation alone ({os.cpu_count()} cores)", args.pairs / tok_s))
-    del peer, models
+    del peer, models, peer_hf
 
     if not args.no_ray:
         from augsbert_ray.labeling import ShardStore, label_candidates
@@ -210,9 +290,21 @@ def main(argv: list[str] | None = None) -> int:
         lines.append(f"| {name} | {rate:,.0f} | " + (f"{lo_hi[0]:,.0f}-{lo_hi[1]:,.0f}" if lo_hi else "-")
                      + f" | {rate / base:.2f}x | "
                      + (f"{d[0]:.1e} | {d[1]:.6f} |" if d else "- | - |"))
-    lines += ["", *provenance("benchmarks/labeling_speed.py", argv, machine=where if gpu else "")]
+    rate_text = ", ".join(f"{p} {r / 1e9:,.1f}" for p, r in rates.items())
+    lines += ["", "What each in-process labeller computed (its forward passes counted; FLOPs of the encoder's "
+              "linear layers and attention products, from the model's shapes):", "",
+              "| labeller | padded tokens per pair | model GFLOP/s | of the matrix-product rate in its precision |",
+              "|---|---:|---:|---:|"]
+    lines += [f"| {name} | {c[0]:.1f} | {c[1] / 1e9:,.1f} | {100 * c[2]:.0f}% |" for name, c in compute.items()]
+    lines += ["", f"Matrix-product rate on this device, the encoder's linear layers on {default_budget:,} tokens, "
+              f"best of 5 (GFLOP/s): {rate_text}. The pairs have {lengths.mean():.1f} tokens on average; "
+              f"scored with no padding and every FLOP at the fp32 rate, no fp32 labeller could exceed "
+              f"{ceiling:,.0f} pairs/s here ({ceiling / base:.2f}x CrossEncoder.predict).",
+              "", *provenance("benchmarks/labeling_speed.py", argv, machine=where if gpu else "")]
     write_result(args.out, lines, {"pairs_per_s": dict(rows), "max_abs_diff_and_spearman": diffs, "args": vars(args),
-                                   "rounds_pairs_per_s": spread, "device": where})
+                                   "rounds_pairs_per_s": spread, "device": where,
+                                   "padded_tokens_per_pair_flop_s_share": compute, "matmul_flop_s": rates,
+                                   "fp32_ceiling_pairs_per_s": ceiling})
     print("\n".join(lines))
     return 0
 
