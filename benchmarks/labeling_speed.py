@@ -11,7 +11,11 @@ Reports pairs/s for
 - the engine's scoring core (``score_pairs``: token-budget batches over length-sorted pairs,
   tokenisation of the next chunk overlapped) in each precision asked for; fp32 is exact,
   the others are checked against the peer's scores (largest difference, Spearman),
-- optionally a sweep of token budgets, and
+- optionally a sweep of token budgets,
+- what each in-process labeller computed: padded tokens per pair and the model's FLOP/s,
+  against this device's measured rate on the model's matrix products in that precision, and
+  the most any fp32 labeller could reach on these pairs (no padding, every FLOP at that rate),
+  and
 - the engine's Ray pipeline end to end (``label_candidates``: a CPU tokenising stage ahead of
   GPU actors, shards committed to disk; actor start included, and its steady state from the
   first shard committed to the last), where Ray is installed.
