@@ -180,18 +180,20 @@ class SamplingConfig(_Strict):
 class LabelingConfig(_Strict):
     """Step 2.2: the cross-encoder scores candidates in a Ray Data actor pool."""
 
-    actors: int = Field(1, gt=0)  # actor pool size; one per GPU on a GPU cluster
+    # Actor pool size; null: one per num_gpus GPUs of the cluster when actors have GPUs, else 1.
+    actors: int | None = Field(None, gt=0)
     num_gpus: float = Field(0, ge=0)  # GPUs per actor; 0 runs on CPU
     num_cpus: float | None = Field(None, gt=0)  # CPUs per actor; null: all local CPUs / actors
     # Pairs per shard: one Ray Data batch, committed on its own. 0: 1024 on CPU, 16384 when the
     # actors have GPUs (a GPU scores a small batch faster than Ray Data hands it over).
     block_size: int = Field(0, ge=0)
     micro_batch_size: int = Field(4096, gt=0)  # most pairs per forward pass (pairs are sorted by length)
-    # Most padded tokens (pairs x longest pair) per forward pass; 0: 4096 on CPU, 65536 on a GPU.
+    # Most padded tokens (pairs x longest pair) per forward pass; 0: 2048 on CPU, 65536 on a GPU.
     token_budget: int = Field(0, ge=0)
-    # auto: bf16 on a GPU (fp16 where bf16 is missing), fp32 on CPU. int8 (dynamic quantisation
-    # of the linear layers, CPU) is about 1.5x fp32's speed on 2 cores but moved a trained
-    # teacher's scores by up to 0.29-0.42 (Spearman 0.985-0.987 with fp32, 3,000 STSb pairs);
+    # auto: bf16 on a GPU (fp16 where bf16 is missing); on CPU, bf16 where the CPU has bf16
+    # matrix instructions (AVX-512 BF16 or AMX), else fp32. int8 (dynamic quantisation of the
+    # linear layers, CPU) moved a trained teacher's scores by up to 0.29-0.42 (Spearman
+    # 0.985-0.987 with fp32, 3,000 STSb pairs), so it is opt-in;
     # benchmarks/labeling_speed.py measures each against fp32.
     precision: Literal["auto", "fp32", "bf16", "fp16", "int8"] = "auto"
     compile: bool = False  # torch.compile the cross-encoder (slow first batches; helps on long runs)
@@ -222,6 +224,11 @@ class TrainingConfig(_Strict):
     # end). After a worker or node failure, training resumes from the latest checkpoint.
     checkpoint_every: float = Field(0.25, ge=0, le=1)
     max_failures: int = Field(2, ge=0)  # worker-group restarts before the stage fails
+    # bf16: mixed precision (fp32 weights and optimizer, the forward pass autocast to bf16).
+    # auto: bf16 on a GPU that has it and on CPUs with bf16 matrix instructions (AVX-512 BF16
+    # or AMX), fp32 elsewhere. fp32 is the default: the results in benchmarks/ were trained in
+    # it; benchmarks/training_precision.py measures bf16's speed and scores against it.
+    precision: Literal["fp32", "bf16", "auto"] = "fp32"
 
 
 class EvaluationConfig(_Strict):

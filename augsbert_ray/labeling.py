@@ -21,8 +21,8 @@ import pyarrow.compute as pc
 
 from augsbert_ray import schema
 from augsbert_ray.errors import LabelingError
-from augsbert_ray.scoring import (CPU_TOKEN_BUDGET, GPU_TOKEN_BUDGET, TokenizedPairs, prepare_model, score_pairs,
-                                  score_tokenized, tokenize_pairs)
+from augsbert_ray.scoring import (CPU_TOKEN_BUDGET, GPU_TOKEN_BUDGET, TokenizedPairs, prepare_model, resolve_precision,
+                                  score_pairs, score_tokenized, tokenize_pairs)
 
 __all__ = ["score_pairs", "label_candidates", "label_candidates_file", "ShardStore", "LabelingReport", "PairScorer"]
 
@@ -92,7 +92,10 @@ class PairScorer:
         torch.set_num_threads(max(1, threads))
         self.device = "cuda" if use_gpu and torch.cuda.is_available() else "cpu"
         model, self.tokenizer = load_cross_encoder(model_dir, device=self.device)
-        self.model = prepare_model(model, precision, self.device, compile=compile)
+        self.precision = resolve_precision(precision, self.device)
+        self.model = prepare_model(model, self.precision, self.device, compile=compile)
+        print(f"[silver] labelling actor on {self.device}: {self.precision}"
+              f"{' (precision: auto)' if precision == 'auto' else ''}, {max(1, threads)} threads", flush=True)
         self.micro_batch_size = micro_batch_size
         self.max_length = max_length
         self.token_budget = token_budget or (GPU_TOKEN_BUDGET if self.device == "cuda" else CPU_TOKEN_BUDGET)
@@ -429,6 +432,17 @@ def _checked_shard(i: int, labelled: pa.Table, keys: tuple[np.ndarray, np.ndarra
     return labelled.cast(schema.SILVER_SCHEMA)
 
 
+def pool_size(cfg, cluster_gpus: float) -> int:
+    """Labelling actors: ``cfg.actors`` if set; by default, when actors have GPUs, as many as the
+    cluster's GPUs hold (``cluster_gpus // cfg.num_gpus``, at least one, so a cluster that is
+    still adding GPU nodes starts with one), and one on CPU, which gets all its cores."""
+    if cfg.actors:
+        return cfg.actors
+    if cfg.num_gpus > 0:
+        return max(1, int(cluster_gpus // cfg.num_gpus))
+    return 1
+
+
 def _labelled_dataset(refs: list, model_dir: str, cfg, max_length: int, cpus_per_actor: float):
     import ray
     from ray.data import ActorPoolStrategy
@@ -452,7 +466,7 @@ def _labelled_dataset(refs: list, model_dir: str, cfg, max_length: int, cpus_per
             "fault": _hook(FAULT_ENV),
             "trace": _hook(TRACE_ENV),
         },
-        compute=ActorPoolStrategy(size=cfg.actors),
+        compute=ActorPoolStrategy(size=pool_size(cfg, ray.cluster_resources().get("GPU", 0))),
         batch_size=cfg.block_size,
         batch_format="pyarrow",
         num_cpus=cpus_per_actor,

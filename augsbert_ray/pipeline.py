@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import time
 from dataclasses import asdict, dataclass, field
 from typing import Callable
@@ -264,13 +265,13 @@ class Job:
     def train_cross_encoder(self, gold: dict[str, pa.Table]) -> Stage:
         c = self.cfg.cross_encoder
         fp = fingerprint("cross_encoder", c.model_dump(), _model_id(c.model), self.cfg.seed, self.gold_fp,
-                         *self._search_fp("cross_encoder"), *self._target_fp())
+                         *self._search_fp("cross_encoder"), *self._target_fp(), *self._precision_fp())
         out = self.rd.path("models", "cross-encoder")
 
         def run() -> dict:
             stats = self._fit("cross_encoder", gold["train"], gold,
                               recipe={"model": self._base_model(c.model), "max_length": c.max_length},
-                              hparams=self._hparams(c), out=out, name="cross-encoder")
+                              hparams=self._hparams(c), out=out, name="cross-encoder", fp=fp)
             scores = self._metrics(gold, remote_call(_predict_cross_encoder, self._ship(out), self._eval_splits(gold),
                                                      self.cfg.evaluation.batch_size, c.max_length, **self._eval_resources()))
             self.log(f"[cross_encoder] {self._fmt_all(scores)}")
@@ -358,15 +359,16 @@ class Job:
         return SELECTORS.get(self.cfg.sampling.strategy) if sampled else None
 
     def label_silver(self, candidates: Stage, teacher: Stage) -> Stage:
-        lab = self.cfg.labeling
         fp = fingerprint("silver", candidates.fp, teacher.fp, self.cfg.cross_encoder.max_length, self.cfg.task,
                          self.cfg.sampling.kde.model_dump() if self._selector() else None)
 
         def run() -> dict:
             import shutil
 
-            from augsbert_ray.labeling import LabelingReport, ShardStore, label_candidates_file
+            from augsbert_ray.labeling import LabelingReport, ShardStore, label_candidates_file, pool_size
 
+            # The pool size is fixed here, so the CPUs per actor and the pool agree.
+            lab = self.cfg.labeling.model_copy(update={"actors": pool_size(self.cfg.labeling, self.cluster.gpus)})
             cpus = per_worker_cpus(lab.num_cpus, self.cluster.cpus, lab.actors)
             # Shards are committed under names derived from this stage's inputs; another
             # fingerprint's or block size's shards are stale.
@@ -394,7 +396,8 @@ class Job:
                 store=store, log=self.log, on_commit=upload, report=report)
             rate = report.labelled_pairs / report.seconds if report.seconds else 0.0
             self.log(f"[silver] labelled {report.labelled_pairs} pairs in {report.labelled} shards "
-                     f"({rate:.1f} pairs/s); {report.reused} shards reused from an earlier run")
+                     f"({rate:.1f} pairs/s, {lab.actors} actor(s) of {cpus:g} CPUs and {lab.num_gpus:g} GPUs); "
+                     f"{report.reused} shards reused from an earlier run")
             if select is not None:  # e.g. KDE: the labelled pool is kept, the selection trains
                 gold_labels = self.rd.read_table("gold/train.parquet").column(schema.LABEL).to_numpy()
                 silver = select(self.rd.read_table(labelled_file), gold_labels, self.cfg.task, self.cfg.seed,
@@ -410,6 +413,9 @@ class Job:
                 "labelled": labelled,
                 "silver": n_silver,
                 "pairs_per_s": rate,
+                "actors": lab.actors,
+                "cpus_per_actor": cpus,
+                "precision": lab.precision,
                 "shards": {"total": report.shards, "reused": report.reused, "labelled": report.labelled,
                            "block_size": lab.block_size},
                 "label_mean": float(labels.mean()) if len(labels) else None,
@@ -428,7 +434,7 @@ class Job:
         mix = self.cfg.target is None or self.cfg.target.mix_source_gold  # gold in the AugSBERT training set
         fp = fingerprint(name, b.model_dump(), objective, _model_id(b.model), self.cfg.seed, self.gold_fp,
                          silver.fp if silver else None, *self._search_fp("bi_encoder"), *self._target_fp(),
-                         *([] if mix or silver is None else ["target silver only"]))
+                         *self._precision_fp(), *([] if mix or silver is None else ["target silver only"]))
         out = self.rd.path("models", f"bi-encoder-{name.replace('_', '-')}")
 
         def run() -> dict:
@@ -444,7 +450,7 @@ class Job:
             stats = self._fit("bi_encoder", train, gold,
                               recipe={"model": self._base_model(b.model), "max_length": b.max_length,
                                       "num_layers": b.num_layers, "objective": objective},
-                              hparams=self._hparams(b), out=out, name=f"bi-encoder-{name.replace('_', '-')}")
+                              hparams=self._hparams(b), out=out, name=f"bi-encoder-{name.replace('_', '-')}", fp=fp)
             scores = self._metrics(gold, remote_call(_predict_bi_encoder, self._ship(out), self._eval_splits(gold),
                                                      self.cfg.evaluation.batch_size, b.max_length, None,
                                                      **self._eval_resources()))
@@ -460,7 +466,7 @@ class Job:
         b = self.cfg.bi_encoder
         objective = b.resolved_objective(self.cfg.target_task)
         fp = fingerprint("target_gold", b.model_dump(), objective, _model_id(b.model), self.cfg.seed,
-                         self.target_fp["pairs"], *self._target_fp())
+                         self.target_fp["pairs"], *self._target_fp(), *self._precision_fp())
         out = self.rd.path("models", "bi-encoder-target-gold")
 
         def run() -> dict:
@@ -468,7 +474,8 @@ class Job:
                                  recipe={"model": self._base_model(b.model), "max_length": b.max_length,
                                          "num_layers": b.num_layers, "objective": objective},
                                  hparams=self._hparams(b), resources=self._worker_resources(),
-                                 storage_dir=self.rd.storage("ray_train"), out_dir=out, name="bi-encoder-target-gold")
+                                 storage_dir=self.rd.storage("ray_train"), out_dir=out, name="bi-encoder-target-gold",
+                                 run_name=self._train_run("bi-encoder-target-gold", fp))
             preds = remote_call(_predict_bi_encoder, self._ship(out), self.target_eval, self.cfg.evaluation.batch_size,
                                 b.max_length, None, **self._eval_resources())
             scores = target_metrics(self.cfg.target_task, preds, self.target_eval)
@@ -557,12 +564,38 @@ class Job:
         fingerprints (and finished stages) of jobs without a seed search stay as they were."""
         return [self.cfg.seed_search.model_dump()] if self._searched(kind) else []
 
+    def _precision_fp(self) -> list[str]:
+        """The training precision when it is not fp32; nothing otherwise, so fingerprints of
+        jobs that train in fp32 stay as they were."""
+        p = self.cfg.training.precision
+        return [] if p == "fp32" else [f"training precision {p}"]
+
+    def _train_run(self, name: str, fp: str) -> str:
+        """The Ray Train run of a training stage, named by the stage's fingerprint.
+
+        Ray Train resumes a run from the latest checkpoint under its name, which is what a
+        re-run after a crash needs; a changed configuration must not inherit the weights of
+        another one, so each fingerprint trains under its own name. Earlier runs of this stage
+        under other fingerprints are removed from a local run directory (and this one too with
+        ``fresh``).
+        """
+        run = f"{name}-{fp[:12]}"
+        if self.rd.uri is None and self.rd.path("ray_train").is_dir():
+            stale = re.compile(rf"{re.escape(name)}-[0-9a-f]{{12}}")
+            for old in self.rd.path("ray_train").iterdir():
+                if stale.fullmatch(old.name) and old.name != run:
+                    self.rd.remove_tree(f"ray_train/{old.name}")
+        if self.fresh:
+            self.rd.remove_tree(f"ray_train/{run}")
+        return run
+
     def _fit(self, kind: str, train: pa.Table, gold: dict[str, pa.Table], *, recipe: dict, hparams: dict,
-             out, name: str) -> dict:
+             out, name: str, fp: str) -> dict:
         """Trains one encoder: one Ray Train run, or a seed search on Ray Tune when configured."""
         if not self._searched(kind):
             return train_on_ray(kind, train, recipe=recipe, hparams=hparams, resources=self._worker_resources(),
-                                storage_dir=self.rd.storage("ray_train"), out_dir=out, name=name)
+                                storage_dir=self.rd.storage("ray_train"), out_dir=out, name=name,
+                                run_name=self._train_run(name, fp))
         from augsbert_ray.training.seed_search import SearchPlan, seed_search
 
         ss = self.cfg.seed_search
@@ -579,7 +612,7 @@ class Job:
     def _hparams(self, c) -> dict:
         seed = getattr(c, "seed", None)
         return {"epochs": c.epochs, "lr": c.lr, "batch_size": c.batch_size, "warmup_ratio": c.warmup_ratio,
-                "seed": self.cfg.seed if seed is None else seed}
+                "seed": self.cfg.seed if seed is None else seed, "precision": self.cfg.training.precision}
 
     def _worker_resources(self) -> WorkerResources:
         t = self.cfg.training
@@ -656,7 +689,8 @@ def stage_throughput(results: dict) -> dict[str, str]:
         sec = r["seconds"]
         train = r.get("train", {})
         if train.get("pairs_per_s"):
-            out[name] = f"{train['pairs_per_s']:.1f} training pairs/s (in the training loop)"
+            precision = f", {train['precision']}" if train.get("precision") else ""
+            out[name] = f"{train['pairs_per_s']:.1f} training pairs/s (in the training loop{precision})"
         elif "seed_search" in train:
             c = train["seed_search"]["cost"]
             out[name] = f"{c['steps_run'] / sec:.2f} training steps/s over all seeds"

@@ -30,6 +30,26 @@ def versions() -> dict:
     return out
 
 
+def cpu_description() -> str:
+    """The CPU's model and the matrix instructions torch uses on it, e.g. "AMD EPYC (AVX512, bf16
+    instructions)": the same job runs at very different speeds with and without them."""
+    model = platform.processor() or platform.machine()
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
+            model = next((line.split(":", 1)[1].strip() for line in f if line.startswith("model name")), model)
+    except OSError:
+        pass
+    try:
+        import torch
+
+        from augsbert_ray.scoring import cpu_has_bf16
+
+        isa = torch.backends.cpu.get_cpu_capability()
+        return f"{model} ({isa}, {'bf16 instructions' if cpu_has_bf16() else 'no bf16 instructions'})"
+    except Exception:  # torch absent or without the probe
+        return model
+
+
 def provenance(script: str, argv: list[str] | None, machine: str = "", extra: str = "") -> list[str]:
     """A benchmark result's closing lines: the command, the machine, the versions and the time.
 
@@ -45,7 +65,8 @@ def provenance(script: str, argv: list[str] | None, machine: str = "", extra: st
 
     v = versions()
     return [f"Command: `python {script} {' '.join(sys.argv[1:] if argv is None else argv)}`".rstrip("` ") + "`",
-            f"Machine: {platform.machine()}, {os.cpu_count()} cores{', ' + machine if machine else ''}. Versions: "
+            f"Machine: {platform.machine()}, {cpu_description()}, {os.cpu_count()} cores"
+            f"{', ' + machine if machine else ''}. Versions: "
             + ", ".join(f"{k} {v[k]}" for k in v) + f"{extra}.",
             f"Written {datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC.", ""]
 

@@ -7,6 +7,7 @@ stage never has to guess what the previous one produced.
 
 from __future__ import annotations
 
+import numpy as np
 import pyarrow as pa
 
 # Gold (labelled) pairs, whatever file they came from.
@@ -82,3 +83,9 @@ def conforms(table: pa.Table, expected: pa.Schema) -> bool:
 def empty_table(schema: pa.Schema) -> pa.Table:
     """Returns a zero-row table of ``schema`` (so empty stages still write valid Parquet)."""
     return schema.empty_table()
+
+
+def pair_lists(table: pa.Table) -> tuple[list[str], list[str], np.ndarray]:
+    """A pair table's first sentences, second sentences and labels, as a training loop takes them."""
+    return (table.column(SENTENCE1).to_pylist(), table.column(SENTENCE2).to_pylist(),
+            table.column(LABEL).to_numpy())

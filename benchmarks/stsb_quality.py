@@ -20,19 +20,10 @@ from pathlib import Path
 
 from augsbert_ray.config import load_job
 from augsbert_ray.pipeline import run_job
+from augsbert_ray.report import cpu_description
 
 ROWS = [("zero_shot", "Zero-shot bi-encoder"), ("gold_only", "Bi-encoder, gold only (SBERT)"),
         ("cross_encoder", "Cross-encoder (teacher)"), ("augsbert", "AugSBERT-BM25 bi-encoder")]
-
-
-def cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
 
 
 def table(results: list[tuple[str, dict]]) -> list[str]:
@@ -80,8 +71,8 @@ def main(argv: list[str] | None = None) -> int:
         f"Command: `python benchmarks/stsb_quality.py --jobs {' '.join(args.jobs)}`",
         "(each job is also `augsbert run JOB`; completed stages are reused).",
         "",
-        f"Machine: {cpu_model()}, {os.cpu_count()} cores, {platform.system()} {platform.machine()}; no GPU."
-        if not results[0][1]["cluster"]["gpus"] else f"Machine: {cpu_model()}, GPUs: {results[0][1]['cluster']['gpus']:g}",
+        f"Machine: {cpu_description()}, {os.cpu_count()} cores, {platform.system()} {platform.machine()}; no GPU."
+        if not results[0][1]["cluster"]["gpus"] else f"Machine: {cpu_description()}, GPUs: {results[0][1]['cluster']['gpus']:g}",
         "Versions: " + ", ".join(f"{k} {val}" for k, val in v.items() if k != "machine") + ".",
         f"Written: {datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC.",
         "",

@@ -4,7 +4,8 @@ import pytest
 
 from augsbert_ray import schema
 from augsbert_ray.config import LabelingConfig
-from augsbert_ray.labeling import ShardStore, _file_shards, label_candidates, label_candidates_file, score_pairs
+from augsbert_ray.labeling import (ShardStore, _file_shards, _labelled_dataset, label_candidates, label_candidates_file,
+                                   pool_size, score_pairs)
 from augsbert_ray.models import load_cross_encoder
 from conftest import make_sentence
 
@@ -81,6 +82,28 @@ def test_actor_pool_labels_every_candidate_once(ray_local, tiny_cross_encoder, a
     model, tok = load_cross_encoder(tiny_cross_encoder)
     model.eval()
     np.testing.assert_allclose(silver.column(schema.LABEL).to_numpy(), one_by_one(model, tok, s1, s2), atol=1e-5)
+
+
+def test_pool_size_defaults_to_the_clusters_gpus_and_to_one_cpu_actor():
+    assert pool_size(LabelingConfig(), 8) == 1  # CPU: one actor with all the cores
+    assert pool_size(LabelingConfig(num_gpus=1), 8) == 8
+    assert pool_size(LabelingConfig(num_gpus=0.5), 1) == 2
+    assert pool_size(LabelingConfig(num_gpus=2), 7) == 3
+    assert pool_size(LabelingConfig(num_gpus=1), 0) == 1  # GPU nodes still joining
+    assert pool_size(LabelingConfig(num_gpus=1, actors=3), 8) == 3
+    assert pool_size(LabelingConfig(actors=2), 0) == 2
+
+
+def test_gpu_pool_gets_one_actor_per_cluster_gpu(ray_local, tiny_cross_encoder, monkeypatch):
+    # The dataset is only planned, never run, so no GPU is needed to see the pool it asks for.
+    sizes = []
+    strategy = ray_local.data.ActorPoolStrategy
+    monkeypatch.setattr(ray_local.data, "ActorPoolStrategy", lambda size, **kw: sizes.append(size) or strategy(size=size, **kw))
+    monkeypatch.setattr(ray_local, "cluster_resources", lambda: {"CPU": 16.0, "GPU": 4.0})
+    refs = [ray_local.put(candidates(*pairs(3)))]
+    _labelled_dataset(refs, tiny_cross_encoder, LabelingConfig(num_gpus=1, block_size=5), 128, 1)
+    _labelled_dataset(refs, tiny_cross_encoder, LabelingConfig(num_gpus=1, block_size=5, actors=2), 128, 1)
+    assert sizes == [4, 2]
 
 
 def test_no_candidates_no_actors(tiny_model):

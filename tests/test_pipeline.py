@@ -114,6 +114,12 @@ def test_rerun_skips_completed_stages_and_redoes_changed_ones(finished_run):
     reseeded = changed.model_copy(update={"bi_encoder": changed.bi_encoder.model_copy(update={"seed": 77})})
     fourth = run_job(reseeded, log=lines.append)
     assert sorted(fourth["stages_reused"]) == ["candidates", "cross_encoder", "silver", "zero_shot"]
+    # and they were trained again, not restored from the earlier seed's Ray Train checkpoints
+    assert fourth["scores"]["gold_only"] != third["scores"]["gold_only"]
+    assert fourth["scores"]["augsbert"] != third["scores"]["augsbert"]
+    train_runs = sorted(p.name for p in (cfg.resolved_run_dir / "ray_train").iterdir())
+    assert len(train_runs) == 3 and [r.rsplit("-", 1)[0] for r in train_runs] == [
+        "bi-encoder-augsbert", "bi-encoder-gold-only", "cross-encoder"]  # earlier fingerprints' runs removed
 
     # A stage whose marker is there but whose output is gone is redone (and only it).
     (cfg.resolved_run_dir / "models" / "bi-encoder-augsbert" / "model.safetensors").unlink()
@@ -122,6 +128,16 @@ def test_rerun_skips_completed_stages_and_redoes_changed_ones(finished_run):
     assert sorted(fifth["stages_reused"]) == ["candidates", "cross_encoder", "gold_only", "silver", "zero_shot"]
     assert any("[augsbert] completed earlier, but models/bi-encoder-augsbert is missing or changed" in line
                for line in lines)
+    assert "(in the training loop, fp32)" in fifth["stage_throughput"]["augsbert"]
+
+    # Training in bf16 retrains every encoder, and the teacher's labels with them; the
+    # candidates (BM25) and the untrained zero-shot model stay.
+    bf16 = reseeded.model_copy(update={"training": reseeded.training.model_copy(update={"precision": "bf16"})})
+    sixth = run_job(bf16, log=lines.append)
+    assert sorted(sixth["stages_reused"]) == ["candidates", "zero_shot"]
+    assert all("(in the training loop, bf16)" in sixth["stage_throughput"][key]
+               for key in ("cross_encoder", "gold_only", "augsbert")), sixth["stage_throughput"]
+    assert all(np.isfinite(sixth["scores"]["augsbert"][split]["spearman"]) for split in ("dev", "test"))
 
 
 def test_fresh_redoes_completed_stages(tmp_path):

@@ -56,11 +56,40 @@ def test_int8_quantises_the_linear_layers_and_fp32_is_exact(tiny_model):
     ref = one_by_one(model, tok, s1, s2)
     exact = score_pairs(prepare_model(copy.deepcopy(model), "fp32", "cpu"), tok, s1, s2)
     np.testing.assert_allclose(exact, ref, atol=1e-5)
-    assert resolve_precision("auto", "cpu") == "fp32"
     quant = prepare_model(copy.deepcopy(model), "int8", "cpu")
     assert any("Quantized" in type(m).__name__ or "quantized" in type(m).__module__ for m in quant.modules())
     got = score_pairs(quant, tok, s1, s2)
     assert np.abs(got - ref).max() < 2e-2
+
+
+def test_auto_precision_on_cpu_is_bf16_only_where_the_cpu_has_bf16_instructions(monkeypatch):
+    import torch
+
+    from augsbert_ray import scoring
+
+    monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda: False, raising=False)
+    monkeypatch.setattr(torch.cpu, "_is_avx512_bf16_supported", lambda: False, raising=False)
+    assert not scoring.cpu_has_bf16() and resolve_precision("auto", "cpu") == "fp32"
+    monkeypatch.setattr(torch.cpu, "_is_avx512_bf16_supported", lambda: True, raising=False)
+    assert scoring.cpu_has_bf16() and resolve_precision("auto", "cpu") == "bf16"
+    monkeypatch.setattr(torch.cpu, "_is_avx512_bf16_supported", lambda: 1 / 0, raising=False)  # a broken probe
+    assert resolve_precision("auto", "cpu") == "fp32"
+    assert resolve_precision("fp32", "cpu") == "fp32"  # an explicit precision is kept
+
+
+def test_bf16_on_cpu_keeps_the_fp32_scores_within_its_tolerance(tiny_model):
+    import copy
+
+    import torch
+
+    model, tok = load_cross_encoder(tiny_model)
+    model.eval()
+    s1, s2 = pairs(30, seed=5)
+    ref = one_by_one(model, tok, s1, s2)
+    half = prepare_model(copy.deepcopy(model), "bf16", "cpu")
+    assert next(half.parameters()).dtype == torch.bfloat16
+    got = score_pairs(half, tok, s1, s2, token_budget=200)
+    assert got.dtype == np.float32 and np.abs(got - ref).max() < 2e-2
 
 
 def test_precision_names_are_checked():

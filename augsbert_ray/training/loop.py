@@ -28,9 +28,32 @@ class HParams:
     seed: int
     weight_decay: float = 0.01
     max_grad_norm: float = 1.0
+    precision: str = "fp32"  # see TRAINING_PRECISIONS and resolve_training_precision
 
     def to_dict(self) -> dict:
         return asdict(self)
+
+
+TRAINING_PRECISIONS = ("fp32", "bf16", "auto")
+
+
+def resolve_training_precision(precision: str, device: str) -> str:
+    """The precision a worker on ``device`` trains in.
+
+    ``bf16`` is mixed precision: the weights, the optimizer state and the gradients stay in
+    fp32 and the forward pass runs under ``torch.autocast`` in bf16 (no loss scaling is needed,
+    bf16 has fp32's range). ``auto``: bf16 on a GPU that has it, and on a CPU with bf16 matrix
+    instructions (AVX-512 BF16 or AMX); fp32 elsewhere, where bf16 would be emulated.
+    """
+    from augsbert_ray.scoring import cpu_has_bf16
+
+    if precision not in TRAINING_PRECISIONS:
+        raise ValueError(f"training precision must be one of {TRAINING_PRECISIONS}, not {precision!r}")
+    if precision != "auto":
+        return precision
+    if str(device).startswith("cuda"):
+        return "bf16" if torch.cuda.is_bf16_supported() else "fp32"
+    return "bf16" if cpu_has_bf16() else "fp32"
 
 
 def shard_order(n: int, epoch: int, seed: int, rank: int, world: int) -> np.ndarray:
@@ -86,6 +109,7 @@ class PairTrainer:
         self.device, self.rank, self.world, self.log, self.name = device, rank, world, log, name
         if len(self.labels) == 0:
             raise ValueError(f"{name}: no training pairs")
+        self.precision = resolve_training_precision(hp.precision, device)
         torch.manual_seed(hp.seed)
         self.module = wrap(recipe.build(device))
         self.module.train()
@@ -115,7 +139,9 @@ class PairTrainer:
             order = shard_order(n, epoch, hp.seed, self.rank, self.world)
             idx = order[in_epoch * hp.batch_size : (in_epoch + 1) * hp.batch_size]
             batch_labels = torch.from_numpy(self.labels[idx]).to(self.device)
-            loss = self.recipe.loss(self.module, [self.s1[i] for i in idx], [self.s2[i] for i in idx], batch_labels)
+            with torch.autocast(torch.device(self.device).type, torch.bfloat16, enabled=self.precision == "bf16"):
+                loss = self.recipe.loss(self.module, [self.s1[i] for i in idx], [self.s2[i] for i in idx], batch_labels)
+            loss = loss.float()
             self.optimizer.zero_grad(set_to_none=True)
             loss.backward()
             torch.nn.utils.clip_grad_norm_(self.module.parameters(), hp.max_grad_norm)
@@ -129,12 +155,13 @@ class PairTrainer:
                 rate = (self.step - first) * hp.batch_size * self.world / (time.perf_counter() - started)
                 self.log(
                     f"[{self.name}] epoch {epoch + 1}/{hp.epochs} step {self.step}/{self.total} "
-                    f"loss {np.mean(self.losses):.4f} ({rate:.1f} pairs/s)"
+                    f"loss {np.mean(self.losses):.4f} ({rate:.1f} pairs/s{', bf16' * (self.precision == 'bf16')})"
                 )
         self.seconds += time.perf_counter() - started
 
     def stats(self) -> dict:
         return {
+            "precision": self.precision,
             "steps": self.step,
             "train_pairs": len(self.labels),
             "final_loss": float(np.mean(self.losses)) if self.losses else None,

@@ -83,9 +83,7 @@ def _train_loop_per_worker(config: dict) -> None:
 
     trainer = PairTrainer(
         recipe,
-        table.column(schema.SENTENCE1).to_pylist(),
-        table.column(schema.SENTENCE2).to_pylist(),
-        table.column(schema.LABEL).to_numpy(),
+        *schema.pair_lists(table),
         HParams(**config["hparams"]),
         device=str(device),
         rank=rank,
@@ -147,6 +145,7 @@ def train_on_ray(
     out_dir: Path,
     name: str,
     fault: dict | None = None,
+    run_name: str | None = None,
 ) -> dict:
     """Fine-tunes one encoder with Ray Train and copies the trained model to ``out_dir``.
 
@@ -158,8 +157,11 @@ def train_on_ray(
         resources: workers, GPUs and CPUs per worker.
         storage_dir: Ray Train's storage (checkpoints, logs): a local path or a URI.
         out_dir: where the final model is written, loadable by sentence-transformers.
-        name: the run's name, shown in progress and used for its storage folder.
+        name: the model's name, shown in progress.
         fault: fault injection for chaos tests (see ``_fault_hook``).
+        run_name: the Ray Train run's name, its folder under ``storage_dir`` (default: ``name``).
+            Ray Train resumes a run from the latest checkpoint stored under its name, so a
+            different training must have a different run name.
 
     Returns:
         The training statistics reported by rank 0.
@@ -189,7 +191,7 @@ def train_on_ray(
             resources_per_worker={"CPU": resources.cpus_per_worker},
         ),
         run_config=RunConfig(
-            name=name,
+            name=run_name or name,
             storage_path=_storage(storage_dir),
             failure_config=FailureConfig(max_failures=resources.max_failures),
             checkpoint_config=CheckpointConfig(num_to_keep=2),  # the latest two training states

@@ -55,11 +55,6 @@ class SearchPlan:
         return min(total_steps, max(1, math.ceil(self.prune_at * total_steps)))
 
 
-def _columns(t: pa.Table) -> tuple[list[str], list[str], np.ndarray]:
-    return (t.column(schema.SENTENCE1).to_pylist(), t.column(schema.SENTENCE2).to_pylist(),
-            t.column(schema.LABEL).to_numpy())
-
-
 def _trial(config: dict, data: pa.Table, dev: pa.Table) -> None:
     """One seed's training as a Tune function trainable.
 
@@ -77,7 +72,7 @@ def _trial(config: dict, data: pa.Table, dev: pa.Table) -> None:
 
     torch.set_num_threads(max(1, int(config["threads"])))
     device = "cuda" if config["gpus"] and torch.cuda.is_available() else "cpu"
-    s1, s2, labels = _columns(data)
+    s1, s2, labels = schema.pair_lists(data)
     recipe = make_recipe(config["kind"], **config["recipe"])
     hp = HParams(**{**config["hparams"], "seed": config["seed"]})
     trainer = PairTrainer(recipe, s1, s2, labels, hp, device=device, log=lambda line: None, name=config["name"])
@@ -88,7 +83,7 @@ def _trial(config: dict, data: pa.Table, dev: pa.Table) -> None:
     for target in [s for s in config["eval_steps"] if s > trainer.step] or [trainer.total]:
         target = min(target, config["stop_step"])
         trainer.run(until=target)
-        preds = recipe.predict(trainer.module, *_columns(dev)[:2], config["eval_batch_size"])
+        preds = recipe.predict(trainer.module, *schema.pair_lists(dev)[:2], config["eval_batch_size"])
         score = task_metrics(config["task"], {"dev": preds}, {"dev": dev})["dev"][config["metric"]]
         with tempfile.TemporaryDirectory() as tmp:
             write_checkpoint(trainer, recipe, tmp)

@@ -66,7 +66,7 @@ def main(teacher: str, out: Path) -> None:
 
     def label() -> None:
         try:
-            cfg = LabelingConfig(actors=2, block_size=8, micro_batch_size=8)
+            cfg = LabelingConfig(actors=2, block_size=8, micro_batch_size=8, precision="fp32")  # labels checked exactly
             result["silver"] = label_candidates(cands, teacher, cfg, 32, 1, store=store, report=report,
                                                log=lines.append)
         except BaseException as e:  # reported to the test below
@@ -82,6 +82,11 @@ def main(teacher: str, out: Path) -> None:
     committed_before = len(list(store.root.glob("part-*.json")))
     cluster.remove_node(victim, allow_graceful=False)
     thread.join(timeout=600)
+    # The control store marks a killed node dead only after its health checks fail, which can
+    # come after labelling has already finished: wait for that before counting the nodes.
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and any(n["NodeID"] == victim.node_id and n["Alive"] for n in ray.nodes()):
+        time.sleep(0.5)
     out.mkdir(parents=True, exist_ok=True)
     summary = {"removed_node": victim.node_id, "committed_before_removal": committed_before,
                "shards": report.shards, "labelled": report.labelled, "error": result.get("error"),

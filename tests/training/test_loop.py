@@ -243,13 +243,13 @@ def test_unknown_objective_is_rejected(tiny_model):
         make_recipe("bi_encoder", model=tiny_model, objective="triplet").build("cpu")
 
 
-@pytest.mark.parametrize("kind", ["bi", "cross"])
-def test_stopped_and_resumed_training_equals_an_uninterrupted_run(tiny_model, tmp_path, kind):
+@pytest.mark.parametrize("kind,precision", [("bi", "fp32"), ("cross", "fp32"), ("bi", "bf16")])
+def test_stopped_and_resumed_training_equals_an_uninterrupted_run(tiny_model, tmp_path, kind, precision):
     """Weights, optimizer, schedule, data order and dropout RNG all carry over a resume."""
     from augsbert_ray.training.loop import PairTrainer
 
     s1, s2, labels = _toy_pairs()
-    hp = HParams(**{**HPARAMS[kind].to_dict(), "epochs": 3})
+    hp = HParams(**{**HPARAMS[kind].to_dict(), "epochs": 3, "precision": precision})
     straight = PairTrainer(_recipe(kind, tiny_model), s1, s2, labels, hp, log=lambda _: None)
     straight.run()
 
@@ -274,3 +274,51 @@ def test_stopped_and_resumed_training_equals_an_uninterrupted_run(tiny_model, tm
     broken.run()
     c = _state(broken.module)
     assert not all(torch.equal(a[k], c[k]) for k in a)
+
+
+@pytest.mark.parametrize("kind", ["bi", "cross"])
+def test_bf16_training_autocasts_the_forward_and_learns(tiny_model, kind):
+    """Mixed precision: the linear layers run in bf16 while the weights stay fp32."""
+    s1, s2, labels = _toy_pairs()
+    hp = HParams(**{**HPARAMS[kind].to_dict(), "precision": "bf16"})
+    torch.manual_seed(hp.seed)
+    start = _recipe(kind, tiny_model)
+    initial = _full_loss(start, start.build("cpu"), s1, s2, labels)
+
+    from augsbert_ray.training.loop import PairTrainer
+
+    lines: list[str] = []
+    recipe = _recipe(kind, tiny_model)
+    trainer = PairTrainer(recipe, s1, s2, labels, hp, log=lines.append, name=kind)
+    seen: set[torch.dtype] = set()
+    linear = next(m for m in trainer.module.modules() if isinstance(m, torch.nn.Linear))
+    linear.register_forward_hook(lambda _m, _i, out: seen.add(out.dtype))
+    trainer.run()
+    assert seen == {torch.bfloat16}
+    assert all(p.dtype == torch.float32 for p in trainer.module.parameters())
+    stats = trainer.stats()
+    assert stats["precision"] == "bf16" and np.isfinite(stats["final_loss"])
+    assert lines[-1].endswith(", bf16)")
+    assert _full_loss(recipe, trainer.module, s1, s2, labels) < 0.5 * initial
+
+    # The default stays fp32 (the same hook sees fp32 outputs).
+    seen.clear()
+    fp32 = PairTrainer(_recipe(kind, tiny_model), s1, s2, labels, HPARAMS[kind], log=lambda _: None)
+    next(m for m in fp32.module.modules() if isinstance(m, torch.nn.Linear)).register_forward_hook(
+        lambda _m, _i, out: seen.add(out.dtype))
+    fp32.run(until=1)
+    assert seen == {torch.float32} and fp32.stats()["precision"] == "fp32"
+
+
+def test_training_precision_auto_follows_the_cpu_and_rejects_unknown_values(monkeypatch):
+    from augsbert_ray import scoring
+    from augsbert_ray.training.loop import resolve_training_precision
+
+    monkeypatch.setattr(scoring, "cpu_has_bf16", lambda: True)
+    assert resolve_training_precision("auto", "cpu") == "bf16"
+    monkeypatch.setattr(scoring, "cpu_has_bf16", lambda: False)
+    assert resolve_training_precision("auto", "cpu") == "fp32"
+    assert resolve_training_precision("bf16", "cpu") == "bf16"
+    assert resolve_training_precision("fp32", "cpu") == "fp32"
+    with pytest.raises(ValueError, match="training precision must be one of .* not 'fp16'"):
+        resolve_training_precision("fp16", "cpu")

@@ -130,5 +130,11 @@ def test_asha_option_prunes_at_the_grace_period(ray_local, tiny_model, tmp_path)
     assert all(t["curve"][0][0] == 3 for t in trials.values())
     assert all(t["steps"] in (3, 12) for t in trials.values())
     survivors = [s for s, t in trials.items() if t["steps"] == 12]
-    assert 1 <= len(survivors) < 4 and rec["chosen_seed"] in survivors
+    # ASHA lets a trial go on when its score at the rung is within the top 1/reduction_factor of
+    # the scores recorded there before it, so how many go on depends on the order in which the
+    # trials arrive; the best at the rung always goes on, and a pruned trial is never the best.
+    at_rung = {s: t["curve"][0][1] for s, t in trials.items()}
+    best = max(at_rung.values())
+    assert any(at_rung[s] == best for s in survivors) and rec["chosen_seed"] in survivors
+    assert all(at_rung[s] < best for s in trials if s not in survivors)
     assert all(t["segments"] == [[0, t["steps"]]] for t in trials.values())  # one Tune trial each, never restarted
