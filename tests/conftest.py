@@ -61,8 +61,12 @@ def ray_local():
     """One local Ray for the whole session (starting one costs seconds)."""
     import ray
 
+    from augsbert_ray.runtime import LOCAL_TRAIN_ENV_DEFAULTS, TRAIN_ENV_DEFAULTS, local_ray_options
+
+    for key, value in {**TRAIN_ENV_DEFAULTS, **LOCAL_TRAIN_ENV_DEFAULTS}.items():
+        os.environ.setdefault(key, value)
     if not ray.is_initialized():
-        ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+        ray.init(**local_ray_options(2), include_dashboard=False, log_to_driver=False)
     yield ray
     ray.shutdown()
 
