@@ -74,10 +74,7 @@ def local_model(model: str | ShippedModel, cache_dir: str | os.PathLike | None =
 
 
 def ship_if_local(model: str) -> str | ShippedModel:
-    """Ships a local model directory; a hub id (or the embedded model's installed path) stays a name."""
-    from augsbert_ray.models import embedded_model_dir
-
-    p = Path(model)
-    if p.is_dir() and p.resolve() != embedded_model_dir(verify=False).resolve():
-        return ship_model(p)
-    return model
+    """Ships a local model directory; anything else (a hub id, ``embedded``) stays a name that
+    every worker resolves itself. Needs nothing but the directory: no model package."""
+    p = Path(model).expanduser()
+    return ship_model(p) if p.is_dir() else model

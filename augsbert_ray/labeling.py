@@ -246,7 +246,7 @@ def _file_shards(path, size: int):
 
 def label_candidates(candidates: pa.Table, model_dir: str, cfg, max_length: int, cpus_per_actor: float,
                      store: ShardStore | None = None, log=lambda line: None, on_commit=None,
-                     report: LabelingReport | None = None) -> pa.Table:
+                     report: LabelingReport | None = None, actors: int | None = None) -> pa.Table:
     """Labels candidates with an actor pool of cross-encoders, shard by shard, exactly once.
 
     The candidates are cut into shards of ``cfg.block_size`` rows; each shard is one Ray Data
@@ -267,6 +267,7 @@ def label_candidates(candidates: pa.Table, model_dir: str, cfg, max_length: int,
         log: progress lines.
         on_commit: called after each committed shard (e.g. to upload it).
         report: filled with shard counts and timings.
+        actors: the pool's size (None: ``pool_size(cfg, <the cluster's GPUs>)``).
 
     Returns:
         ``schema.SILVER_SCHEMA`` rows sorted by (id1, id2): one per candidate.
@@ -275,7 +276,7 @@ def label_candidates(candidates: pa.Table, model_dir: str, cfg, max_length: int,
         return schema.empty_table(schema.SILVER_SCHEMA)
     done: dict[int, pa.Table] = {}
     count = _label(_table_shards(candidates, cfg.block_size), done, model_dir, cfg, max_length, cpus_per_actor,
-                   store, log, on_commit, report)
+                   store, log, on_commit, report, actors)
     silver = pa.concat_tables([done[i] for i in range(count)]).cast(schema.SILVER_SCHEMA)
     silver = silver.take(pc.sort_indices(silver, [(schema.ID1, "ascending"), (schema.ID2, "ascending")]))
     if silver.num_rows != candidates.num_rows:  # every candidate gets exactly one label
@@ -285,7 +286,7 @@ def label_candidates(candidates: pa.Table, model_dir: str, cfg, max_length: int,
 
 def label_candidates_file(candidates_path, silver_path, model_dir: str, cfg, max_length: int,
                           cpus_per_actor: float, store: ShardStore, log=lambda line: None, on_commit=None,
-                          report: LabelingReport | None = None) -> int:
+                          report: LabelingReport | None = None, actors: int | None = None) -> int:
     """``label_candidates`` from a Parquet file of candidates to a Parquet file of silver pairs.
 
     The driver's heap never holds all the pairs: the candidates are read a shard at a time and
@@ -305,7 +306,7 @@ def label_candidates_file(candidates_path, silver_path, model_dir: str, cfg, max
 
     total = pq.ParquetFile(candidates_path).metadata.num_rows
     count = _label(_file_shards(candidates_path, cfg.block_size), None, model_dir, cfg, max_length, cpus_per_actor,
-                   store, log, on_commit, report)
+                   store, log, on_commit, report, actors)
     out = Path(silver_path)
     tmp = out.with_name(f".{out.name}.tmp")
     written = 0
@@ -329,7 +330,7 @@ class _Pending:
 
 
 def _label(shards, done: dict | None, model_dir, cfg, max_length, cpus_per_actor, store, log, on_commit,
-           report) -> int:
+           report, actors: int | None = None) -> int:
     """Labels an iterable of candidate shards; returns how many shards there were.
 
     With ``done`` (a dict), labelled shards are kept there by index; with ``done=None`` they
@@ -383,7 +384,7 @@ def _label(shards, done: dict | None, model_dir, cfg, max_length, cpus_per_actor
     attempt = 0
     while pending:
         try:
-            _label_shards(pending, finished, commit, model_dir, cfg, max_length, cpus_per_actor)
+            _label_shards(pending, finished, commit, model_dir, cfg, max_length, cpus_per_actor, actors)
         except LabelingError:
             raise
         except Exception as e:  # actor restarts or task retries exhausted, a lost actor, the pool failed
@@ -405,13 +406,14 @@ def _label(shards, done: dict | None, model_dir, cfg, max_length, cpus_per_actor
     return len(digests)
 
 
-def _label_shards(pending: dict, finished: set, commit, model_dir, cfg, max_length, cpus_per_actor) -> None:
+def _label_shards(pending: dict, finished: set, commit, model_dir, cfg, max_length, cpus_per_actor,
+                  actors: int | None = None) -> None:
     """One actor pool over the ``pending`` shards; each shard is committed when all its rows are back."""
     with warnings.catch_warnings():
         # Ray Data takes actor restart limits only through the deprecated **ray_remote_args.
         warnings.filterwarnings("ignore", message=".*ray_remote_args.*deprecated", category=DeprecationWarning)
         labelled = _labelled_dataset([p.ref for _, p in sorted(pending.items())], model_dir, cfg, max_length,
-                                     cpus_per_actor)
+                                     cpus_per_actor, actors)
     partial: dict[int, list[pa.Table]] = {}
     for batch in labelled.iter_batches(batch_size=None, batch_format="pyarrow"):
         for i in sorted(set(batch.column(SHARD).to_pylist())):
@@ -443,9 +445,13 @@ def pool_size(cfg, cluster_gpus: float) -> int:
     return 1
 
 
-def _labelled_dataset(refs: list, model_dir: str, cfg, max_length: int, cpus_per_actor: float):
+def _labelled_dataset(refs: list, model_dir: str, cfg, max_length: int, cpus_per_actor: float,
+                      actors: int | None = None):
     import ray
     from ray.data import ActorPoolStrategy
+
+    if actors is None:
+        actors = pool_size(cfg, ray.cluster_resources().get("GPU", 0))
 
     ds = ray.data.from_arrow_refs(refs)
     if cfg.tokenize_stage == "separate" or (cfg.tokenize_stage == "auto" and cfg.num_gpus > 0):
@@ -466,7 +472,7 @@ def _labelled_dataset(refs: list, model_dir: str, cfg, max_length: int, cpus_per
             "fault": _hook(FAULT_ENV),
             "trace": _hook(TRACE_ENV),
         },
-        compute=ActorPoolStrategy(size=pool_size(cfg, ray.cluster_resources().get("GPU", 0))),
+        compute=ActorPoolStrategy(size=actors),
         batch_size=cfg.block_size,
         batch_format="pyarrow",
         num_cpus=cpus_per_actor,

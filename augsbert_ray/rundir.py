@@ -1,8 +1,9 @@
-"""A job's run directory: fixed artifact paths, and a marker per completed stage.
+"""A job's run directory: where stages keep their outputs, on local disk or shared storage.
 
-Each stage's marker stores a fingerprint of everything the stage depends on (its
-config, its inputs' fingerprints). Re-running a job skips a stage whose marker matches
-and redoes it, and everything downstream, when anything it depends on changed.
+Each stage writes into its own folder, ``stages/<name>/<fingerprint>/``, and marks it
+complete last (``runner.Runner``); the latest run's outputs are also published under fixed
+names (``models/...``, ``silver.parquet``). This module only moves files: atomic writes,
+sizes for integrity checks, and the copy to and from remote storage.
 
 The run directory is a local path or a URI on shared storage (``s3://``, ``gs://``, ...,
 anything ``pyarrow.fs`` opens). With a URI the job works in a local staging copy
@@ -41,7 +42,33 @@ def table_fingerprint(table: pa.Table) -> str:
 
 
 _URI = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
-_NOT_SYNCED = ("ray_train/", "ray_tune/", "index/")  # Ray writes its own; the index is rebuilt
+# Folders never copied between the staging copy and the storage: Ray Train and Tune write
+# their checkpoints to the storage themselves, and a search index is rebuilt when needed.
+_NOT_SYNCED = frozenset({"ray", "ray_train", "ray_tune", "index"})
+
+
+def _synced(rel: str) -> bool:
+    return not _NOT_SYNCED.intersection(rel.split("/")[:-1])
+
+
+def write_table(path: str | os.PathLike, table: pa.Table, schema: pa.Schema | None = None,
+                rows_per_write: int = 65_536) -> Path:
+    """Writes a table as Parquet atomically (temporary name, then rename); with ``schema``,
+    cast to it a slice at a time (dictionary text columns are decoded one slice at a time,
+    never whole)."""
+    target = Path(path)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = target.with_name(f".{target.name}.tmp")
+    if schema is None:
+        pq.write_table(table, tmp)
+    else:
+        with pq.ParquetWriter(tmp, schema) as writer:
+            for start in range(0, table.num_rows, rows_per_write):
+                writer.write_table(table.slice(start, rows_per_write).cast(schema))
+            if table.num_rows == 0:
+                writer.write_table(schema.empty_table())
+    os.replace(tmp, target)
+    return target
 
 
 def is_uri(location: str | os.PathLike) -> bool:
@@ -81,7 +108,7 @@ class RunDir:
         out = {}
         for p in self.root.rglob("*"):
             rel = p.relative_to(self.root).as_posix()
-            if p.is_file() and not p.name.startswith(".") and not rel.startswith(_NOT_SYNCED):
+            if p.is_file() and not p.name.startswith(".") and _synced(rel):
                 st = p.stat()
                 out[rel] = (st.st_size, st.st_mtime_ns)
         return out
@@ -93,12 +120,12 @@ class RunDir:
         infos = self.fs.get_file_info(pafs.FileSelector(self.remote, recursive=True, allow_not_found=True))
         remote = {info.path[len(self.remote):].lstrip("/"): info for info in infos if info.type == pafs.FileType.File}
         # The storage is the truth: a marker the staging copy has but the storage lacks is stale.
-        for marker in self.root.glob("stages/*.json"):
-            if f"stages/{marker.name}" not in remote:
+        for marker in self.root.glob("stages/*/*/done.json"):
+            if marker.relative_to(self.root).as_posix() not in remote:
                 marker.unlink()
         n = 0
         for rel, info in remote.items():
-            if rel.startswith(_NOT_SYNCED):
+            if not _synced(rel):
                 continue
             local = self.path(rel)
             # Large files (models, tables) are compared by size; small ones (markers) always fetched.
@@ -121,7 +148,7 @@ class RunDir:
             return
         now = self._local_files()
         changed = sorted((rel for rel, sig in now.items() if self._synced.get(rel) != sig),
-                         key=lambda rel: rel.startswith("stages/"))
+                         key=lambda rel: rel.endswith("/done.json"))  # markers last
         for rel in changed:
             target = f"{self.remote}/{rel}"
             self.fs.create_dir(target.rsplit("/", 1)[0], recursive=True)
@@ -157,51 +184,13 @@ class RunDir:
 
     def write_table(self, name: str, table: pa.Table, schema: pa.Schema | None = None,
                     rows_per_write: int = 65_536) -> Path:
-        """Writes a table as Parquet atomically; with ``schema``, cast to it a slice at a time
-        (dictionary text columns are decoded one slice at a time, never whole)."""
-        target = self.path(name)
-        target.parent.mkdir(parents=True, exist_ok=True)
-        tmp = target.with_name(f".{target.name}.tmp")
-        if schema is None:
-            pq.write_table(table, tmp)
-        else:
-            with pq.ParquetWriter(tmp, schema) as writer:
-                for start in range(0, table.num_rows, rows_per_write):
-                    writer.write_table(table.slice(start, rows_per_write).cast(schema))
-                if table.num_rows == 0:
-                    writer.write_table(schema.empty_table())
-        os.replace(tmp, target)
-        return target
+        """Writes a table of the run dir as Parquet atomically (see ``write_table``)."""
+        return write_table(self.path(name), table, schema, rows_per_write)
 
     def read_table(self, name: str) -> pa.Table:
         return pq.read_table(self.path(name))
 
-    def _marker(self, stage: str) -> Path:
-        return self.path("stages", f"{stage}.json")
-
-    def completed(self, stage: str, fp: str) -> dict | None:
-        """The recorded result of ``stage`` if it completed with this fingerprint and its outputs
-        are as it wrote them, else None."""
-        marker = self._marker(stage)
-        if not marker.exists():
-            return None
-        record = json.loads(marker.read_text(encoding="utf-8"))
-        if record.get("fingerprint") != fp:
-            return None
-        changed = [rel for rel, sig in record.get("outputs", {}).items() if self._signature(rel) != sig]
-        if changed:
-            self.log(f"[{stage}] completed earlier, but {', '.join(changed)} is missing or changed; redoing it")
-            return None
-        return record["result"]
-
-    def mark_completed(self, stage: str, fp: str, result: dict, outputs=()) -> None:
-        """Writes the stage's marker (last, after its outputs), with the signature of each output."""
-        signatures = {rel: self._signature(rel) for rel in outputs if not Path(rel).is_absolute()}
-        self.write_text(f"stages/{stage}.json",
-                        json.dumps({"fingerprint": fp, "result": result, "outputs": signatures}, indent=2))
-        self.push()
-
-    def _signature(self, rel: str) -> list | None:
+    def signature(self, rel: str) -> list | None:
         """[files, bytes] of a file or directory of the run dir; None when it is missing."""
         path = self.path(rel)
         if path.is_file():

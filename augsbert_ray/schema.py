@@ -60,6 +60,10 @@ CANDIDATE_MEMORY_SCHEMA = pa.schema(
 # Silver pairs: candidates with the cross-encoder's score as their label.
 SILVER_SCHEMA = pa.schema(list(CANDIDATE_SCHEMA) + [pa.field(LABEL, pa.float32(), nullable=False)])
 
+# Raw retrieval hits, before the pair rules (``candidates.pairs.finalize_candidates``) apply:
+# a query sentence, a sentence it found, and the retriever's score.
+HITS_SCHEMA = pa.schema([("query_id", pa.int64()), ("hit_id", pa.int64()), ("score", pa.float32())])
+
 # Unique sentences of a job, the universe that samplers draw pairs from.
 SENTENCE_ID = "sentence_id"
 TEXT = "text"
@@ -83,6 +87,10 @@ def conforms(table: pa.Table, expected: pa.Schema) -> bool:
 def empty_table(schema: pa.Schema) -> pa.Table:
     """Returns a zero-row table of ``schema`` (so empty stages still write valid Parquet)."""
     return schema.empty_table()
+
+
+# The columns a training or scoring step reads from any pair table.
+PAIR_COLUMNS = [SENTENCE1, SENTENCE2, LABEL]
 
 
 def pair_lists(table: pa.Table) -> tuple[list[str], list[str], np.ndarray]:

@@ -12,19 +12,16 @@ targets, AUC(0.05) (Shah et al. 2018's normalisation, as the paper) for binary o
     python benchmarks/domain_adaptation.py                         # every jobs/da-*.yaml
     python benchmarks/domain_adaptation.py --jobs jobs/da-stsb-to-mrpc.yaml --set bi_encoder.num_layers=2
 
-A job's run directory is kept under ``--root``; a re-run reuses what an earlier one finished.
-Jobs with the same source gold and target test set offer each other their source-side stages
-(teacher, zero-shot, lower bound); the stages' fingerprints decide whether they are reused.
+All jobs run in one run directory under ``--root``, so stages with the same declared inputs
+and settings are done once: jobs with the same source share their teacher and lower bound,
+and a re-run reuses what an earlier one finished.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
-
-from sampling_quality import share_stages
 
 DEFAULT_JOBS = ["jobs/da-stsb-to-mrpc.yaml", "jobs/da-stsb-to-mrpc-corpus.yaml",
                 "jobs/da-stsb-captions-to-news.yaml", "jobs/da-stsb-news-to-forums.yaml",
@@ -34,20 +31,13 @@ ROWS = [("target_gold", "Upper bound: target gold"),
         ("gold_only", "Lower bound: source gold"),
         ("zero_shot", "Zero-shot bi-encoder"),
         ("cross_encoder", "Cross-encoder (teacher, source gold)")]
-SOURCE_STAGES = ("cross_encoder", "zero_shot", "gold_only")
 
 
-def run_transfer(job: str, extra: list[str], root: Path, done: list[Path]) -> dict:
+def run_transfer(job: str, extra: list[str], root: Path) -> dict:
     from augsbert_ray.config import load_job
     from augsbert_ray.pipeline import run_job
 
-    name = load_job(job, extra).name
-    run_dir = root / name
-    for other in done:  # only those with matching fingerprints are used
-        share_stages(other, run_dir, SOURCE_STAGES)
-    metrics = run_job(load_job(job, extra + [f"run_dir={run_dir}"]))
-    done.append(run_dir)
-    return metrics
+    return run_job(load_job(job, extra + [f"run_dir={root / 'shared'}"])).to_dict()
 
 
 def transfer_name(metrics: dict) -> str:
@@ -94,9 +84,8 @@ def main(argv: list[str] | None = None) -> int:
     from augsbert_ray.report import provenance, write_result
 
     runs: dict[str, dict] = {}
-    done: list[Path] = []
     for job in args.jobs:
-        runs[job] = run_transfer(job, args.extra, args.root, done)
+        runs[job] = run_transfer(job, args.extra, args.root)
     lines = ["# Domain adaptation (Table 6 form)", "",
              "Every figure is x100 on the target's labelled test set; n/a: the target has no labels to train "
              "an upper bound (a corpus). Jobs: " + ", ".join(f"`{j}`" for j in args.jobs)

@@ -151,7 +151,7 @@ def main(argv: list[str] | None = None) -> int:
         raise SystemExit(f"{args.job}: this benchmark compares in-domain regression jobs with BM25 sampling")
 
     t0 = time.perf_counter()
-    engine = run_job(cfg, fresh=True)
+    engine = run_job(cfg, fresh=True).to_dict()
     engine_wall = time.perf_counter() - t0
     gold = {s: pq.read_table(root / "engine" / "gold" / f"{s}.parquet") for s in ("train", "dev", "test")}
 

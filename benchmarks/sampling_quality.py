@@ -5,11 +5,10 @@ BM25, SS, BM25+SS), runs the job and writes mean +- std of the primary test metr
 silver set sizes, how far each silver label distribution is from gold's, the teacher
 check, and each strategy's silver density plot.
 
-The strategies of one job share the stages that do not depend on the strategy: the
-cross-encoder is trained once per job and the gold-only bi-encoder once per seed, and a
-strategy's candidates and silver labels once for all seeds where they do not depend on the
-bi-encoder (their completion markers and outputs are offered to the other run directories,
-and the pipeline only reuses a marker whose fingerprint matches).
+All runs of one job share a run directory, so every stage whose declared inputs and settings
+are the same is done once: the cross-encoder once per job, the gold-only bi-encoder once per
+seed, and a strategy's candidates and silver labels once for all seeds where they do not
+depend on the bi-encoder (SS embeds with the seed's own gold-only model).
 
     python benchmarks/sampling_quality.py                                  # STSb-1k and MRPC, 3 seeds
     python benchmarks/sampling_quality.py --jobs jobs/stsb-1k-bm25.yaml --seeds 1 2 \\
@@ -36,38 +35,6 @@ from augsbert_ray.pipeline import run_job
 from augsbert_ray.report import versions
 
 STRATEGIES = {"None": None, "RS": "rs", "KDE": "kde", "BM25": "bm25", "SS": "ss", "BM25+SS": "bm25+ss"}
-SHARED_STAGES = ("cross_encoder", "zero_shot", "gold_only")  # independent of the sampling strategy
-SEED_FREE_STAGES = ("candidates", "silver")  # independent of the bi-encoder's seed unless SS embeds
-
-
-def share_stages(src: Path, dst: Path, stages=SHARED_STAGES) -> None:
-    """Offers ``src``'s stage markers to ``dst`` (fingerprints still decide whether they are used).
-
-    Only stages ``dst`` has no marker for are offered, so a resumed run keeps its own. A marker
-    names its outputs and model relative to its run directory, so they are copied with it (a
-    copy, not a link: a stage redone in ``dst`` must not write into ``src``).
-    """
-    for stage in stages:
-        marker = src / "stages" / f"{stage}.json"
-        if not marker.exists() or (dst / "stages" / f"{stage}.json").exists():
-            continue
-        record = json.loads(marker.read_text())
-        model = record["result"].get("model")
-        outputs = [rel for rel in record.get("outputs", {}) if not Path(rel).is_absolute()]
-        if model and not Path(model).is_absolute() and model not in outputs:
-            outputs.append(model)
-        if not all((src / rel).exists() for rel in outputs):
-            continue
-        for rel in outputs:
-            if (src / rel).is_dir():
-                if (dst / rel).exists():
-                    shutil.rmtree(dst / rel)
-                shutil.copytree(src / rel, dst / rel, symlinks=False)
-            else:
-                (dst / rel).parent.mkdir(parents=True, exist_ok=True)
-                shutil.copyfile(src / rel, dst / rel)
-        (dst / "stages").mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(marker, dst / "stages" / f"{stage}.json")
 
 
 def silver_shape(run_dir: Path) -> dict:
@@ -83,41 +50,23 @@ def silver_shape(run_dir: Path) -> dict:
 
 
 def run_grid(job: str, seeds: list[int], strategies: list[str], extra: list[str], root: Path,
-             plots: Path, share_from: Path | None = None) -> dict:
-    """Runs every (seed, strategy) of one job; returns metrics per strategy per seed."""
+             plots: Path) -> dict:
+    """Runs every (seed, strategy) of one job in one run directory; returns metrics per strategy per seed."""
     out: dict[str, dict[int, dict]] = {}
     base = load_job(job, extra)
     # "None" is the gold-only bi-encoder every run reports, so it needs no run of its own.
     sampled = [s for s in strategies if STRATEGIES[s]] or ["BM25"]
-    # The teacher (and zero-shot scores) come from the first run of this grid, or another tag's.
-    teacher = next(iter(sorted((share_from / base.name).glob("seed-*/*/stages/cross_encoder.json"))), None) \
-        if share_from else None
-    teacher = teacher.parent.parent if teacher else None
+    run_dir = root / base.name
     for seed in seeds:
-        seed_first = None  # the run of this seed that trained its gold-only bi-encoder
         for label in sampled:
             strategy = STRATEGIES[label]
-            # One directory per seed and strategy: an interrupted grid resumes where it stopped.
-            run_dir = root / base.name / f"seed-{seed}" / strategy.replace("+", "-")
-            if seed_first is not None:
-                share_stages(seed_first, run_dir, ("gold_only",))
-            if seed != seeds[0]:
-                # The job's seed is fixed and only the bi-encoder's varies, so candidates and
-                # silver labels that do not embed with the gold-only bi-encoder (RS, KDE, BM25)
-                # are the first seed's; SS's fingerprints name the seed's own bi-encoder.
-                share_stages(root / base.name / f"seed-{seeds[0]}" / strategy.replace("+", "-"), run_dir,
-                             SEED_FREE_STAGES)
-            if teacher is not None and teacher != run_dir:
-                share_stages(teacher, run_dir, ("cross_encoder", "zero_shot"))
             cfg = load_job(job, extra + [f"sampling.strategy={strategy}", f"bi_encoder.seed={seed}",
                                          f"run_dir={run_dir}"])
-            metrics = run_job(cfg)
-            metrics["silver_shape"] = silver_shape(run_dir)
+            metrics = run_job(cfg).to_dict()
+            metrics["silver_shape"] = silver_shape(run_dir)  # the run's silver set, as just published
             out.setdefault(label, {})[seed] = metrics
             if "None" in strategies and label == sampled[0]:
                 out.setdefault("None", {})[seed] = metrics
-            seed_first = seed_first or run_dir
-            teacher = teacher or run_dir
             plots.mkdir(parents=True, exist_ok=True)
             shutil.copyfile(run_dir / "silver_density.png", plots / f"{base.name}-{strategy.replace('+', '-')}.png")
     return {label: out[label] for label in strategies if label in out}
@@ -161,7 +110,6 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--set", dest="extra", action="append", default=[], metavar="KEY=VALUE")
     p.add_argument("--tag", default="", help="names this setting in the run and result paths")
     p.add_argument("--root", default="runs/sampling-quality")
-    p.add_argument("--share-from", type=Path, help="another tag's run root whose matching stages (a teacher) are reused")
     p.add_argument("--results", default="benchmarks/results")
     args = p.parse_args(argv)
 
@@ -171,7 +119,7 @@ def main(argv: list[str] | None = None) -> int:
     lines = ["# Sampling strategies side by side (Table 5 form)", ""]
     raw = {}
     for job in args.jobs:
-        grid = run_grid(job, args.seeds, args.strategies, args.extra, root, results / stem, args.share_from)
+        grid = run_grid(job, args.seeds, args.strategies, args.extra, root, results / stem)
         raw[job] = {label: {str(s): m for s, m in runs.items()} for label, runs in grid.items()}
         lines += [f"## {job}", "", *summarise(grid), ""]
     cmd = " ".join(["python benchmarks/sampling_quality.py", "--jobs", *args.jobs, "--seeds", *map(str, args.seeds),

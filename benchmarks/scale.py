@@ -146,8 +146,7 @@ def tiny_cross_encoder(out: Path) -> str:
 # -- one run (in its own process) -----------------------------------------------------------
 def one_run(args) -> dict:
     from augsbert_ray.config import validate_tree
-    from augsbert_ray.pipeline import Job
-    from augsbert_ray.rundir import RunDir
+    from augsbert_ray.pipeline import run_job
 
     work = Path(args.work)
     data = Path(args.data_dir)
@@ -176,24 +175,17 @@ def one_run(args) -> dict:
     cfg = validate_tree(tree)
     out: dict = {"pairs_target": args.pairs, "workers": workers, "model": args.model}
     with MemorySampler() as mem:
-        job = Job(cfg, RunDir(cfg.resolved_run_dir, log), log, fresh=True)
         mem.stage = "setup"
-        gold = job.load_gold()
-        target = job.load_target()
-        job.start()
-        teacher = job.train_cross_encoder(gold)
-        mem.stage = "candidates"
-        t0 = time.perf_counter()
-        cands = job.target_candidates(target)
-        out["candidates_s"] = time.perf_counter() - t0
-        mem.stage = "labelling"
-        t0 = time.perf_counter()
-        silver = job.label_silver(cands, teacher)
-        out["labelling_s"] = time.perf_counter() - t0
+
+        def on_start(stage: str) -> None:  # the sampler attributes memory to the running stage
+            mem.stage = {"candidates": "candidates", "silver": "labelling"}.get(stage, "setup")
+
+        m = run_job(cfg, log=log, fresh=True, until="silver", on_start=on_start)
         mem.stage = "end"
-    c, s = cands.result, silver.result
-    out.update(sentences=c["sentences"], candidates=c["candidates"], silver=s["silver"],
-               queries_per_s=c["sentences"] / out["candidates_s"], pairs_per_s=s["pairs_per_s"],
+    c, s = m.stage("candidates"), m.stage("silver")
+    out.update(candidates_s=c.seconds, labelling_s=s.seconds)
+    out.update(sentences=c.result["sentences"], candidates=c.result["candidates"], silver=s.result["silver"],
+               queries_per_s=c.result["sentences"] / out["candidates_s"], pairs_per_s=s.result["pairs_per_s"],
                peak_driver_rss=mem.peak_rss, peak_total_pss=mem.peak_total, stages=mem.stage_peaks)
     return out
 

@@ -24,36 +24,37 @@ from pathlib import Path
 import numpy as np
 
 from augsbert_ray.config import load_job
-from augsbert_ray.evaluation import bi_encoder_predictions, task_metrics
+from augsbert_ray.evaluation import PRIMARY_METRIC, bi_encoder_predictions, task_metrics
 from augsbert_ray.models import load_bi_encoder, resolve_model
-from augsbert_ray.pipeline import PAIR_COLUMNS, Job
 from augsbert_ray.report import versions
-from augsbert_ray.rundir import RunDir
-from augsbert_ray.runtime import per_worker_cpus
+from augsbert_ray.runtime import per_worker_cpus, start_ray
+from augsbert_ray.schema import PAIR_COLUMNS
+from augsbert_ray.stages.gold import load_gold
+from augsbert_ray.training.fit import hparams
 from augsbert_ray.training.ray_trainer import MODEL_DIR
 from augsbert_ray.training.seed_search import SearchPlan, seed_search
 
 
 def run(job_path: str, extra: list[str], seeds: int, keep: int, prune_at: float, root: Path) -> dict:
     cfg = load_job(job_path, extra)
-    job = Job(cfg, RunDir(root / cfg.name), print)
-    gold = job.load_gold()
-    job.start()
+    gold = load_gold(cfg)
+    cluster = start_ray(cfg.ray.address, cfg.ray.num_cpus)
+    metric = PRIMARY_METRIC[cfg.task]
     b = cfg.bi_encoder
-    hp = job._hparams(b)
+    hp = hparams(b, cfg.seed, cfg.training.precision)
     seed_list = [hp["seed"] + i for i in range(seeds)]
     plan = SearchPlan(seeds=seed_list, keep=keep, prune_at=prune_at, audit=True,
-                      cpus_per_trial=per_worker_cpus(None, job.cluster.cpus, seeds))
-    rec = seed_search("bi_encoder", gold["train"].select(PAIR_COLUMNS), gold["dev"], task=cfg.task, metric=job.metric,
+                      cpus_per_trial=per_worker_cpus(None, cluster.cpus, seeds))
+    rec = seed_search("bi_encoder", gold["train"].select(PAIR_COLUMNS), gold["dev"], task=cfg.task, metric=metric,
                       recipe={"model": resolve_model(b.model), "max_length": b.max_length, "num_layers": b.num_layers,
                               "objective": b.resolved_objective(cfg.task)},
-                      hparams=hp, plan=plan, storage_dir=job.rd.path("ray_tune"), out_dir=job.rd.path("chosen"),
+                      hparams=hp, plan=plan, storage_dir=(root / cfg.name / "ray_tune").absolute(), out_dir=root / cfg.name / "chosen",
                       name="seed-search", eval_batch_size=cfg.evaluation.batch_size)
     splits = {s: gold[s].select(PAIR_COLUMNS) for s in ("dev", "test")}
     for t in rec["trials"]:
         st = load_bi_encoder(os.path.join(t["checkpoint"], MODEL_DIR), b.max_length)
         t["scores"] = task_metrics(cfg.task, bi_encoder_predictions(st, splits, cfg.evaluation.batch_size), splits)
-    rec["job"], rec["overrides"], rec["metric"] = cfg.name, extra, job.metric
+    rec["job"], rec["overrides"], rec["metric"] = cfg.name, extra, metric
     return rec
 
 

@@ -47,7 +47,7 @@ def main(argv: list[str] | None = None) -> int:
     results = []
     for job in args.jobs:
         cfg = load_job(job)
-        results.append((cfg.name, run_job(cfg)))
+        results.append((cfg.name, run_job(cfg).to_dict()))
     v = results[0][1]["versions"]
     lines = [
         "# AugSBERT-BM25 on the STS benchmark",

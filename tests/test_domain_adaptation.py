@@ -17,10 +17,17 @@ from augsbert_ray.pipeline import run_job
 from augsbert_ray.sources import DataSource
 
 
-def _job(tmp_path, tiny_stsb, tiny_model, target: dict) -> dict:
+@pytest.fixture(scope="module")
+def shared_run(tmp_path_factory):
+    """One run directory for the module's jobs: they share the source side (the same source
+    gold and settings), so the teacher and the gold-only model train once."""
+    return tmp_path_factory.mktemp("da") / "run"
+
+
+def _job(run_dir, tiny_stsb, tiny_model, target: dict) -> dict:
     return validate_tree({
         "name": "tiny-da",
-        "run_dir": str(tmp_path / "run"),
+        "run_dir": str(run_dir),
         "data": {s: {"format": "stsb", "path": str(p)} for s, p in tiny_stsb.items()},
         "cross_encoder": {"model": tiny_model, "epochs": 1, "batch_size": 8, "lr": 1e-4},
         "bi_encoder": {"model": tiny_model, "epochs": 1, "batch_size": 8, "lr": 1e-4},
@@ -54,14 +61,15 @@ def test_unlabelled_pairs_load_with_nan_labels(tmp_path):
 
 
 @pytest.mark.slow
-def test_labelled_target_pairs_binary_target(tmp_path, tiny_stsb, tiny_model, ray_local):
+def test_labelled_target_pairs_binary_target(tmp_path, tiny_stsb, _tiny_model_master, shared_run, ray_local):
+    tiny_model = str(_tiny_model_master)
     from conftest import write_mrpc
 
     pairs, test = write_mrpc(tmp_path / "train.txt", 40, 7), write_mrpc(tmp_path / "test.txt", 30, 8)
-    cfg = _job(tmp_path, tiny_stsb, tiny_model, {
+    cfg = _job(shared_run, tiny_stsb, tiny_model, {
         "pairs": {"format": "mrpc", "path": str(pairs)}, "test": {"format": "mrpc", "path": str(test)}, "task": "binary"})
     lines = []
-    m = run_job(cfg, log=lines.append)
+    m = run_job(cfg, log=lines.append).to_dict()
     rd = cfg.resolved_run_dir
     assert m["target"]["task"] == "binary" and m["target"]["metric"] == "auc_0.05"
     for key in ("zero_shot", "gold_only", "cross_encoder", "target_gold", "augsbert"):
@@ -83,39 +91,37 @@ def test_labelled_target_pairs_binary_target(tmp_path, tiny_stsb, tiny_model, ra
 
 
 @pytest.mark.slow
-def test_unlabelled_target_pairs_mixed_with_source_gold(tmp_path, tiny_stsb, tiny_model, ray_local):
+def test_unlabelled_target_pairs_mixed_with_source_gold(tmp_path, tiny_stsb, _tiny_model_master, shared_run,
+                                                         ray_local):
+    tiny_model = str(_tiny_model_master)
     from conftest import write_mrpc
 
     path = _unlabelled_csv(tmp_path / "target.csv", write_mrpc(tmp_path / "m.txt", 30, 3))
-    cfg = _job(tmp_path, tiny_stsb, tiny_model, {
+    cfg = _job(shared_run, tiny_stsb, tiny_model, {
         "pairs": {"format": "csv", "path": path,
                   "columns": {"sentence1": "question1", "sentence2": "question2", "label": None}},
         "test": {"format": "stsb", "path": str(tiny_stsb["test"])}, "mix_source_gold": True})
-    m = run_job(cfg, log=lambda line: None)
+    m = run_job(cfg, log=lambda line: None).to_dict()
     assert "target_gold" not in m["scores"] and m["target"]["data"]["pairs"]["labelled"] is False
     assert m["target"]["candidates"] == {"target_pairs": 32, "self_pairs_left_out": 1, "repeats_left_out": 1}
     assert m["sampling"]["silver"] == 30
-    train = json_result(cfg, "augsbert")["train"]
-    assert train["train_pairs"] == 30 + m["data"]["train"]  # target silver + source gold
+    result = next(s for s in m["stages"] if s["name"] == "augsbert")["result"]
+    assert result["train_pairs"] == 30 + m["data"]["train"]  # target silver + source gold
     assert "No upper bound" in (cfg.resolved_run_dir / "summary.md").read_text()
     assert -100 <= m["scores"]["augsbert"]["target_test"]["spearman"] <= 100  # a regression target
 
 
-def json_result(cfg, stage: str) -> dict:
-    import json
-
-    return json.loads((cfg.resolved_run_dir / "stages" / f"{stage}.json").read_text())["result"]
-
-
 @pytest.mark.slow
-def test_corpus_mode_samples_pairs_from_target_sentences(tmp_path, tiny_stsb, tiny_model, ray_local):
+def test_corpus_mode_samples_pairs_from_target_sentences(tmp_path, tiny_stsb, _tiny_model_master, shared_run,
+                                                          ray_local):
+    tiny_model = str(_tiny_model_master)
     from conftest import write_mrpc
 
     corpus_file, test = write_mrpc(tmp_path / "train.txt", 40, 7), write_mrpc(tmp_path / "test.txt", 30, 8)
-    cfg = _job(tmp_path, tiny_stsb, tiny_model, {
+    cfg = _job(shared_run, tiny_stsb, tiny_model, {
         "corpus": {"path": str(corpus_file), "format": "tsv", "column": "#1 String"},
         "test": {"format": "mrpc", "path": str(test)}, "task": "binary"})
-    m = run_job(cfg, log=lambda line: None)
+    m = run_job(cfg, log=lambda line: None).to_dict()
     rd = cfg.resolved_run_dir
     lines = m["target"]["candidates"]["corpus_lines"]
     assert lines["lines"] == 40 and lines["ok"] + lines["truncated"] == lines["distinct"] + lines["duplicates"]
@@ -131,5 +137,5 @@ def test_corpus_mode_samples_pairs_from_target_sentences(tmp_path, tiny_stsb, ti
     assert 0 <= m["scores"]["augsbert"]["target_test"]["auc_0.05"] <= 100
     assert "target_gold" not in m["scores"]  # a corpus has no labels: no upper bound
     # A re-run reuses the corpus's candidates (its files are unchanged).
-    m2 = run_job(cfg, log=lambda line: None)
+    m2 = run_job(cfg, log=lambda line: None).to_dict()
     assert "candidates" in m2["stages_reused"] and m2["sampling"]["silver"] == m["sampling"]["silver"]

@@ -9,6 +9,7 @@ from augsbert_ray import schema
 from augsbert_ray.candidates.pairs import gold_pair_keys, pair_keys, unique_sentences
 from augsbert_ray.config import validate_tree
 from augsbert_ray.pipeline import run_job
+from augsbert_ray.rundir import RunDir
 
 MODELS = ("zero_shot", "gold_only", "cross_encoder", "augsbert")
 
@@ -40,18 +41,28 @@ def finished_run(tmp_path_factory, _tiny_model_master, ray_local):
     return cfg, stsb, metrics, lines
 
 
+def _sha256(path) -> str:
+    import hashlib
+
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+@pytest.mark.timeout(600)  # builds the module's finished run
 def test_reports_all_four_models(finished_run):
     cfg, _, metrics, lines = finished_run
     for key in MODELS:
         for split in ("dev", "test"):
-            value = metrics["scores"][key][split]["spearman"]
+            value = metrics.score(key, split)
             assert np.isfinite(value) and -100 <= value <= 100
-    assert metrics["data"] == {"train": 48, "dev": 24, "test": 24, "rows_read": {"train": 48, "dev": 24, "test": 24},
-                               "skipped_rows": 0, "subsample": {}, "dev_carved": None}
-    assert metrics["teacher_check"]["gap"] == pytest.approx(
-        metrics["scores"]["cross_encoder"]["dev"]["spearman"] - metrics["scores"]["gold_only"]["dev"]["spearman"]
-    )
+    assert metrics.data == {"train": 48, "dev": 24, "test": 24, "rows_read": {"train": 48, "dev": 24, "test": 24},
+                            "skipped_rows": 0, "subsample": {}, "dev_carved": None}
+    assert metrics.teacher_check["gap"] == pytest.approx(
+        metrics.score("cross_encoder", "dev") - metrics.score("gold_only", "dev"))
     assert any("[silver] labelled" in line for line in lines), "progress is logged"
+    assert [s.name for s in metrics.stages] == [
+        "gold", "cross_encoder", "eval_cross_encoder", "eval_zero_shot", "gold_only", "eval_gold_only",
+        "teacher_check", "candidates", "silver", "augsbert", "eval_augsbert"]
+    assert not metrics.stages_reused and metrics.complete
 
 
 def test_run_directory_artifacts(finished_run):
@@ -60,12 +71,18 @@ def test_run_directory_artifacts(finished_run):
     for name in ["config.yaml", "gold/train.parquet", "gold/dev.parquet", "gold/test.parquet", "sentences.parquet",
                  "candidates.parquet", "silver.parquet", "metrics.json", "summary.md"]:
         assert (rd / name).exists(), name
-    assert json.loads((rd / "metrics.json").read_text()) == json.loads(json.dumps(metrics))
+    assert json.loads((rd / "metrics.json").read_text()) == json.loads(json.dumps(metrics.to_dict(), default=str))
     summary = (rd / "summary.md").read_text()
     assert "AugSBERT bi-encoder" in summary and "Cross-encoder" in summary
     # observability: each stage's rate and the cluster it ran on
     assert "pairs labelled/s" in summary and "training pairs/s" in summary and "Ray cluster: 1 node(s), 2 CPUs" in summary
-    assert metrics["cluster"]["nodes"] == 1 and set(metrics["stage_throughput"]) >= {"silver", "candidates", "augsbert"}
+    assert metrics.cluster["nodes"] == 1 and set(metrics.stage_throughput) >= {"silver", "candidates", "augsbert"}
+    assert "(in the training loop, fp32)" in metrics.stage_throughput["augsbert"]
+    # A published model is the stage's own, linked; its training checkpoints are gone once it is done.
+    stage = metrics.stage("augsbert")
+    folder = rd / "stages" / "augsbert" / stage.fingerprint[:16]
+    assert (folder / "done.json").exists() and not (folder / "ray").exists()
+    assert _sha256(folder / "model" / "model.safetensors") == _sha256(rd / "models/bi-encoder-augsbert/model.safetensors")
 
 
 def test_silver_pairs_follow_the_rules(finished_run):
@@ -76,7 +93,7 @@ def test_silver_pairs_follow_the_rules(finished_run):
     cands, silver = pq.read_table(rd / "candidates.parquet"), pq.read_table(rd / "silver.parquet")
     gold = pq.read_table(rd / "gold/train.parquet")
     assert silver.schema == schema.SILVER_SCHEMA and silver.num_rows == cands.num_rows > 0
-    assert metrics["sampling"]["silver"] == silver.num_rows
+    assert metrics.sampling["silver"] == silver.num_rows
     id1, id2 = silver.column(schema.ID1).to_numpy(), silver.column(schema.ID2).to_numpy()
     assert (id1 < id2).all()
     sentences = unique_sentences(gold)
@@ -98,62 +115,55 @@ def test_models_load_with_sentence_transformers(finished_run):
     assert 0 <= float(scores[0]) <= 1
 
 
-def test_rerun_skips_completed_stages_and_redoes_changed_ones(finished_run):
+@pytest.mark.timeout(600)
+def test_a_rerun_reuses_finished_stages_and_a_changed_setting_trains_from_scratch(finished_run, tmp_path):
+    import shutil
+
     cfg, stsb, metrics, _ = finished_run
+    rd = cfg.resolved_run_dir
+    first = {name: _sha256(rd / "stages" / name / metrics.stage(name).fingerprint[:16] / "model" / "model.safetensors")
+             for name in ("gold_only", "augsbert")}
     lines = []
     again = run_job(cfg, log=lines.append)
-    assert sorted(again["stages_reused"]) == sorted(["cross_encoder", "zero_shot", "gold_only", "candidates", "silver", "augsbert"])
-    assert again["scores"] == metrics["scores"]
+    assert sorted(again.stages_reused) == sorted(
+        ["cross_encoder", "eval_cross_encoder", "eval_zero_shot", "gold_only", "eval_gold_only", "candidates",
+         "silver", "augsbert", "eval_augsbert"])
+    assert again.scores == metrics.scores and again.cluster is None  # nothing to do: Ray was never needed
 
-    changed = cfg.model_copy(update={"sampling": cfg.sampling.model_copy(update={"top_k": 1})})
-    third = run_job(changed, log=lines.append)
-    assert sorted(third["stages_reused"]) == ["cross_encoder", "gold_only", "zero_shot"]
-    assert third["sampling"]["candidates"] < metrics["sampling"]["candidates"]
-
-    # Another bi-encoder seed: BM25 candidates and their labels do not depend on it.
-    reseeded = changed.model_copy(update={"bi_encoder": changed.bi_encoder.model_copy(update={"seed": 77})})
-    fourth = run_job(reseeded, log=lines.append)
-    assert sorted(fourth["stages_reused"]) == ["candidates", "cross_encoder", "silver", "zero_shot"]
-    # and they were trained again, not restored from the earlier seed's Ray Train checkpoints
-    assert fourth["scores"]["gold_only"] != third["scores"]["gold_only"]
-    assert fourth["scores"]["augsbert"] != third["scores"]["augsbert"]
-    train_runs = sorted(p.name for p in (cfg.resolved_run_dir / "ray_train").iterdir())
-    assert len(train_runs) == 3 and [r.rsplit("-", 1)[0] for r in train_runs] == [
-        "bi-encoder-augsbert", "bi-encoder-gold-only", "cross-encoder"]  # earlier fingerprints' runs removed
-
-    # A stage whose marker is there but whose output is gone is redone (and only it).
-    (cfg.resolved_run_dir / "models" / "bi-encoder-augsbert" / "model.safetensors").unlink()
+    # A fresh directory holding only what the changed settings do not touch (no bi-encoder
+    # training of any kind): the reference for what a changed setting must train.
+    fresh_dir = tmp_path / "fresh"
+    shutil.copytree(rd, fresh_dir, ignore=shutil.ignore_patterns("gold_only", "augsbert", "models", "candidates",
+                                                                 "silver"))
+    # Fewer neighbours, another learning rate and a one-layer student: the teacher stays;
+    # candidates, labels and both bi-encoders are redone (and the zero-shot score, of one layer now).
+    changes = {"sampling": cfg.sampling.model_copy(update={"top_k": 1}),
+               "bi_encoder": cfg.bi_encoder.model_copy(update={"lr": 5e-4, "num_layers": 1})}
+    changed = cfg.model_copy(update=changes)
     lines.clear()
-    fifth = run_job(reseeded, log=lines.append)
-    assert sorted(fifth["stages_reused"]) == ["candidates", "cross_encoder", "gold_only", "silver", "zero_shot"]
-    assert any("[augsbert] completed earlier, but models/bi-encoder-augsbert is missing or changed" in line
-               for line in lines)
-    assert "(in the training loop, fp32)" in fifth["stage_throughput"]["augsbert"]
+    third = run_job(changed, log=lines.append)
+    assert sorted(third.stages_reused) == ["cross_encoder", "eval_cross_encoder"]
+    assert third.sampling["candidates"] < metrics.sampling["candidates"]
+    assert not any("resumed from the checkpoint" in line for line in lines)
+    reference = run_job(changed.model_copy(update={"run_dir": str(fresh_dir)}), log=lambda line: None)
+    assert sorted(reference.stages_reused) == ["cross_encoder", "eval_cross_encoder"]
+    for name, published in (("gold_only", "bi-encoder-gold-only"), ("augsbert", "bi-encoder-augsbert")):
+        weights = _sha256(rd / "models" / published / "model.safetensors")
+        assert weights == _sha256(fresh_dir / "models" / published / "model.safetensors"), name  # as if never run
+        assert weights != first[name], name  # and not the earlier setting's model
+    assert third.scores == reference.scores
+    from sentence_transformers import SentenceTransformer
 
-    # Training in bf16 retrains every encoder, and the teacher's labels with them; the
-    # candidates (BM25) and the untrained zero-shot model stay.
-    bf16 = reseeded.model_copy(update={"training": reseeded.training.model_copy(update={"precision": "bf16"})})
-    sixth = run_job(bf16, log=lines.append)
-    assert sorted(sixth["stages_reused"]) == ["candidates", "zero_shot"]
-    assert all("(in the training loop, bf16)" in sixth["stage_throughput"][key]
-               for key in ("cross_encoder", "gold_only", "augsbert")), sixth["stage_throughput"]
-    assert all(np.isfinite(sixth["scores"]["augsbert"][split]["spearman"]) for split in ("dev", "test"))
+    student = SentenceTransformer(str(rd / "models" / "bi-encoder-augsbert"), device="cpu")
+    assert student[0].auto_model.config.num_hidden_layers == 1  # the changed num_layers took
 
-
-def test_fresh_redoes_completed_stages(tmp_path):
-    from augsbert_ray.pipeline import Job
-    from augsbert_ray.rundir import RunDir
-
-    cfg = validate_tree({"name": "x", "data": {s: {"format": "stsb", "path": f"{s}.csv"} for s in ("train", "dev", "test")}})
-    rd = RunDir(tmp_path / "run")
-    calls = []
-    Job(cfg, rd, print).stage("s", "fp", lambda: calls.append(1) or {"n": 1})
-    Job(cfg, rd, print).stage("s", "fp", lambda: calls.append(2) or {"n": 2})
-    assert calls == [1]  # resumed by default
-    done = Job(cfg, rd, print, fresh=True).stage("s", "fp", lambda: calls.append(3) or {"n": 3})
-    assert calls == [1, 3] and done.result["n"] == 3
+    # Back to the first settings: everything is still there, nothing runs again.
+    back = run_job(cfg, log=lambda line: None)
+    assert len(back.stages_reused) == 9 and back.scores == metrics.scores
+    assert _sha256(rd / "models/bi-encoder-augsbert/model.safetensors") == first["augsbert"]  # republished
 
 
+@pytest.mark.timeout(600)
 def test_binary_task_end_to_end(tmp_path, tiny_model, ray_local):
     from conftest import write_mrpc
 
@@ -172,41 +182,48 @@ def test_binary_task_end_to_end(tmp_path, tiny_model, ray_local):
         }
     )
     metrics = run_job(cfg, log=lambda line: None)
-    assert metrics["primary_metric"] == "f1" and metrics["bi_encoder_objective"] == "softmax"
-    assert metrics["data"]["train"] == 48 and metrics["data"]["dev"] == 12  # 20% of 60 carved off
-    assert "12 of 60 training pairs" in metrics["data"]["dev_carved"]
+    assert metrics.primary_metric == "f1" and metrics.bi_encoder_objective == "softmax"
+    assert metrics.data["train"] == 48 and metrics.data["dev"] == 12  # 20% of 60 carved off
+    assert "12 of 60 training pairs" in metrics.data["dev_carved"]
     for key in MODELS:
-        s = metrics["scores"][key]
+        s = metrics.scores[key]
         assert s["dev"]["threshold"] == s["test"]["threshold"]  # chosen on dev, applied to test
         assert 0 <= s["test"]["f1"] <= 100 and 0 <= s["test"]["accuracy"] <= 100
         assert 0 <= s["test"]["auc_0.05"] <= 100  # AUC(0.05), no threshold needed
-    assert set(metrics["baselines"]) == {"jaccard", "majority"}
+    assert set(metrics.baselines) == {"jaccard", "majority"}
     assert "test AUC(0.05)" in (cfg.resolved_run_dir / "summary.md").read_text()
     assert (cfg.resolved_run_dir / "silver_density.png").stat().st_size > 1000
 
 
 def test_teacher_check_stops_when_asked(tmp_path):
     from augsbert_ray.errors import TeacherCheckError
-    from augsbert_ray.pipeline import Job, Stage
-    from augsbert_ray.rundir import RunDir
+    from augsbert_ray.runner import Runner
+    from augsbert_ray.stages import TeacherCheck
+    from augsbert_ray.stages.base import Artifact
 
     cfg = tiny_job({s: tmp_path / f"{s}.csv" for s in ("train", "dev", "test")}, "m", tmp_path / "run")
-    weak, strong = Stage({"scores": {"dev": {"spearman": 70.0}}}, "a"), Stage({"scores": {"dev": {"spearman": 80.0}}}, "b")
+
+    def check(cfg, teacher: float, student: float, lines):
+        runner = Runner(cfg, RunDir(tmp_path / "run"), lines.append)
+        for name, value in (("eval_cross_encoder", teacher), ("eval_gold_only", student)):
+            path = tmp_path / f"{name}.json"
+            path.write_text(json.dumps({"dev": {"spearman": value}}))
+            runner.artifacts[f"{name}/scores.json"] = Artifact(path, name)
+        return runner.run(TeacherCheck()).result
+
     lines = []
-    job = Job(cfg, RunDir(tmp_path / "run"), lines.append)
-    job.teacher_check(weak, strong)
-    assert "WARNING" in lines[-1] and job.results["teacher_check"]["gap"] == -10.0
-    job.teacher_check(strong, weak)
-    assert "leads" in lines[-1]
+    assert check(cfg, 70.0, 80.0, lines)["gap"] == -10.0 and "WARNING" in lines[-2]
+    check(cfg, 80.0, 70.0, lines)
+    assert "leads" in lines[-2]
     stopping = cfg.model_copy(update={"evaluation": cfg.evaluation.model_copy(update={"teacher_check": "stop"})})
     with pytest.raises(TeacherCheckError, match="not better"):
-        Job(stopping, RunDir(tmp_path / "run2"), lines.append).teacher_check(weak, strong)
+        check(stopping, 70.0, 80.0, lines)
 
 
 def test_carve_dev_is_seeded_and_disjoint():
     import pyarrow as pa
 
-    from augsbert_ray.pipeline import carve_dev
+    from augsbert_ray.stages.gold import carve_dev
 
     t = pa.table({"sentence1": [f"s{i}" for i in range(50)], "split": ["train"] * 50})
     train, dev = carve_dev(t, 0.2, seed=1)
@@ -219,23 +236,18 @@ def test_carve_dev_is_seeded_and_disjoint():
 def test_gold_fingerprint_ignores_the_path_data_was_read_from(tmp_path):
     import shutil
 
-    from augsbert_ray.pipeline import Job
-    from augsbert_ray.rundir import RunDir
+    from augsbert_ray.pipeline import plan
     from conftest import write_stsb
 
     first = {s: write_stsb(tmp_path / f"sts-{s}.csv", 20, i) for i, s in enumerate(("train", "dev", "test"))}
     (tmp_path / "copy").mkdir()
     second = {s: shutil.copy(p, tmp_path / "copy" / p.name) for s, p in first.items()}
-    fps = []
-    for files in (first, second):
-        job = Job(tiny_job(files, "m", tmp_path / "run"), RunDir(tmp_path / "run"), lambda line: None)
-        job.load_gold()
-        fps.append(job.gold_fp)
-    assert fps[0] == fps[1]
-    write_stsb(second["train"], 20, 99)  # different content: a different fingerprint
-    job = Job(tiny_job(second, "m", tmp_path / "run"), RunDir(tmp_path / "run"), lambda line: None)
-    job.load_gold()
-    assert job.gold_fp["train"] != fps[0]["train"] and job.gold_fp["dev"] == fps[0]["dev"]
+    plans = [plan(tiny_job(files, "embedded", tmp_path / "run")) for files in (first, second)]
+    assert {k: v for k, v in plans[0].items() if k != "gold"} == {k: v for k, v in plans[1].items() if k != "gold"}
+    write_stsb(second["test"], 20, 99)  # another test set: every model is scored again, none retrained
+    third = plan(tiny_job(second, "embedded", tmp_path / "run"))
+    changed = sorted(k for k in third if k not in ("gold", "teacher_check") and third[k] != plans[0][k])
+    assert changed == ["eval_augsbert", "eval_cross_encoder", "eval_gold_only", "eval_zero_shot"]
 
 
 @pytest.mark.slow
@@ -249,13 +261,13 @@ def test_seed_search_decides_every_encoder_and_works_with_semantic_search(tmp_pa
                          "seed_search": {"enabled": True, "targets": ["bi_encoder", "cross_encoder"], "seeds": [3, 4],
                                          "keep": 1, "prune_at": 0.5}})
     metrics = run_job(cfg, log=lambda line: None)
-    searched = metrics["seed_search"]
+    searched = metrics.seed_search
     assert sorted(searched) == ["augsbert", "cross_encoder", "gold_only"]
     for stage, rec in searched.items():
         assert rec["seeds"] == [3, 4] and rec["chosen_seed"] in (3, 4)
         finished = [t for t in rec["trials"] if t["steps"] == rec["total_steps"]]
         assert len(finished) == 1 and finished[0]["seed"] == rec["chosen_seed"]
         # the job's own evaluation of the chosen model reproduces the score the search chose it by
-        assert metrics["scores"][stage]["dev"]["spearman"] == pytest.approx(rec["chosen_dev"], abs=1e-3)
+        assert metrics.score(stage, "dev") == pytest.approx(rec["chosen_dev"], abs=1e-3)
     summary = (cfg.resolved_run_dir / "summary.md").read_text()
     assert summary.count("Seed search for") == 3 and "training steps against" in summary

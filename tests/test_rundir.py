@@ -14,13 +14,22 @@ def test_table_fingerprint_tracks_content():
     assert table_fingerprint(t) != table_fingerprint(pa.table({"x": [1, 2, 4]}))
 
 
-def test_stage_markers(tmp_path):
+def test_signatures_and_atomic_writes(tmp_path):
     rd = RunDir(tmp_path / "run")
-    assert rd.completed("s", "fp1") is None
-    rd.mark_completed("s", "fp1", {"n": 3})
-    assert rd.completed("s", "fp1") == {"n": 3}
-    assert rd.completed("s", "fp2") is None  # changed inputs invalidate the stage
-    assert not list(rd.path("stages").glob(".*tmp"))  # written atomically
+    assert rd.signature("stages/s/x.json") is None
+    rd.write_text("stages/s/x.json", "{}")
+    rd.write_text("stages/s/sub/y.txt", "abc")
+    assert rd.signature("stages/s/x.json") == [1, 2] and rd.signature("stages/s/sub") == [1, 3]
+    assert rd.signature("stages/s") == [2, 5]
+    assert not list(rd.path("stages").rglob(".*tmp"))  # written atomically
+
+
+def test_ray_checkpoints_and_indexes_are_not_synced():
+    from augsbert_ray.rundir import _synced
+
+    assert _synced("stages/silver/ab12/silver.parquet") and _synced("stages/silver/ab12/shards/part-000001.parquet")
+    assert not _synced("stages/augsbert/ab12/ray/train/checkpoint_1/trainer_state.pt")
+    assert not _synced("stages/candidates/ab12/index/meta.json")
 
 
 def test_tables_roundtrip(tmp_path):

@@ -32,6 +32,8 @@ class SamplingContext:
     gpus_per_actor: float = 0.0
 
 
+# The job config lists these names (config.Strategy) without importing any sampler; a test
+# checks that both agree.
 SAMPLERS: dict[str, Callable[[SamplingContext], pa.Table]] = {
     "bm25": bm25.sample,  # section 3.1: lexical top-k
     "ss": semantic.sample,  # section 3.1: bi-encoder top-k (needs SamplingContext.bi_encoder)

@@ -21,7 +21,6 @@ from augsbert_ray import schema
 
 TEXT_FIELD = "text"
 ID_FIELD = "sid"
-HITS_SCHEMA = pa.schema([("query_id", pa.int64()), ("hit_id", pa.int64()), ("score", pa.float32())])
 
 
 def analyzer():
@@ -107,7 +106,7 @@ class BM25Searcher:
             s.extend(sc for _, sc in hits)
         return pa.table(
             {"query_id": pa.array(q, pa.int64()), "hit_id": pa.array(h, pa.int64()), "score": pa.array(s, pa.float32())},
-            schema=HITS_SCHEMA,
+            schema=schema.HITS_SCHEMA,
         )
 
 

@@ -17,7 +17,6 @@ import pyarrow as pa
 
 from augsbert_ray import schema
 
-HITS_SCHEMA = pa.schema([("query_id", pa.int64()), ("hit_id", pa.int64()), ("score", pa.float32())])
 
 
 def _generator(seed: int, sentence_id: int) -> np.random.Generator:
@@ -60,7 +59,7 @@ def draw_batch(batch: pa.Table, n_sentences: int, k: int, seed: int) -> pa.Table
     return pa.table(
         {"query_id": pa.array(q, pa.int64()), "hit_id": pa.array(h, pa.int64()),
          "score": pa.array(np.full(len(q), np.nan, np.float32), pa.float32())},
-        schema=HITS_SCHEMA,
+        schema=schema.HITS_SCHEMA,
     )
 
 

@@ -6,10 +6,12 @@ trained model comes back as a Ray Train checkpoint under the run directory's sto
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import sys
 import tempfile
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -25,6 +27,11 @@ class WorkerResources:
     cpus_per_worker: float
     checkpoint_every: float = 0.25  # fraction of the steps between checkpoints; 0: only the end
     max_failures: int = 2
+
+
+# Chaos-test hook (JSON in this environment variable; never set in normal runs):
+# {"delay_s": s} slows every training step down, so a test can stop a run part-way.
+TRAIN_TRACE_ENV = "AUGSBERT_TRAIN_TRACE"
 
 
 def _stdout_line(line: str) -> None:
@@ -100,6 +107,14 @@ def _train_loop_per_worker(config: dict) -> None:
     resumed_from = trainer.step
     every = max(1, round(config["checkpoint_every"] * trainer.total)) if config["checkpoint_every"] else trainer.total
     after_step = _fault_hook(config.get("fault"), rank)
+    delay = float((config.get("trace") or {}).get("delay_s", 0))
+    if delay:
+        fault_hook = after_step
+
+        def after_step(step: int) -> None:  # noqa: F811 - the slowed-down hook wraps the fault hook
+            time.sleep(delay)
+            if fault_hook is not None:
+                fault_hook(step)
     while trainer.step < trainer.total:
         trainer.run(until=min(trainer.total, (trainer.step // every + 1) * every), after_step=after_step)
         with tempfile.TemporaryDirectory() as tmp:
@@ -145,7 +160,6 @@ def train_on_ray(
     out_dir: Path,
     name: str,
     fault: dict | None = None,
-    run_name: str | None = None,
 ) -> dict:
     """Fine-tunes one encoder with Ray Train and copies the trained model to ``out_dir``.
 
@@ -155,13 +169,12 @@ def train_on_ray(
         recipe: keyword arguments of the recipe (model, max_length, ...).
         hparams: ``loop.HParams`` fields.
         resources: workers, GPUs and CPUs per worker.
-        storage_dir: Ray Train's storage (checkpoints, logs): a local path or a URI.
+        storage_dir: Ray Train's storage (checkpoints, logs): a local path or a URI. Ray Train
+            resumes a run from the latest checkpoint stored under ``storage_dir/name``, so each
+            distinct training needs its own (the job gives every stage fingerprint its own folder).
         out_dir: where the final model is written, loadable by sentence-transformers.
         name: the model's name, shown in progress.
         fault: fault injection for chaos tests (see ``_fault_hook``).
-        run_name: the Ray Train run's name, its folder under ``storage_dir`` (default: ``name``).
-            Ray Train resumes a run from the latest checkpoint stored under its name, so a
-            different training must have a different run name.
 
     Returns:
         The training statistics reported by rank 0.
@@ -170,8 +183,9 @@ def train_on_ray(
     from ray.train import RunConfig, ScalingConfig
     from ray.train.torch import TorchTrainer
 
-    columns = [schema.SENTENCE1, schema.SENTENCE2, schema.LABEL]
     from ray.train import CheckpointConfig, FailureConfig
+
+    columns = [schema.SENTENCE1, schema.SENTENCE2, schema.LABEL]
 
     trainer = TorchTrainer(
         _train_loop_per_worker,
@@ -184,6 +198,7 @@ def train_on_ray(
             "data": ray.put(pairs.select(columns)),
             "checkpoint_every": resources.checkpoint_every,
             "fault": fault,
+            "trace": json.loads(os.environ[TRAIN_TRACE_ENV]) if os.environ.get(TRAIN_TRACE_ENV) else None,
         },
         scaling_config=ScalingConfig(
             num_workers=resources.num_workers,
@@ -191,7 +206,7 @@ def train_on_ray(
             resources_per_worker={"CPU": resources.cpus_per_worker},
         ),
         run_config=RunConfig(
-            name=run_name or name,
+            name=name,
             storage_path=_storage(storage_dir),
             failure_config=FailureConfig(max_failures=resources.max_failures),
             checkpoint_config=CheckpointConfig(num_to_keep=2),  # the latest two training states
@@ -199,4 +214,5 @@ def train_on_ray(
     )
     result = trainer.fit()
     export_model(result.checkpoint, out_dir)
-    return dict(result.metrics)
+    # Where Ray Train kept the run ("local", "s3", "gcs", ...): checkpoints go straight there.
+    return {**result.metrics, "storage_filesystem": result.filesystem.type_name}

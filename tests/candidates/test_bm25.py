@@ -128,7 +128,7 @@ def test_searcher_drops_own_sentence_and_returns_at_most_k(corpus, index_dir):
     table = _table(corpus)
     brute = BruteBM25(corpus)
     out = bm25.BM25Searcher(str(index_dir), top_k=TOP_K)(table.slice(5, 20))
-    assert out.schema == bm25.HITS_SCHEMA
+    assert out.schema == schema.HITS_SCHEMA
     q = out.column("query_id").to_numpy()
     h = out.column("hit_id").to_numpy()
     s = out.column("score").to_numpy()

@@ -1,7 +1,10 @@
-"""Chaos: the driver is killed mid-labelling (SIGKILL to the job's whole process group, its
-local Ray included) and the job is run again. The re-run completes, its silver set equals a
-fault-free run's row for row, and the labelling it redoes is at most the shards that were in
-flight when the driver died: no committed shard is labelled twice."""
+"""Chaos: the driver is killed (SIGKILL to the job's whole process group, its local Ray
+included) and the job is run again.
+
+Mid-labelling: the re-run completes, its silver set equals a fault-free run's row for row,
+and the labelling it redoes is at most the shards that were in flight when the driver died:
+no committed shard is labelled twice. Mid-training: the re-run resumes the stage's Ray Train
+run from its latest checkpoint and ends with the fault-free run's model, bit for bit."""
 
 from __future__ import annotations
 
@@ -19,6 +22,7 @@ import pytest
 import yaml
 
 from augsbert_ray.labeling import TRACE_ENV
+from augsbert_ray.training.ray_trainer import TRAIN_TRACE_ENV
 
 pytestmark = pytest.mark.slow
 
@@ -39,11 +43,14 @@ def _job(path: Path, run_dir: Path, stsb: dict, model: str) -> Path:
     return path
 
 
-def _run(job: Path, log: Path, trace: dict | None = None) -> subprocess.Popen:
+def _run(job: Path, log: Path, trace: dict | None = None, train_trace: dict | None = None) -> subprocess.Popen:
     env = dict(os.environ)
     env.pop(TRACE_ENV, None)
+    env.pop(TRAIN_TRACE_ENV, None)
     if trace:
         env[TRACE_ENV] = json.dumps(trace)
+    if train_trace:
+        env[TRAIN_TRACE_ENV] = json.dumps(train_trace)
     # A session of its own, so that killing its group kills the driver and the local Ray it started.
     return subprocess.Popen([sys.executable, "-m", "augsbert_ray.cli", "run", str(job)], env=env,
                             stdout=open(log, "w"), stderr=subprocess.STDOUT, start_new_session=True)
@@ -59,50 +66,69 @@ def _events(trace: Path, kind: str) -> set[int]:
     return out
 
 
-def test_a_killed_driver_redoes_only_the_shards_in_flight(tiny_stsb, tiny_model, tmp_path):
+def _folder(run_dir: Path, stage: str) -> Path:
+    (folder,) = [p.parent for p in (run_dir / "stages" / stage).glob("*/done.json")]
+    return folder
+
+
+def _kill_when(proc, log: Path, ready, what: str) -> None:
+    deadline = time.time() + 600
+    while not ready():
+        assert proc.poll() is None, log.read_text()[-3000:]
+        assert time.time() < deadline, f"no {what} within 600 s"
+        time.sleep(0.1)
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait(timeout=60)
+
+
+@pytest.mark.timeout(1200)
+def test_a_killed_driver_redoes_only_what_was_in_flight(tiny_stsb, tiny_model, tmp_path):
     # A fault-free run first.
     clean_dir = tmp_path / "clean"
     job = _job(tmp_path / "clean.yaml", clean_dir, tiny_stsb, tiny_model)
     proc = _run(job, tmp_path / "clean.log")
     assert proc.wait(timeout=900) == 0, (tmp_path / "clean.log").read_text()[-3000:]
     clean = pq.read_table(clean_dir / "silver.parquet")
-    n_shards = json.loads((clean_dir / "stages" / "silver.json").read_text())["result"]["shards"]["total"]
+    n_shards = json.loads((_folder(clean_dir, "silver") / "done.json").read_text())["result"]["shards"]["total"]
     assert n_shards >= 8
 
-    # The same job up to its candidates (copied: the stages before labelling are not the point),
+    # The same job with the stages before labelling done (copied: they are not the point),
     # then labelling slowed down and the driver killed once a few shards are committed.
     run_dir = tmp_path / "chaos"
-    shutil.copytree(clean_dir, run_dir, ignore=shutil.ignore_patterns("ray_train"))
-    for name in ("silver", "augsbert"):
-        (run_dir / "stages" / f"{name}.json").unlink()
-    (run_dir / "silver.parquet").unlink()
+    shutil.copytree(clean_dir, run_dir, ignore=shutil.ignore_patterns("silver", "augsbert", "eval_augsbert"))
     job = _job(tmp_path / "chaos.yaml", run_dir, tiny_stsb, tiny_model)
     trace1 = tmp_path / "trace1.txt"
     proc = _run(job, tmp_path / "chaos1.log", {"path": str(trace1), "delay_s": 0.6})
-    deadline = time.time() + 600
-    while len(list(run_dir.glob("silver_shards/*/part-*.json"))) < 3:
-        assert proc.poll() is None, (tmp_path / "chaos1.log").read_text()[-3000:]
-        assert time.time() < deadline
-        time.sleep(0.1)
-    os.killpg(proc.pid, signal.SIGKILL)
-    proc.wait(timeout=60)
-    committed = {int(p.stem.split("-")[1]) for p in run_dir.glob("silver_shards/*/part-*.json")}
+    shards = lambda: list(run_dir.glob("stages/silver/*/shards/*/part-*.json"))  # noqa: E731
+    _kill_when(proc, tmp_path / "chaos1.log", lambda: len(shards()) >= 3, "committed shards")
+    committed = {int(p.stem.split("-")[1]) for p in shards()}
     in_flight = _events(trace1, "start") - committed  # begun before the kill, not committed
-    assert 3 <= len(committed) < n_shards and not (run_dir / "stages" / "silver.json").exists()
+    assert 3 <= len(committed) < n_shards and not list(run_dir.glob("stages/silver/*/done.json"))
 
-    # The re-run.
+    # The re-run, with the bi-encoder's training slowed down and the driver killed again once
+    # the training stage has a checkpoint.
     trace2 = tmp_path / "trace2.txt"
-    proc = _run(job, tmp_path / "chaos2.log", {"path": str(trace2), "delay_s": 0})
-    assert proc.wait(timeout=900) == 0, (tmp_path / "chaos2.log").read_text()[-3000:]
+    proc = _run(job, tmp_path / "chaos2.log", {"path": str(trace2), "delay_s": 0}, {"delay_s": 0.5})
+    checkpoints = lambda: list(run_dir.glob("stages/augsbert/*/ray/train/*/checkpoint_*"))  # noqa: E731
+    _kill_when(proc, tmp_path / "chaos2.log", checkpoints, "training checkpoint")
     silver = pq.read_table(run_dir / "silver.parquet")
     assert silver.equals(clean)  # row for row: nothing lost, nothing doubled
-    shards = json.loads((run_dir / "stages" / "silver.json").read_text())["result"]["shards"]
+    result = json.loads((_folder(run_dir, "silver") / "done.json").read_text())["result"]
     labelled_again = _events(trace2, "start")
     redone = labelled_again & _events(trace1, "start")  # labelling work done twice
     print(f"\nshards {n_shards}: committed before the kill {len(committed)}, in flight {len(in_flight)}, "
           f"labelled by the re-run {len(labelled_again)}, redone {len(redone)}")
-    assert shards == {"total": n_shards, "reused": len(committed), "labelled": n_shards - len(committed),
-                      "block_size": 8}
+    assert result["shards"] == {"total": n_shards, "reused": len(committed), "labelled": n_shards - len(committed),
+                                "block_size": 8}
     assert labelled_again == set(range(n_shards)) - committed  # no committed shard is labelled again
     assert redone <= in_flight  # the work redone is at most what was in flight
-    assert not list(run_dir.glob("silver_shards/*"))  # shards removed once silver.parquet is complete
+    assert not list(run_dir.glob("stages/silver/*/shards"))  # shards removed once silver.parquet is complete
+
+    # The third run resumes the interrupted training from its checkpoint: the same model as
+    # the fault-free run, bit for bit.
+    proc = _run(job, tmp_path / "chaos3.log")
+    assert proc.wait(timeout=900) == 0, (tmp_path / "chaos3.log").read_text()[-3000:]
+    log = (tmp_path / "chaos3.log").read_text()
+    assert "[bi-encoder-augsbert] resumed from the checkpoint at step" in log
+    weights = "model/model.safetensors"
+    assert (_folder(run_dir, "augsbert") / weights).read_bytes() == (_folder(clean_dir, "augsbert") / weights).read_bytes()

@@ -121,27 +121,32 @@ def test_a_submission_without_the_token_is_refused(head, token, tmp_path):
     assert not marker.exists()  # nothing ran
 
 
-@pytest.mark.data
-def test_the_smoke_job_runs_under_ray_job_submit(head, data_dir, tmp_path):
+@pytest.mark.timeout(900)
+def test_a_job_runs_under_ray_job_submit(head, tiny_stsb, tiny_model, tmp_path):
+    import yaml
+
     run_dir = tmp_path / "run"
-    runtime_env = {"env_vars": {"AUGSBERT_DATA_DIR": str(data_dir)}}
+    job = tmp_path / "tiny.yaml"
+    # A tiny model and data: this test is about submission, not quality (the smoke job runs the
+    # embedded model end to end in tests/test_smoke_job.py).
+    job.write_text(yaml.safe_dump({
+        "name": "tiny-submitted", "run_dir": str(run_dir),
+        "data": {s: {"format": "stsb", "path": str(p)} for s, p in tiny_stsb.items()},
+        "cross_encoder": {"model": tiny_model, "epochs": 1, "batch_size": 8, "lr": 1e-4},
+        "bi_encoder": {"model": tiny_model, "epochs": 1, "batch_size": 8, "lr": 1e-4},
+        "sampling": {"strategy": "bm25", "top_k": 2}, "labeling": {"block_size": 32, "micro_batch_size": 8},
+    }))
     # The head answers HTTP before its job agent is up; on a loaded machine a submission can
     # come too early and get "No available agent" (nothing was started). Then it is resubmitted.
     for attempt in range(10):
-        proc = head.ray(
-            "job", "submit", "--address", head.address, "--submission-id", f"augsbert-smoke-{attempt}",
-            "--working-dir", ".", "--runtime-env-json", json.dumps(runtime_env), "--",
-            "augsbert", "run", "jobs/smoke.yaml", f"run_dir={run_dir}",
-            # a smaller slice than the smoke job's own: this test is about submission, not quality
-            "data.subsample.train=100", "data.subsample.dev=100", "data.subsample.test=100", "cross_encoder.epochs=1",
-            timeout=1800,
-        )
+        proc = head.ray("job", "submit", "--address", head.address, "--submission-id", f"augsbert-tiny-{attempt}",
+                        "--working-dir", ".", "--", "augsbert", "run", str(job), timeout=800)
         out = proc.stdout + proc.stderr
         if "No available agent to submit job" not in out:
             break
         time.sleep(10)
     assert proc.returncode == 0, out[-4000:]
-    status = head.ray("job", "status", "--address", head.address, f"augsbert-smoke-{attempt}")
+    status = head.ray("job", "status", "--address", head.address, f"augsbert-tiny-{attempt}")
     assert "succeeded" in (status.stdout + status.stderr).lower()
     # progress and where things are, in the job's log
     assert f"run directory {run_dir}" in out
@@ -150,7 +155,6 @@ def test_the_smoke_job_runs_under_ray_job_submit(head, data_dir, tmp_path):
     # the job ran on the submitted-to cluster, not on a Ray of its own
     metrics = json.loads((run_dir / "metrics.json").read_text())
     assert metrics["cluster"]["cpus"] == 2
-    assert metrics["scores"]["zero_shot"]["test"]["spearman"] > 70
     for name in ("summary.md", "silver.parquet", "models/bi-encoder-augsbert/model.safetensors",
                  "models/cross-encoder/model.safetensors"):
         assert (run_dir / name).exists(), name

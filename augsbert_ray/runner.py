@@ -1,0 +1,284 @@
+"""Runs a job's stages: fingerprints from declarations, reuse of finished work, publishing.
+
+Each stage's fingerprint is computed from what it declares (``stages.base.Declaration``):
+its name and version, the fingerprinted values of the config paths it reads, the
+fingerprints of its input artifacts, and any extra identity it names. A stage's outputs
+live in ``stages/<name>/<fingerprint[:16]>/`` of the run directory with a marker
+(``done.json``: the fingerprint, the stage's result and each output's size) written
+last, so a folder with a marker is complete. A stage whose folder has a valid marker is
+skipped; a changed setting gives a new fingerprint, so a new folder: work of another
+configuration is never resumed or overwritten (switching a setting back reuses it). An
+interrupted stage resumes inside its own folder (Ray Train checkpoints, committed
+labelling shards). ``fresh`` empties a stage's folder before running it.
+
+After a stage completes (or is reused), its outputs are published under fixed names in
+the run directory (``models/cross-encoder``, ``silver.parquet``...) as hard links, so the
+latest configuration's artifacts are always where the README says.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+from augsbert_ray.config import JobConfig
+from augsbert_ray.rundir import RunDir, fingerprint
+from augsbert_ray.stages.base import Artifact, Declaration, Inputs, Settings, Stage, declared_value
+
+MARKER = "done.json"
+
+
+@dataclass
+class Done:
+    """A stage's outcome: its result, fingerprint, folder and whether an earlier run did it."""
+
+    name: str
+    fp: str
+    result: dict
+    seconds: float
+    reused: bool
+    folder: Path
+    outputs: dict[str, Artifact] = field(default_factory=dict)
+
+
+@dataclass
+class StageEnv:
+    """What a running stage gets besides its inputs and settings.
+
+    Attributes:
+        out: the stage's own folder; outputs go here (resumable state too).
+        storage: where Ray Train / Tune may keep this stage's checkpoints (a path, or a URI
+            under a remote run directory).
+        log: progress lines for the person running the job.
+        runner: the job's runner, for the cluster and model shipping (``ship``,
+            ``base_model``, ``cluster``).
+        fresh: the stage must not resume anything.
+    """
+
+    out: Path
+    storage: str
+    log: Callable[[str], None]
+    runner: "Runner"
+    fresh: bool = False
+
+    @property
+    def cluster(self):
+        return self.runner.cluster
+
+    def ship(self, path):
+        return self.runner.ship(path)
+
+    def base_model(self, name: str):
+        return self.runner.base_model(name)
+
+    def progress(self, done: int, total: int | None = None) -> None:
+        self.runner.on_progress(done, total)
+
+
+class Runner:
+    """Runs stages of one job in one run directory.
+
+    Args:
+        cfg: the job.
+        rd: its run directory.
+        log: receives progress lines.
+        fresh: redo every stage, ignoring what earlier runs finished.
+        start_cluster: called (once) before the first stage that needs Ray and is not
+            reused; returns the cluster's resources.
+        publish: stage name -> {artifact: path in the run directory} to publish.
+        on_stage: called with each ``Done`` (a hook for progress displays and benchmarks).
+        on_start: called with a stage's name when it starts running (not when it is reused).
+    """
+
+    def __init__(self, cfg: JobConfig, rd: RunDir, log: Callable[[str], None] = print, *, fresh: bool = False,
+                 start_cluster: Callable[[], Any] | None = None, publish: dict | None = None,
+                 on_stage: Callable[[Done], None] | None = None, on_start: Callable[[str], None] | None = None):
+        self.cfg, self.rd, self.log, self.fresh = cfg, rd, log, fresh
+        self.artifacts: dict[str, Artifact] = {}
+        self.done: dict[str, Done] = {}
+        self.cluster = None
+        self._start_cluster = start_cluster
+        self._publish = publish or {}
+        self._on_stage = on_stage
+        self._on_start = on_start
+        self._shipped: dict[str, Any] = {}
+        self.on_progress: Callable[[int, int | None], None] = lambda done, total: None
+
+    # -- fingerprints ----------------------------------------------------------------------
+    def declaration(self, stage: Stage, cfg: JobConfig | None = None) -> Declaration:
+        return stage.declare(cfg or self.cfg)
+
+    def fingerprint(self, stage: Stage, cfg: JobConfig | None = None) -> str:
+        """The stage's fingerprint under ``cfg`` (default: the job's), from its declaration."""
+        from augsbert_ray.models import model_content_id
+
+        cfg = cfg or self.cfg
+        decl = stage.declare(cfg)
+        missing = [aid for aid in decl.inputs.values() if aid not in self.artifacts]
+        if missing:
+            raise RuntimeError(f"stage '{stage.name}' needs {', '.join(missing)}, which no earlier stage produced")
+        settings = {path: declared_value(cfg, path, model_content_id) for path in sorted(decl.reads)}
+        inputs = {name: self.artifacts[aid].fp for name, aid in sorted(decl.inputs.items())}
+        return fingerprint(stage.name, stage.version, settings, inputs, decl.extra)
+
+    def folder(self, stage: Stage, fp: str) -> Path:
+        return self.rd.path("stages", stage.name, fp[:16])
+
+    # -- running ---------------------------------------------------------------------------
+    def run(self, stage: Stage, cfg: JobConfig | None = None) -> Done:
+        """Runs ``stage`` unless an earlier run finished it with the same fingerprint.
+
+        ``cfg`` runs the stage under a variant of the job's config (e.g. another teacher
+        recipe); its outputs then live in that variant's folder, and are not published.
+        """
+        variant = cfg is not None
+        cfg = cfg or self.cfg
+        decl = stage.declare(cfg)
+        fp = self.fingerprint(stage, cfg)
+        folder = self.folder(stage, fp)
+        rel = folder.relative_to(self.rd.root).as_posix()
+        record = None if (self.fresh or stage.always) else self._completed(stage, fp, rel)
+        if record is not None:
+            done = Done(stage.name, fp, record["result"], record["seconds"], True, folder)
+            self.log(f"[{stage.name}] complete in an earlier run; skipped")
+        else:
+            if self.fresh and not stage.always:
+                self.rd.remove_tree(rel)
+            if stage.needs_ray and self.cluster is None and self._start_cluster is not None:
+                self.cluster = self._start_cluster()
+            folder.mkdir(parents=True, exist_ok=True)
+            env = StageEnv(out=folder, storage=self.rd.storage(f"{rel}/ray"), log=self.log, runner=self,
+                           fresh=self.fresh)
+            inputs = Inputs({name: self.artifacts[aid] for name, aid in decl.inputs.items()}, stage.name)
+            self.log(f"[{stage.name}] started")
+            if self._on_start is not None:
+                self._on_start(stage.name)
+            t0 = time.perf_counter()
+            result = stage.run(inputs, Settings(cfg, frozenset(decl.reads), stage.name), env)
+            seconds = time.perf_counter() - t0
+            self._mark(stage, fp, rel, decl, result, seconds)
+            self.rd.remove_tree(f"{rel}/ray")  # checkpoints of a finished stage are not needed again
+            done = Done(stage.name, fp, result, seconds, False, folder)
+            self.log(f"[{stage.name}] done in {seconds:.1f}s")
+        content = stage.content_fingerprints(folder) or {}
+        for name in decl.outputs:
+            done.outputs[name] = Artifact(folder / name, content.get(name, f"{fp}/{name}"))
+            if not variant:
+                self.artifacts[f"{stage.name}/{name}"] = done.outputs[name]
+        if not variant:
+            self.done[stage.name] = done
+            self._publish_outputs(stage.name, done)
+        if self._on_stage is not None:
+            self._on_stage(done)
+        return done
+
+    def plan(self, stages: list[Stage]) -> dict[str, str]:
+        """Every stage's fingerprint without running any but those that load the job's inputs
+        (``always`` stages without inputs), whose content the others depend on.
+
+        Returns:
+            stage name -> fingerprint.
+        """
+        out = {}
+        for stage in stages:
+            decl = stage.declare(self.cfg)
+            if stage.always and not decl.inputs:
+                out[stage.name] = self.run(stage).fp
+                continue
+            fp = self.fingerprint(stage)
+            out[stage.name] = fp
+            for name in decl.outputs:
+                self.artifacts[f"{stage.name}/{name}"] = Artifact(self.folder(stage, fp) / name, f"{fp}/{name}")
+        return out
+
+    # -- markers ---------------------------------------------------------------------------
+    def _completed(self, stage: Stage, fp: str, rel: str) -> dict | None:
+        marker = self.rd.path(rel, MARKER)
+        if not marker.exists():
+            return None
+        try:
+            record = json.loads(marker.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return None
+        if record.get("fingerprint") != fp:
+            return None
+        changed = [name for name, sig in record.get("outputs", {}).items()
+                   if self.rd.signature(f"{rel}/{name}") != sig]
+        if changed:
+            self.log(f"[{stage.name}] completed earlier, but {', '.join(changed)} is missing or changed; redoing it")
+            return None
+        return record
+
+    def _mark(self, stage: Stage, fp: str, rel: str, decl: Declaration, result: dict, seconds: float) -> None:
+        outputs = {name: self.rd.signature(f"{rel}/{name}") for name in decl.outputs}
+        missing = [name for name, sig in outputs.items() if sig is None]
+        if missing:
+            raise RuntimeError(f"stage '{stage.name}' did not write {', '.join(missing)}")
+        record = {"stage": stage.name, "fingerprint": fp, "seconds": seconds, "result": result, "outputs": outputs}
+        self.rd.write_text(f"{rel}/{MARKER}", json.dumps(record, indent=2, default=str))
+        self.rd.push()
+
+    # -- publishing ------------------------------------------------------------------------
+    def _publish_outputs(self, stage: str, done: Done) -> None:
+        for name, target in self._publish.get(stage, {}).items():
+            if name in done.outputs:
+                publish(done.outputs[name].path, self.rd.path(target))
+
+    # -- models ----------------------------------------------------------------------------
+    def ship(self, path):
+        """A model directory of this run, put in the object store once for workers on any node."""
+        from augsbert_ray.artifacts import ship_model
+
+        key = str(path)
+        if key not in self._shipped:
+            self._shipped[key] = ship_model(path)
+        return self._shipped[key]
+
+    def base_model(self, name: str):
+        """A configured starting model as workers should get it: a name they resolve, or shipped files."""
+        from augsbert_ray.models import EMBEDDED_MODEL
+
+        if name == EMBEDDED_MODEL:
+            return name  # installed with the package on every node; each checks its hash
+        from augsbert_ray.artifacts import ship_if_local
+
+        if name not in self._shipped:
+            self._shipped[name] = ship_if_local(name)
+        return self._shipped[name]
+
+
+def publish(source: Path, target: Path) -> None:
+    """Makes ``target`` hold ``source``'s content (a file or a directory tree), as hard links
+    where the file system allows (copies elsewhere); replaces whatever ``target`` was."""
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = target.with_name(f".{target.name}.publishing")
+    _remove(tmp)
+    if source.is_dir():
+        shutil.copytree(source, tmp, copy_function=_link_or_copy)
+    else:
+        _link_or_copy(source, tmp)
+    old = target.with_name(f".{target.name}.old")
+    _remove(old)
+    if target.exists() or target.is_symlink():
+        os.replace(target, old)
+    os.replace(tmp, target)
+    _remove(old)
+
+
+def _link_or_copy(src, dst) -> None:
+    try:
+        os.link(src, dst)
+    except OSError:
+        shutil.copy2(src, dst)
+
+
+def _remove(path: Path) -> None:
+    if path.is_dir() and not path.is_symlink():
+        shutil.rmtree(path, ignore_errors=True)
+    elif path.exists() or path.is_symlink():
+        path.unlink()

@@ -1,0 +1,192 @@
+"""Scoring one model on the labelled evaluation sets: a stage of its own per model.
+
+A model is scored on gold dev and test (and, in domain adaptation, the target test and dev
+sets) with the task's metrics (``augsbert_ray.evaluation``). Being its own stage, a changed
+evaluation set re-scores every model and retrains none. The predictions are kept too
+(``predictions.parquet``: split, gold label, the model's score), e.g. to calibrate the
+teacher's scores against gold.
+"""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from augsbert_ray import schema
+from augsbert_ray.errors import TeacherCheckError
+from augsbert_ray.evaluation import PRIMARY_METRIC, TARGET_METRIC, target_metrics, task_metrics
+from augsbert_ray.runtime import per_worker_cpus, remote_call
+from augsbert_ray.stages.base import Declaration, Stage
+
+PAIR_COLUMNS = schema.PAIR_COLUMNS  # (re-exported for callers that score pair tables)
+
+# model -> (what it is, the training stage that makes it; None: the configured model untrained)
+MODELS = {
+    "zero_shot": ("bi", None),
+    "gold_only": ("bi", "gold_only"),
+    "cross_encoder": ("cross", "cross_encoder"),
+    "target_gold": ("bi", "target_gold"),
+    "augsbert": ("bi", "augsbert"),
+}
+
+
+def eval_sets(cfg, model: str) -> dict[str, str]:
+    """The evaluation sets a model is scored on: local name -> artifact id."""
+    sets = {} if model == "target_gold" else {"dev": "gold/dev.parquet", "test": "gold/test.parquet"}
+    if cfg.target is not None:
+        sets["target_test"] = "target/test.parquet"
+        if cfg.target.dev is not None:
+            sets["target_dev"] = "target/dev.parquet"
+    return sets
+
+
+class Evaluate(Stage):
+    """Scores ``model`` (see ``MODELS``) on the evaluation sets."""
+
+    kind = "evaluate"
+    unit = "pairs"
+
+    def throughput(self, result: dict, seconds: float) -> str:
+        pairs = sum(split.get("pairs", 0) for split in result["scores"].values())
+        return f"{pairs / seconds:.1f} evaluated pairs/s" if seconds else ""
+
+    def __init__(self, model: str):
+        if model not in MODELS:
+            raise ValueError(f"unknown model '{model}'; valid: {', '.join(MODELS)}")
+        self.model = model
+        self.encoder, self.trained_by = MODELS[model]
+        self.name = f"eval_{model}"
+
+    def declare(self, cfg) -> Declaration:
+        reads = ["task", "evaluation.batch_size", "training.use_gpu", "training.cpus_per_worker",
+                 "training.num_workers"]
+        if cfg.target is not None:
+            reads.append("target.task")
+        if self.encoder == "cross":
+            reads.append("cross_encoder.max_length")
+        elif self.trained_by is None:
+            reads += ["bi_encoder.model", "bi_encoder.max_length", "bi_encoder.num_layers"]
+        else:
+            reads.append("bi_encoder.max_length")
+        inputs = dict(eval_sets(cfg, self.model))
+        if self.trained_by is not None:
+            inputs["model"] = f"{self.trained_by}/model"
+        return Declaration(reads=tuple(reads), inputs=inputs, outputs=("scores.json", "predictions.parquet"))
+
+    def run(self, inputs, settings, env) -> dict:
+        sets = {name: inputs.table(name).select(PAIR_COLUMNS)
+                for name in ("dev", "test", "target_test", "target_dev") if name in inputs}
+        t = settings.training
+        resources = {"num_cpus": per_worker_cpus(t.cpus_per_worker, env.cluster.cpus, t.num_workers),
+                     "num_gpus": 1 if t.use_gpu else 0}
+        batch = settings.evaluation.batch_size
+        if self.encoder == "cross":
+            preds = remote_call(_predict_cross_encoder, env.ship(inputs.path("model")), sets, batch,
+                                settings.cross_encoder.max_length, **resources)
+        elif self.trained_by is None:
+            b = settings.bi_encoder
+            preds = remote_call(_predict_bi_encoder, env.base_model(b.model), sets, batch, b.max_length,
+                                b.num_layers, **resources)
+        else:
+            preds = remote_call(_predict_bi_encoder, env.ship(inputs.path("model")), sets, batch,
+                                settings.bi_encoder.max_length, None, **resources)
+        scores = {}
+        gold_sets = {s: sets[s] for s in ("dev", "test") if s in sets}
+        if gold_sets:
+            scores.update(task_metrics(settings.task, {s: preds[s] for s in gold_sets}, gold_sets))
+        target_sets = {s: sets[s] for s in ("target_test", "target_dev") if s in sets}
+        if target_sets:
+            target_task = settings.target.task or settings.task
+            scores.update(target_metrics(target_task, {s: preds[s] for s in target_sets}, target_sets))
+        (env.out / "scores.json").write_text(json.dumps(scores, indent=2), encoding="utf-8")
+        pq.write_table(pa.table({
+            "split": pa.array(np.concatenate([[s] * len(preds[s]) for s in sets]) if sets else [], pa.string()),
+            schema.LABEL: pa.array(np.concatenate([sets[s].column(schema.LABEL).to_numpy() for s in sets])
+                                   if sets else [], pa.float32()),
+            "prediction": pa.array(np.concatenate([np.asarray(preds[s], np.float32) for s in sets])
+                                   if sets else [], pa.float32()),
+        }), env.out / "predictions.parquet")
+        target_task = (settings.target.task or settings.task) if target_sets else None
+        env.log(f"[{self.model}] {format_scores(scores, settings.task, target_task)}")
+        return {"scores": scores}
+
+
+def format_scores(scores: dict, task: str, target_task: str | None = None) -> str:
+    """``dev spearman 85.10, test spearman 82.40[, target test ...]`` for a log line."""
+    m = PRIMARY_METRIC[task]
+    parts = [f"{s} {m} {scores[s][m]:.2f}" for s in ("dev", "test") if s in scores]
+    if "target_test" in scores and target_task is not None:
+        tm = TARGET_METRIC[target_task]
+        parts.append(f"target test {tm} {scores['target_test'][tm]:.2f}")
+    return ", ".join(parts)
+
+
+# Predictions run as Ray tasks (on a GPU node when training uses GPUs); these are their bodies.
+def _predict_bi_encoder(model, splits: dict, batch_size: int, max_length: int, num_layers: int | None) -> dict:
+    import ray
+    import torch
+
+    from augsbert_ray.evaluation import bi_encoder_predictions
+    from augsbert_ray.models import load_bi_encoder
+
+    torch.set_num_threads(max(1, int(ray.get_runtime_context().get_assigned_resources().get("CPU", 1))))
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    st = load_bi_encoder(model, max_length, num_layers, device=device)
+    return bi_encoder_predictions(st, splits, batch_size)
+
+
+def _predict_cross_encoder(model_dir, splits: dict, batch_size: int, max_length: int) -> dict:
+    import ray
+    import torch
+
+    from augsbert_ray.evaluation import cross_encoder_predictions
+    from augsbert_ray.models import load_cross_encoder
+
+    torch.set_num_threads(max(1, int(ray.get_runtime_context().get_assigned_resources().get("CPU", 1))))
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    model, tokenizer = load_cross_encoder(model_dir, device=device)
+    model.eval()
+    return cross_encoder_predictions(model, tokenizer, splits, batch_size, max_length, device)
+
+
+class TeacherCheck(Stage):
+    """AugSBERT helps only if the teacher beats the gold-only student on dev: say so loudly.
+
+    Runs every time (a comparison of two recorded scores) and never needs Ray.
+
+    Raises:
+        TeacherCheckError: the teacher is not better and ``evaluation.teacher_check`` is ``stop``.
+    """
+
+    name = "teacher_check"
+    kind = "check"
+    needs_ray = False
+    always = True
+    unit = "checks"
+
+    def declare(self, cfg) -> Declaration:
+        return Declaration(reads=("task", "evaluation.teacher_check"),
+                           inputs={"teacher": "eval_cross_encoder/scores.json",
+                                   "student": "eval_gold_only/scores.json"},
+                           outputs=("check.json",))
+
+    def run(self, inputs, settings, env) -> dict:
+        metric = PRIMARY_METRIC[settings.task]
+        ce = inputs.json("teacher")["dev"][metric]
+        bi = inputs.json("student")["dev"][metric]
+        result = {"metric": metric, "cross_encoder_dev": ce, "gold_only_dev": bi, "gap": ce - bi}
+        (env.out / "check.json").write_text(json.dumps(result), encoding="utf-8")
+        if ce <= bi:
+            message = (f"the cross-encoder ({metric} {ce:.2f} on dev) is not better than the gold-only bi-encoder "
+                       f"({bi:.2f}); its silver labels are unlikely to help")
+            if settings.evaluation.teacher_check == "stop":
+                raise TeacherCheckError(
+                    f"{message}. Stopping before labelling (evaluation.teacher_check=stop); try a stronger "
+                    "teacher (cross_encoder.model / epochs / lr) or set evaluation.teacher_check=warn")
+            env.log(f"[teacher_check] WARNING: {message}")
+        else:
+            env.log(f"[teacher_check] cross-encoder leads the gold-only bi-encoder by {ce - bi:+.2f} {metric} on dev")
+        return result

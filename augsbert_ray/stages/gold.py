@@ -1,0 +1,177 @@
+"""The labelled inputs: gold pairs (train, dev, test) and, for domain adaptation, the target sets.
+
+Both stages run every time (reading a few thousand pairs takes a second) and before Ray
+starts, so a bad input fails the job at once. Their outputs are fingerprinted by content,
+not by the settings that found them: the same pairs read through another path (a
+different ``AUGSBERT_DATA_DIR``, a copied file) leave every later stage as it was, and a
+changed test file re-scores the models without retraining any (nothing trains on it).
+"""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from augsbert_ray import schema
+from augsbert_ray.loaders import load_pairs
+from augsbert_ray.rundir import table_fingerprint
+from augsbert_ray.stages.base import Declaration, Stage
+
+SPLITS = ("train", "dev", "test")
+
+
+def carve_dev(train: pa.Table, fraction: float, seed: int) -> tuple[pa.Table, pa.Table]:
+    """Splits a seeded random ``fraction`` of the training pairs off as dev (both keep file order)."""
+    n_dev = max(1, round(train.num_rows * fraction))
+    dev_rows = np.zeros(train.num_rows, dtype=bool)
+    dev_rows[np.random.default_rng([seed, 99]).choice(train.num_rows, n_dev, replace=False)] = True
+    dev = train.filter(pa.array(dev_rows))
+    dev = dev.set_column(dev.schema.get_field_index(schema.SPLIT), schema.SPLIT, pa.array(["dev"] * dev.num_rows))
+    return train.filter(pa.array(~dev_rows)), dev
+
+
+def subsample(table: pa.Table, n: int, seed: int, split: str) -> pa.Table:
+    """A seeded random ``n`` of the pairs, in file order (all of them when there are fewer)."""
+    if n >= table.num_rows:
+        return table
+    rng = np.random.default_rng([seed, SPLITS.index(split)])
+    return table.take(np.sort(rng.choice(table.num_rows, n, replace=False)))
+
+
+def content_fp(path) -> str:
+    """A pair table's content fingerprint, without where its rows were read from."""
+    table = pq.read_table(path)
+    return table_fingerprint(table.drop_columns([c for c in (schema.SOURCE,) if c in table.column_names]))
+
+
+def read_gold(data, task: str, log=lambda line: None) -> tuple[dict[str, pa.Table], dict, list[dict]]:
+    """Loads a job's gold pairs: every split checked and scaled, dev carved, splits subsampled.
+
+    Args:
+        data: the job's ``data`` settings (``config.DataConfig``).
+        task: ``regression`` or ``binary`` (binary labels must be 0 or 1).
+        log: progress lines.
+
+    Returns:
+        the splits (``schema.PAIR_SCHEMA`` tables), counts for the report, and the skipped rows.
+
+    Raises:
+        DataError: a malformed row (``on_bad_rows: error``) or an unreadable source.
+    """
+    gold, skipped, read, filtered = {}, [], {}, {}
+    for split in SPLITS:
+        source = getattr(data, split)
+        if source is None:  # dev carved from train below
+            continue
+        res = load_pairs(source, split, binary=task == "binary", on_bad_rows=data.on_bad_rows)
+        gold[split] = res.table
+        read[split] = res.rows_read
+        if source.genres is not None:
+            filtered[split] = res.filtered
+            log(f"[gold] {split}: kept genres {', '.join(source.genres)} ({res.table.num_rows} pairs); "
+                f"{res.filtered} pairs of other genres left out")
+        skipped += [dict(split=split, **vars(s)) for s in res.skipped]
+    carved = None
+    if data.dev is None:
+        gold["train"], gold["dev"] = carve_dev(gold["train"], data.dev_fraction, data.subsample_seed)
+        carved = (f"{gold['dev'].num_rows} of {gold['dev'].num_rows + gold['train'].num_rows} training pairs "
+                  f"(fraction {data.dev_fraction}, seed {data.subsample_seed}), removed from train")
+        log(f"[gold] dev split carved from train: {carved}")
+    for split in SPLITS:
+        if split in data.subsample:
+            gold[split] = subsample(gold[split], data.subsample[split], data.subsample_seed, split)
+    info = {
+        **{s: gold[s].num_rows for s in SPLITS},
+        "rows_read": read,
+        "skipped_rows": len(skipped),
+        "subsample": dict(data.subsample),
+        "dev_carved": carved,
+        **({"other_genres_left_out": filtered} if filtered else {}),
+    }
+    return gold, info, skipped
+
+
+def load_gold(cfg) -> dict[str, pa.Table]:
+    """A job's gold splits (train, dev, test), as its gold stage loads them."""
+    return read_gold(cfg.data, cfg.task)[0]
+
+
+class Gold(Stage):
+    """The gold pairs, loaded, checked, scaled to [0, 1], with dev carved and splits subsampled."""
+
+    name = "gold"
+    kind = "load"
+    needs_ray = False
+    always = True
+    unit = "splits"
+
+    def declare(self, cfg) -> Declaration:
+        return Declaration(reads=("data", "task"),
+                           outputs=("train.parquet", "dev.parquet", "test.parquet", "skipped_rows.jsonl"))
+
+    def run(self, inputs, settings, env) -> dict:
+        gold, info, skipped = read_gold(settings.data, settings.task, env.log)
+        for split in SPLITS:
+            pq.write_table(gold[split], env.out / f"{split}.parquet")
+        (env.out / "skipped_rows.jsonl").write_text("".join(json.dumps(s) + "\n" for s in skipped), encoding="utf-8")
+        if skipped:
+            env.log(f"[gold] skipped {len(skipped)} malformed rows (listed in gold/skipped_rows.jsonl)")
+        env.log("[gold] pairs: " + ", ".join(f"{s} {gold[s].num_rows}" for s in SPLITS))
+        return info
+
+    def content_fingerprints(self, out) -> dict[str, str]:
+        return {f"{s}.parquet": content_fp(out / f"{s}.parquet") for s in SPLITS}
+
+
+TARGET_SETS = ("pairs", "test", "dev")
+
+
+class TargetSets(Stage):
+    """Domain adaptation: the target pairs (labels optional) and the labelled target test/dev sets.
+
+    In corpus mode there are no target pairs here: the candidates stage reads the corpus.
+    """
+
+    name = "target"
+    kind = "load"
+    needs_ray = False
+    always = True
+    unit = "sets"
+
+    def declare(self, cfg) -> Declaration:
+        t = cfg.target
+        names = [n for n in TARGET_SETS if getattr(t, n) is not None]
+        return Declaration(reads=("target.pairs", "target.test", "target.dev", "target.task", "task",
+                                  "data.on_bad_rows"),
+                           outputs=tuple(f"{n}.parquet" for n in names))
+
+    def run(self, inputs, settings, env) -> dict:
+        t = settings.target
+        binary = (t.task or settings.task) == "binary"
+        counts = {}
+        for name in TARGET_SETS:
+            source = getattr(t, name)
+            if source is None:
+                continue
+            is_eval = name != "pairs"
+            res = load_pairs(source, f"target_{name}", binary=binary and is_eval,
+                             on_bad_rows=settings.data.on_bad_rows)
+            if res.skipped:
+                (env.out / f"{name}_skipped_rows.jsonl").write_text(
+                    "".join(json.dumps(vars(r)) + "\n" for r in res.skipped), encoding="utf-8")
+                env.log(f"[target] {name}: skipped {len(res.skipped)} malformed rows")
+            counts[name] = {"pairs": res.table.num_rows, "rows_read": res.rows_read, "skipped_rows": len(res.skipped)}
+            if name == "pairs":
+                labels = res.table.column(schema.LABEL).to_numpy()
+                counts[name]["labelled"] = bool(len(labels) and np.isfinite(labels).all())
+            pq.write_table(res.table, env.out / f"{name}.parquet")
+        env.log("[target] pairs: " + ", ".join(f"{n} {c['pairs']}" for n, c in counts.items())
+                + ("" if counts.get("pairs", {}).get("labelled", True) else " (target pairs unlabelled)"))
+        return counts
+
+    def content_fingerprints(self, out) -> dict[str, str]:
+        return {f"{n}.parquet": content_fp(out / f"{n}.parquet") for n in TARGET_SETS
+                if (out / f"{n}.parquet").exists()}

@@ -1,0 +1,90 @@
+"""Bi-encoders (SBERT: mean pooling): the references and step 3 of AugSBERT.
+
+One stage class, three roles, differing only in what they train on:
+
+- ``gold_only``: the gold training pairs (the reference AugSBERT must beat; across domains
+  the lower bound);
+- ``target_gold``: domain adaptation's upper bound, the target pairs' own labels;
+- ``augsbert``: step 3, gold + silver (or target silver only, unless
+  ``target.mix_source_gold``). For binary tasks the teacher's scores become classes at 0.5,
+  as gold's are.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+
+from augsbert_ray import schema
+from augsbert_ray.evaluation import PRIMARY_METRIC
+from augsbert_ray.stages.base import Declaration, Stage
+from augsbert_ray.schema import PAIR_COLUMNS
+from augsbert_ray.stages.teacher import searched
+from augsbert_ray.training.fit import fit_encoder, hparams, throughput
+
+ROLES = ("gold_only", "target_gold", "augsbert")
+
+
+def mixes_gold(cfg) -> bool:
+    """Whether AugSBERT trains on gold + silver (in-domain always; across domains if asked)."""
+    return cfg.target is None or cfg.target.mix_source_gold
+
+
+class Student(Stage):
+    kind = "train"
+    unit = "steps"
+
+    def throughput(self, result: dict, seconds: float) -> str:
+        return throughput(result.get("train", {}), seconds)
+
+    def __init__(self, role: str):
+        if role not in ROLES:
+            raise ValueError(f"unknown bi-encoder role '{role}'; valid: {', '.join(ROLES)}")
+        self.name = role
+
+    def declare(self, cfg) -> Declaration:
+        # Which task's objective it trains with: the source task, or the target's for the upper bound.
+        reads = ["seed", "bi_encoder", "training", "task", "seed_search.enabled", "seed_search.targets"]
+        inputs = {}
+        if self.name == "target_gold":
+            reads.append("target.task")
+            inputs["target_pairs"] = "target/pairs.parquet"
+        elif self.name == "gold_only" or mixes_gold(cfg):
+            inputs["gold"] = "gold/train.parquet"
+        if self.name == "augsbert":
+            inputs["silver"] = "silver/silver.parquet"
+            if cfg.target is not None:
+                reads.append("target.mix_source_gold")
+        search = searched(cfg, "bi_encoder") and self.name != "target_gold"
+        if search:
+            reads += ["seed_search", "evaluation.batch_size"]
+            inputs["dev"] = "gold/dev.parquet"
+        return Declaration(reads=tuple(reads), inputs=inputs, outputs=("model",))
+
+    def run(self, inputs, settings, env) -> dict:
+        b = settings.bi_encoder
+        task = (settings.target.task or settings.task) if self.name == "target_gold" else settings.task
+        parts = []
+        if "gold" in inputs:
+            parts.append(inputs.table("gold").select(PAIR_COLUMNS))
+        if "target_pairs" in inputs:
+            parts.append(inputs.table("target_pairs").select(PAIR_COLUMNS))
+        if "silver" in inputs:
+            silver = inputs.table("silver").select(PAIR_COLUMNS)
+            if settings.task == "binary":  # the teacher's score becomes a class, as gold's are
+                classes = pa.array(silver.column(schema.LABEL).to_numpy() >= 0.5, pa.float32())
+                silver = silver.set_column(2, silver.schema.field(schema.LABEL), classes)
+            parts.append(silver)
+        train = pa.concat_tables(parts)
+        search = "dev" in inputs
+        stats = fit_encoder(
+            "bi_encoder", train, inputs.table("dev").select(PAIR_COLUMNS) if search else None,
+            recipe={"model": env.base_model(b.model), "max_length": b.max_length, "num_layers": b.num_layers,
+                    "objective": b.resolved_objective(task)},
+            hparams=hparams(b, settings.seed, settings.training.precision), training=settings.training,
+            seed_search=settings.seed_search if search else None, searched=search, task=settings.task,
+            metric=PRIMARY_METRIC[settings.task], eval_batch_size=settings.evaluation.batch_size if search else 64,
+            out=env.out, storage=env.storage, cluster=env.cluster, name=f"bi-encoder-{self.name.replace('_', '-')}",
+            log=env.log)
+        return {"train": stats, "train_pairs": train.num_rows,
+                "label_mean": float(np.mean(train.column(schema.LABEL).to_numpy())) if train.num_rows else None}

@@ -1,0 +1,51 @@
+"""Step 1 (AugSBERT section 3): the cross-encoder fine-tuned on the gold pairs.
+
+Sigmoid output, binary cross-entropy on the gold labels scaled to [0, 1]. It reads the
+training pairs only (dev too when a seed search picks its seed): changing the test set
+never retrains it.
+"""
+
+from __future__ import annotations
+
+from augsbert_ray.evaluation import PRIMARY_METRIC
+from augsbert_ray.stages.base import Declaration, Stage
+from augsbert_ray.schema import PAIR_COLUMNS
+from augsbert_ray.training.fit import fit_encoder, hparams, throughput
+
+
+def searched(cfg, kind: str) -> bool:
+    """Whether the seed search decides this encoder (``bi_encoder`` or ``cross_encoder``)."""
+    return cfg.seed_search.enabled and kind in cfg.seed_search.targets
+
+
+class Teacher(Stage):
+    name = "cross_encoder"
+    kind = "train"
+    unit = "steps"
+
+    def throughput(self, result: dict, seconds: float) -> str:
+        return throughput(result.get("train", {}), seconds)
+
+    def declare(self, cfg) -> Declaration:
+        search = searched(cfg, "cross_encoder")
+        reads = ["seed", "cross_encoder", "training", "seed_search.enabled", "seed_search.targets"]
+        inputs = {"train": "gold/train.parquet"}
+        if search:  # the search scores every seed on dev
+            reads += ["seed_search", "task", "evaluation.batch_size"]
+            inputs["dev"] = "gold/dev.parquet"
+        return Declaration(reads=tuple(reads), inputs=inputs, outputs=("model",))
+
+    def run(self, inputs, settings, env) -> dict:
+        c = settings.cross_encoder
+        search = settings.seed_search.enabled and "cross_encoder" in settings.seed_search.targets
+        stats = fit_encoder(
+            "cross_encoder", inputs.table("train").select(PAIR_COLUMNS),
+            inputs.table("dev").select(PAIR_COLUMNS) if search else None,
+            recipe={"model": env.base_model(c.model), "max_length": c.max_length},
+            hparams=hparams(c, settings.seed, settings.training.precision), training=settings.training,
+            seed_search=settings.seed_search if search else None, searched=search,
+            task=settings.task if search else "regression",
+            metric=PRIMARY_METRIC[settings.task] if search else "spearman",
+            eval_batch_size=settings.evaluation.batch_size if search else 64,
+            out=env.out, storage=env.storage, cluster=env.cluster, name="cross-encoder", log=env.log)
+        return {"train": stats}

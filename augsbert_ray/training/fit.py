@@ -1,0 +1,77 @@
+"""Trains one encoder for a stage: one Ray Train run, or a seed search on Ray Tune.
+
+The stage's folder holds everything: Ray's checkpoints under the stage's storage (so an
+interrupted stage resumes its own run, and no other configuration can ever restore it)
+and the exported model in ``<out>/model``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Callable
+
+import pyarrow as pa
+
+from augsbert_ray.runtime import per_worker_cpus
+
+
+def hparams(encoder, job_seed: int, precision: str) -> dict:
+    """The optimisation hyperparameters of an encoder's config section (``loop.HParams`` fields)."""
+    seed = getattr(encoder, "seed", None)
+    return {"epochs": encoder.epochs, "lr": encoder.lr, "batch_size": encoder.batch_size,
+            "warmup_ratio": encoder.warmup_ratio, "seed": job_seed if seed is None else seed,
+            "precision": precision}
+
+
+def fit_encoder(kind: str, train: pa.Table, dev: pa.Table | None, *, recipe: dict, hparams: dict, training,
+                seed_search, searched: bool, task: str, metric: str, eval_batch_size: int, out: Path,
+                storage: str, cluster, name: str, log: Callable[[str], None]) -> dict:
+    """Fine-tunes one encoder and writes the model to ``out / "model"``.
+
+    Args:
+        kind: ``bi_encoder`` or ``cross_encoder``.
+        train: training pairs (``sentence1``, ``sentence2``, ``label``).
+        dev: the pairs a seed search scores its seeds on (None without a search).
+        recipe, hparams: what to train and how (``training.recipes``, ``training.loop.HParams``).
+        training: the job's ``training`` settings (workers, GPUs, checkpoints, failures).
+        seed_search: the job's ``seed_search`` settings; used when ``searched``.
+        task, metric, eval_batch_size: how a seed search scores dev.
+        out: the stage's folder; storage: where Ray keeps the stage's checkpoints.
+        cluster: the cluster's resources (``runtime.ClusterResources``).
+        name: shown in progress lines.
+        log: progress lines.
+
+    Returns:
+        The training statistics (``{"seed_search": record}`` for a search).
+    """
+    from augsbert_ray.training.ray_trainer import WorkerResources, train_on_ray
+
+    model_dir = out / "model"
+    if not searched:
+        resources = WorkerResources(training.num_workers, training.use_gpu,
+                                    per_worker_cpus(training.cpus_per_worker, cluster.cpus, training.num_workers),
+                                    training.checkpoint_every, training.max_failures)
+        return train_on_ray(kind, train, recipe=recipe, hparams=hparams, resources=resources,
+                            storage_dir=f"{storage}/train", out_dir=model_dir, name=name)
+    from augsbert_ray.training.seed_search import SearchPlan, seed_search as run_search
+
+    ss = seed_search
+    seeds = ss.seed_list(hparams["seed"])
+    gpus = ss.gpus_per_trial if ss.gpus_per_trial is not None else (1 if training.use_gpu else 0)
+    plan = SearchPlan(seeds=seeds, keep=ss.keep, prune_at=ss.prune_at, scheduler=ss.scheduler, audit=ss.audit,
+                      cpus_per_trial=per_worker_cpus(ss.cpus_per_trial, cluster.cpus, len(seeds)),
+                      gpus_per_trial=gpus)
+    record = run_search(kind, train, dev, task=task, metric=metric, recipe=recipe, hparams=hparams, plan=plan,
+                        storage_dir=f"{storage}/tune", out_dir=model_dir, name=name,
+                        eval_batch_size=eval_batch_size, log=log)
+    return {"seed_search": record}
+
+
+def throughput(stats: dict, seconds: float) -> str:
+    """A training stage's rate: pairs/s inside the training loop, or steps/s over a seed search."""
+    if stats.get("pairs_per_s"):
+        precision = f", {stats['precision']}" if stats.get("precision") else ""
+        return f"{stats['pairs_per_s']:.1f} training pairs/s (in the training loop{precision})"
+    if "seed_search" in stats and seconds:
+        return f"{stats['seed_search']['cost']['steps_run'] / seconds:.2f} training steps/s over all seeds"
+    return ""
