@@ -11,7 +11,7 @@ from conftest import make_sentence
 
 from augsbert_ray.labeling import score_pairs
 from augsbert_ray.models import load_cross_encoder
-from augsbert_ray.training.loop import HParams, shard_order, steps_per_epoch, train_pairs
+from augsbert_ray.training.loop import HParams, rank_batch_size, shard_order, steps_per_epoch, train_pairs
 from augsbert_ray.training.recipes import BiEncoderRecipe, CrossEncoderRecipe, make_recipe
 
 # --- shard_order / steps_per_epoch ------------------------------------------------------
@@ -43,6 +43,14 @@ def test_shard_order_is_seeded_and_changes_with_epoch_and_seed():
     assert not np.array_equal(a, np.arange(50))  # shuffled
     assert not np.array_equal(a, shard_order(50, epoch=1, seed=1, rank=0, world=1))
     assert not np.array_equal(a, shard_order(50, epoch=0, seed=2, rank=0, world=1))
+
+
+@pytest.mark.parametrize("world", [1, 2, 4, 8])
+def test_more_workers_split_the_batch_and_keep_the_schedule(world):
+    # batch_size is the global batch: the steps of an epoch do not depend on the workers.
+    rb = rank_batch_size(16, world)
+    assert rb * world == 16 and steps_per_epoch(160, rb, world) == steps_per_epoch(160, 16, 1) == 10
+    assert rank_batch_size(16, 3) == 6 and rank_batch_size(2, 4) == 1
 
 
 @pytest.mark.parametrize("n,batch,world,expected", [(24, 8, 1, 3), (25, 8, 1, 4), (25, 8, 2, 2), (1, 8, 4, 1), (16, 8, 2, 1)])
@@ -207,7 +215,8 @@ def test_train_pairs_rank_trains_on_its_shard_only(tiny_model):
     hp = HParams(epochs=2, lr=1e-3, batch_size=4, warmup_ratio=0.0, seed=0)
     _, stats = train_pairs(CrossEncoderRecipe(model=tiny_model, max_length=64), s1, s2, labels, hp,
                            rank=1, world=3, log=lambda _: None)
-    assert stats["steps"] == steps_per_epoch(10, 4, 3) * 2 == 2
+    # 10 rows over 3 ranks: 4 each; the global batch of 4 is 2 a rank: 2 steps an epoch
+    assert stats["steps"] == steps_per_epoch(10, rank_batch_size(4, 3), 3) * 2 == 4
 
 
 def test_train_pairs_rejects_empty_data(tiny_model):
