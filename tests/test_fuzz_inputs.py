@@ -561,6 +561,11 @@ def _check_expected(case: TextCase, mode: str, result, error) -> None:
         elif error is not None:
             assert error.line >= first[0]
         return
+    if error is not None and cut != math.inf:
+        # A quote left open is refused in both modes when it runs to the end of the file or
+        # makes one record of more than MAX_RECORD_LINES lines (loaders/tabular.py).
+        assert error.line >= cut and ("unterminated quote" in error.reason or "one record spans" in error.reason)
+        return
     assert error is None, error  # skip mode, or no bad row: nothing refuses the whole file
     got = [
         ((r["sentence1"], r["sentence2"], r["label"], r["genre"]), r["line"])
