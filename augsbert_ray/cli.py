@@ -4,11 +4,16 @@
     augsbert run jobs/smoke.yaml bi_encoder.epochs=2       # with an override
     augsbert run jobs/stsb-bm25.yaml --fresh               # redo every stage (default: resume)
     augsbert validate jobs/*.yaml                          # check job files, build nothing
+    augsbert validate jobs/smoke.yaml sampling.top_k=5     # ... with overrides
+
+Every error the job can foresee (``AugSBERTError``: config, data, models) is printed as one
+``augsbert: error:`` line, exit status 2.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
 from augsbert_ray.errors import AugSBERTError
@@ -30,10 +35,19 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--address", help="Ray cluster address (else ray.address in the job, else RAY_ADDRESS, else local)")
     run.add_argument("--fresh", action="store_true", help="redo every stage, ignoring what earlier runs finished")
     val = sub.add_parser("validate", help="load and validate job files without running anything")
-    val.add_argument("jobs", nargs="+", help="job YAML files")
+    val.add_argument("jobs", nargs="+", metavar="JOB_OR_OVERRIDE",
+                     help="job YAML files, and key.sub=value overrides applied to every file (an argument with '=' "
+                          "that is not an existing file is an override)")
     val.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                      help="an override to apply to every file")
     return p
+
+
+def split_jobs_and_overrides(args: list[str]) -> tuple[list[str], list[str]]:
+    """Job files and ``key=value`` overrides from positional arguments, as ``run`` takes them:
+    an argument holding ``=`` that is not an existing file is an override."""
+    overrides = [a for a in args if "=" in a and not os.path.exists(a)]
+    return [a for a in args if a not in overrides], overrides
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -42,8 +56,11 @@ def main(argv: list[str] | None = None) -> int:
 
     try:
         if args.command == "validate":
-            for path in args.jobs:
-                cfg = load_job(path, args.overrides)
+            jobs, overrides = split_jobs_and_overrides(args.jobs)
+            if not jobs:
+                raise AugSBERTError(f"no job file among {args.jobs} (overrides look like key.sub=value)")
+            for path in jobs:
+                cfg = load_job(path, overrides + args.overrides)
                 mode = (f"domain adaptation, target task {cfg.target_task}" if cfg.target is not None
                         else f"strategy {cfg.sampling.strategy}")
                 print(f"{path}: ok (job '{cfg.name}', {mode}, run dir {cfg.resolved_run_dir})")

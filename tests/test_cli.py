@@ -1,3 +1,5 @@
+import pytest
+
 from augsbert_ray.cli import main
 from test_config import MINIMAL, write
 
@@ -21,3 +23,23 @@ def test_run_reports_data_error_with_line(tmp_path, capsys):
     assert main(["run", str(write(tmp_path, job)), f"run_dir={tmp_path / 'run'}", "ray.num_cpus=1"]) == 2
     err = capsys.readouterr().err
     assert f"{bad}:2" in err and "label" in err
+
+
+def _one_error_line(err: str) -> str:
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("augsbert: error: ") and "Traceback" not in err, err
+    return lines[0]
+
+
+def test_validate_takes_overrides_positionally_like_run(tmp_path, capsys):
+    path = write(tmp_path, MINIMAL)
+    assert main(["validate", str(path), "sampling.top_k=-1"]) == 2
+    assert "sampling.top_k" in _one_error_line(capsys.readouterr().err)
+    assert main(["validate", str(path), "run_dir=elsewhere", "--set", "seed=3"]) == 0
+    assert "run dir elsewhere" in capsys.readouterr().out
+
+
+def test_validate_reports_a_section_given_twice(tmp_path, capsys):
+    path = write(tmp_path, MINIMAL + "sampling: {top_k: 2}\nsampling: {top_k: 5}\n")
+    assert main(["validate", str(path)]) == 2
+    assert "key 'sampling' given twice in one mapping (lines 7 and 8)" in _one_error_line(capsys.readouterr().err)
