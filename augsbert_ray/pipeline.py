@@ -39,6 +39,7 @@ from augsbert_ray.evaluation import (
 )
 from augsbert_ray.loaders import load_pairs
 from augsbert_ray.models import TRUST_REMOTE_CODE_ENV, model_content_id
+from augsbert_ray.preflight import check_job
 from augsbert_ray.report import versions, write_density_plot, write_report
 from augsbert_ray.rundir import RunDir, fingerprint, table_fingerprint
 from augsbert_ray.runtime import ClusterResources, per_worker_cpus, remote_call, start_ray
@@ -54,6 +55,7 @@ def run_job(cfg: JobConfig, log: Callable[[str], None] = print, fresh: bool = Fa
     A re-run resumes: stages an earlier run completed (same fingerprint, outputs intact) are
     skipped, and labelling reuses the shards it committed. ``fresh`` redoes everything.
     """
+    check_job(cfg)  # pre-flight: inputs, models and split sizes, before the run dir is created or Ray starts
     job = Job(cfg, RunDir(cfg.resolved_run_dir, log), log, fresh=fresh)
     gold = job.load_gold()  # gold pairs (checked before any cluster work starts)
     target = job.load_target()  # domain adaptation: target pairs and test set (None in-domain)
