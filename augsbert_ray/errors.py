@@ -48,6 +48,22 @@ class ModelError(AugSBERTError):
     pickled weights only); the message names the directory and what is missing."""
 
 
+class TrainingError(AugSBERTError):
+    """Training an encoder failed: an error that cannot succeed on retry (data, config, model
+    files, shapes), reported once without retries, or restarts exhausted after transient faults.
+
+    Attributes:
+        permanent: the error would recur on every retry, so none was made.
+    """
+
+    def __init__(self, message: str, permanent: bool = False):
+        super().__init__(message)
+        self.permanent = permanent
+
+    def __reduce__(self):
+        return (TrainingError, (str(self), self.permanent))
+
+
 class TeacherCheckError(AugSBERTError):
     """The cross-encoder is not better than the gold-only bi-encoder and the job asked to stop."""
 
