@@ -6,8 +6,9 @@
     augsbert validate jobs/*.yaml                          # check job files, build nothing
     augsbert validate jobs/smoke.yaml sampling.top_k=5     # ... with overrides
 
-Every error the job can foresee (``AugSBERTError``: config, data, models) is printed as one
-``augsbert: error:`` line, exit status 2.
+Every error the job can foresee (``AugSBERTError``: config, data, models, training that
+cannot succeed) is printed as one ``augsbert: error:`` line, exit status 2. SIGINT and
+SIGTERM stop the local Ray the job started and exit with 130 and 143.
 """
 
 from __future__ import annotations
@@ -67,16 +68,33 @@ def main(argv: list[str] | None = None) -> int:
             return 0
         overrides = list(args.overrides) + ([f"ray.address={args.address}"] if args.address else [])
         cfg = load_job(args.job, overrides)
-        from augsbert_ray.pipeline import run_job
-        from augsbert_ray.report import summary_markdown
-
-        metrics = run_job(cfg, fresh=args.fresh)
-        print()
-        print(summary_markdown(metrics))
-        return 0
+        return _run(cfg, args.fresh)
     except AugSBERTError as e:
         print(f"augsbert: error: {e}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:
+        print("augsbert: interrupted", file=sys.stderr)
+        return 130
+
+
+def _run(cfg, fresh: bool) -> int:
+    """Runs a job; whatever way it ends (done, an error, SIGINT, SIGTERM), the copies of models it
+    unpacked are removed and the local Ray it started is stopped."""
+    from augsbert_ray.artifacts import cleanup_shipped
+    from augsbert_ray.pipeline import run_job
+    from augsbert_ray.report import summary_markdown
+    from augsbert_ray.runtime import shutdown_ray
+
+    try:
+        metrics = run_job(cfg, fresh=fresh)
+    finally:
+        try:
+            cleanup_shipped()
+        finally:
+            shutdown_ray()
+    print()
+    print(summary_markdown(metrics))
+    return 0
 
 
 if __name__ == "__main__":
