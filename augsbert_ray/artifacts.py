@@ -31,6 +31,7 @@ import os
 import secrets
 import shutil
 import stat
+import sys
 import tempfile
 import time
 from dataclasses import dataclass
@@ -211,9 +212,8 @@ def cleanup_shipped(job: str = JOB_FOLDER, timeout_s: float = 60) -> int:
     """
     removed = int(remove_job_copies(job))
     try:
-        import ray
-
-        if not ray.is_initialized():
+        ray = sys.modules.get("ray")  # a job that failed before Ray started need not import it here
+        if ray is None or not ray.is_initialized():
             return removed
         from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
