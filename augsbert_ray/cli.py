@@ -4,11 +4,17 @@
     augsbert run jobs/smoke.yaml bi_encoder.epochs=2       # with an override
     augsbert run jobs/stsb-bm25.yaml --fresh               # redo every stage (default: resume)
     augsbert validate jobs/*.yaml                          # check job files, build nothing
+    augsbert validate jobs/smoke.yaml sampling.top_k=5     # ... with overrides
+
+Every error the job can foresee (``AugSBERTError``: config, data, models, training that
+cannot succeed) is printed as one ``augsbert: error:`` line, exit status 2. SIGINT and
+SIGTERM stop the local Ray the job started and exit with 130 and 143.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
 from augsbert_ray.errors import AugSBERTError
@@ -30,10 +36,19 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--address", help="Ray cluster address (else ray.address in the job, else RAY_ADDRESS, else local)")
     run.add_argument("--fresh", action="store_true", help="redo every stage, ignoring what earlier runs finished")
     val = sub.add_parser("validate", help="load and validate job files without running anything")
-    val.add_argument("jobs", nargs="+", help="job YAML files")
+    val.add_argument("jobs", nargs="+", metavar="JOB_OR_OVERRIDE",
+                     help="job YAML files, and key.sub=value overrides applied to every file (an argument with '=' "
+                          "that is not an existing file is an override)")
     val.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                      help="an override to apply to every file")
     return p
+
+
+def split_jobs_and_overrides(args: list[str]) -> tuple[list[str], list[str]]:
+    """Job files and ``key=value`` overrides from positional arguments, as ``run`` takes them:
+    an argument holding ``=`` that is not an existing file is an override."""
+    overrides = [a for a in args if "=" in a and not os.path.exists(a)]
+    return [a for a in args if a not in overrides], overrides
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -42,24 +57,44 @@ def main(argv: list[str] | None = None) -> int:
 
     try:
         if args.command == "validate":
-            for path in args.jobs:
-                cfg = load_job(path, args.overrides)
+            jobs, overrides = split_jobs_and_overrides(args.jobs)
+            if not jobs:
+                raise AugSBERTError(f"no job file among {args.jobs} (overrides look like key.sub=value)")
+            for path in jobs:
+                cfg = load_job(path, overrides + args.overrides)
                 mode = (f"domain adaptation, target task {cfg.target_task}" if cfg.target is not None
                         else f"strategy {cfg.sampling.strategy}")
                 print(f"{path}: ok (job '{cfg.name}', {mode}, run dir {cfg.resolved_run_dir})")
             return 0
         overrides = list(args.overrides) + ([f"ray.address={args.address}"] if args.address else [])
         cfg = load_job(args.job, overrides)
-        from augsbert_ray.pipeline import run_job
-        from augsbert_ray.report import summary_markdown
-
-        metrics = run_job(cfg, fresh=args.fresh)
-        print()
-        print(summary_markdown(metrics))
-        return 0
+        return _run(cfg, args.fresh)
     except AugSBERTError as e:
         print(f"augsbert: error: {e}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:
+        print("augsbert: interrupted", file=sys.stderr)
+        return 130
+
+
+def _run(cfg, fresh: bool) -> int:
+    """Runs a job; whatever way it ends (done, an error, SIGINT, SIGTERM), the copies of models it
+    unpacked are removed and the local Ray it started is stopped."""
+    from augsbert_ray.artifacts import cleanup_shipped
+    from augsbert_ray.pipeline import run_job
+    from augsbert_ray.report import summary_markdown
+    from augsbert_ray.runtime import shutdown_ray
+
+    try:
+        metrics = run_job(cfg, fresh=fresh)
+    finally:
+        try:
+            cleanup_shipped()
+        finally:
+            shutdown_ray()
+    print()
+    print(summary_markdown(metrics))
+    return 0
 
 
 if __name__ == "__main__":

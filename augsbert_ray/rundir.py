@@ -82,14 +82,16 @@ class RunDir:
         self.uri = str(root).rstrip("/") if is_uri(root) else None
         self.log = log
         if self.uri is None:
+            # Created by the first write: a job that fails its input checks leaves nothing behind.
             self.root = Path(root).absolute()
-            self.root.mkdir(parents=True, exist_ok=True)
+            self.preexisting = self.root.exists()
             return
         import pyarrow.fs as pafs
 
         self.fs, self.remote = pafs.FileSystem.from_uri(self.uri)
         staging = os.environ.get("AUGSBERT_STAGING_DIR") or Path.home() / ".cache" / "augsbert" / "staging"
         self.root = Path(staging).absolute() / hashlib.sha256(self.uri.encode()).hexdigest()[:16]
+        self.preexisting = True
         self.root.mkdir(parents=True, exist_ok=True)
         self._synced: dict[str, tuple[int, int]] = {}
         self.pull()
@@ -169,6 +171,19 @@ class RunDir:
         if self.fs.get_file_info(f"{self.remote}/{name}").type == pafs.FileType.Directory:
             self.fs.delete_dir(f"{self.remote}/{name}")
         self._synced = {rel: sig for rel, sig in self._synced.items() if not rel.startswith(f"{name}/")}
+
+    def discard(self, rel: str) -> None:
+        """Removes a folder of the run dir, and the run dir itself if this job created it and
+        nothing else is in it (a job that failed before doing anything leaves no trace)."""
+        import shutil
+
+        shutil.rmtree(self.path(rel), ignore_errors=True)
+        folder = self.path(rel).parent
+        while folder != self.root and folder.is_dir() and not any(folder.iterdir()):
+            folder.rmdir()
+            folder = folder.parent
+        if not self.preexisting and self.root.is_dir() and not any(self.root.iterdir()):
+            self.root.rmdir()
 
     def path(self, *parts: str) -> Path:
         return self.root.joinpath(*parts)

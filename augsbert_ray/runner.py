@@ -159,7 +159,12 @@ class Runner:
             if self._on_start is not None:
                 self._on_start(stage.name)
             t0 = time.perf_counter()
-            result = stage.run(inputs, Settings(cfg, frozenset(decl.reads), stage.name), env)
+            try:
+                result = stage.run(inputs, Settings(cfg, frozenset(decl.reads), stage.name), env)
+            except BaseException:
+                if stage.always:  # nothing to resume in a loading stage: leave no half-written folder
+                    self.rd.discard(rel)
+                raise
             seconds = time.perf_counter() - t0
             self._mark(stage, fp, rel, decl, result, seconds)
             self.rd.remove_tree(f"{rel}/ray")  # checkpoints of a finished stage are not needed again
@@ -232,7 +237,7 @@ class Runner:
     # -- models ----------------------------------------------------------------------------
     def ship(self, path):
         """A model directory of this run, put in the object store once for workers on any node."""
-        from augsbert_ray.artifacts import ship_model
+        from augsbert_ray.models import ship_model
 
         key = str(path)
         if key not in self._shipped:
@@ -245,7 +250,7 @@ class Runner:
 
         if name == EMBEDDED_MODEL:
             return name  # installed with the package on every node; each checks its hash
-        from augsbert_ray.artifacts import ship_if_local
+        from augsbert_ray.models import ship_if_local
 
         if name not in self._shipped:
             self._shipped[name] = ship_if_local(name)

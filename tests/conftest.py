@@ -6,6 +6,7 @@ test, so tests never need a hub and run in seconds on a CPU.
 
 from __future__ import annotations
 
+import json
 import os
 import random
 import shutil
@@ -112,4 +113,17 @@ def write_mrpc(path: Path, n: int, seed: int) -> Path:
         b = a.replace(".", " today.") if paraphrase else make_sentence(rng)
         lines.append(f"{int(paraphrase)}\t{1000 + i}\t{5000 + i}\t{a}\t{b}")
     path.write_bytes("\r\n".join(lines).encode("utf-8") + b"\r\n")
+    return path
+
+
+def fake_model(path, weights=("model.safetensors",), tokenizer=True):
+    """A model folder as the pre-flight checks see it: the files' names, no real weights
+    (nothing loads them before Ray starts)."""
+    path.mkdir(parents=True)
+    (path / "config.json").write_text(json.dumps({"model_type": "bert"}))
+    for name in weights:
+        (path / name).parent.mkdir(parents=True, exist_ok=True)
+        (path / name).write_bytes(b"\0")
+    if tokenizer:
+        (path / "tokenizer.json").write_text("{}")
     return path

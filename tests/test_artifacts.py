@@ -1,10 +1,17 @@
-"""Models reach workers through the object store: no shared disk is assumed."""
+"""Models reach workers through the object store: no shared disk is assumed. Each node
+unpacks them into a cache private to the user and the job, checked before use, removed after."""
 
+import os
 import shutil
+import time
 
 import pytest
+from conftest import fake_model
 
-from augsbert_ray.artifacts import ShippedModel, local_model, ship_if_local, ship_model
+from augsbert_ray import artifacts
+from augsbert_ray.artifacts import ShippedModel, local_model, ship_directory
+from augsbert_ray.models import ship_if_local, ship_model
+from augsbert_ray.errors import AugSBERTError, ModelError
 
 
 def test_a_shipped_model_loads_on_a_worker_after_its_directory_is_gone(ray_local, tiny_model, tmp_path):
@@ -23,11 +30,12 @@ def test_a_shipped_model_loads_on_a_worker_after_its_directory_is_gone(ray_local
     shutil.rmtree(tiny_model)  # the driver's copy is gone: the worker can only use the object store
     got = remote_call(_predict_bi_encoder, shipped, splits, 8, 32, None)["dev"]
     assert got == pytest.approx(expected, abs=1e-5)
-    # unpacking: once per node, under the content digest
+    # unpacking: once per node and job, under the content digest
     cache = tmp_path / "cache"
     path = local_model(shipped, cache)
-    assert path == str(cache / shipped.digest) and (cache / shipped.digest / "config.json").exists()
-    assert local_model(shipped, cache) == path and len(list(cache.iterdir())) == 1
+    unpacked = cache / shipped.job / shipped.digest
+    assert path == str(unpacked) and (unpacked / "config.json").exists()
+    assert local_model(shipped, cache) == path and len(list((cache / shipped.job).iterdir())) == 1
 
 
 def test_digest_follows_content(tiny_model, tmp_path, ray_local):
@@ -39,11 +47,94 @@ def test_digest_follows_content(tiny_model, tmp_path, ray_local):
     assert ship_model(tmp_path / "copy" / "m").digest != a.digest
 
 
-def test_names_stay_names(tmp_path):
+def test_names_stay_names(tmp_path, no_ray):
     assert local_model("sentence-transformers/all-MiniLM-L6-v2") == "sentence-transformers/all-MiniLM-L6-v2"
     assert ship_if_local("some-org/some-model") == "some-org/some-model"
-    with pytest.raises(FileNotFoundError, match="no model files"):
-        ship_model(tmp_path)
+    with pytest.raises(AugSBERTError, match="no files to ship"):
+        ship_directory(tmp_path)
+
+
+@pytest.fixture
+def no_ray(monkeypatch):
+    """The object store as an identity: shipping and unpacking without starting Ray."""
+    import ray
+
+    monkeypatch.setattr(ray, "put", lambda value: value)
+    monkeypatch.setattr(ray, "get", lambda ref: ref)
+    monkeypatch.setattr(ray, "is_initialized", lambda: False)
+
+
+def test_a_pickle_only_model_is_refused_not_shipped_without_its_weights(tmp_path, no_ray):
+    model = fake_model(tmp_path / "m", weights=("pytorch_model.bin",))
+    with pytest.raises(ModelError, match="has only pickled weights"):
+        ship_model(model)
+    shipped = ship_model(fake_model(tmp_path / "ok", weights=("model.safetensors", "optimizer.pt")))
+    assert sorted(shipped.ref) == ["config.json", "model.safetensors", "tokenizer.json"]  # unused pickles stay home
+
+
+def test_the_cache_is_the_users_own_and_owner_only(tmp_path, monkeypatch, no_ray):
+    monkeypatch.delenv(artifacts.CACHE_ENV, raising=False)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    assert artifacts.cache_root() == tmp_path / "xdg" / "augsbert" / "models"
+    monkeypatch.delenv("XDG_CACHE_HOME")
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    assert artifacts.cache_root() == tmp_path / "home" / ".cache" / "augsbert" / "models"
+    shipped = ship_model(fake_model(tmp_path / "m"))
+    path = local_model(shipped)
+    assert path.startswith(str(tmp_path / "home" / ".cache" / "augsbert" / "models"))
+    for folder in (artifacts.cache_root(), artifacts.cache_root() / shipped.job):
+        assert folder.stat().st_mode & 0o777 == 0o700
+
+
+@pytest.mark.parametrize("problem", ["writable", "symlink", "owner"])
+def test_a_cache_others_could_plant_files_in_is_refused(tmp_path, monkeypatch, no_ray, problem):
+    cache = tmp_path / "cache"
+    if problem == "writable":
+        cache.mkdir()
+        cache.chmod(0o777)
+        message = "other users can write to the model cache"
+    elif problem == "symlink":
+        (tmp_path / "elsewhere").mkdir(mode=0o700)
+        cache.symlink_to(tmp_path / "elsewhere")
+        message = "is a symbolic link"
+    else:
+        cache.mkdir(mode=0o700)
+        monkeypatch.setattr(os, "getuid", lambda: cache.stat().st_uid + 1)
+        message = "belongs to another user"
+    shipped = ship_model(fake_model(tmp_path / "m"))
+    with pytest.raises(AugSBERTError, match=message):
+        local_model(shipped, cache)
+
+
+def test_a_planted_or_damaged_copy_is_never_used(tmp_path, no_ray):
+    shipped = ship_model(fake_model(tmp_path / "m"))
+    cache = tmp_path / "cache"
+    planted = cache / shipped.job / shipped.digest
+    planted.mkdir(parents=True, mode=0o700)
+    (planted / "config.json").write_text('{"model_type": "planted"}')
+    path = local_model(shipped, cache)
+    assert path == str(planted) and (planted / "config.json").read_text() == '{"model_type": "bert"}'
+    assert artifacts.tree_digest(planted) == shipped.digest
+    (planted / "model.safetensors").write_bytes(b"damaged")
+    local_model(shipped, cache)
+    assert (planted / "model.safetensors").read_bytes() == b"\0"
+
+
+def test_a_job_removes_what_it_unpacked_and_stale_copies_of_killed_jobs(tmp_path, monkeypatch, no_ray):
+    cache = tmp_path / "cache"
+    monkeypatch.setenv(artifacts.CACHE_ENV, str(cache))
+    stale, recent = cache / "job-1-dead", cache / "job-2-running"
+    for folder in (stale, recent):
+        folder.mkdir(parents=True, mode=0o700)
+    cache.chmod(0o700)
+    day_ago = time.time() - artifacts.STALE_AFTER_S - 60
+    os.utime(stale, (day_ago, day_ago))
+    shipped = ship_model(fake_model(tmp_path / "m"))
+    local_model(shipped)
+    assert not stale.exists() and recent.exists(), "a folder unused for a day is a killed job's"
+    assert (cache / shipped.job / shipped.digest).is_dir()
+    assert artifacts.cleanup_shipped() == 1
+    assert not (cache / shipped.job).exists() and recent.exists()
 
 
 def test_model_content_id_follows_the_files_not_the_path(tiny_model, tmp_path):

@@ -1,3 +1,5 @@
+import pytest
+
 from augsbert_ray.cli import main
 from test_config import MINIMAL, write
 
@@ -21,3 +23,70 @@ def test_run_reports_data_error_with_line(tmp_path, capsys):
     assert main(["run", str(write(tmp_path, job)), f"run_dir={tmp_path / 'run'}", "ray.num_cpus=1"]) == 2
     err = capsys.readouterr().err
     assert f"{bad}:2" in err and "label" in err
+
+
+def _one_error_line(err: str) -> str:
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("augsbert: error: ") and "Traceback" not in err, err
+    return lines[0]
+
+
+def test_validate_takes_overrides_positionally_like_run(tmp_path, capsys):
+    path = write(tmp_path, MINIMAL)
+    assert main(["validate", str(path), "sampling.top_k=-1"]) == 2
+    assert "sampling.top_k" in _one_error_line(capsys.readouterr().err)
+    assert main(["validate", str(path), "run_dir=elsewhere", "--set", "seed=3"]) == 0
+    assert "run dir elsewhere" in capsys.readouterr().out
+
+
+def test_validate_reports_a_section_given_twice(tmp_path, capsys):
+    path = write(tmp_path, MINIMAL + "sampling: {top_k: 2}\nsampling: {top_k: 5}\n")
+    assert main(["validate", str(path)]) == 2
+    assert "key 'sampling' given twice in one mapping (lines 7 and 8)" in _one_error_line(capsys.readouterr().err)
+
+
+def _stsb_job(tmp_path, train_text: str, **extra) -> str:
+    files = {}
+    for split in ("train", "dev", "test"):
+        files[split] = tmp_path / f"{split}.csv"
+        files[split].write_text(train_text if split == "train" else "g\tf\ty\t1\t2.5\tA man.\tA dog.\n"
+                                "g\tf\ty\t2\t1.5\tA cat.\tA car.\n")
+    lines = ["name: t", "data:"] + [f"  {s}: {{format: stsb, path: '{p}'}}" for s, p in files.items()]
+    lines += [f"{k}: {v}" for k, v in extra.items()]
+    return str(write(tmp_path, "\n".join(lines) + "\n"))
+
+
+@pytest.mark.parametrize("train", ["", "g\tf\ty\t1\t9.5\tA man.\tA dog.\n"], ids=["empty", "all-skipped"])
+def test_a_job_without_training_pairs_fails_in_one_line_before_anything_is_written(tmp_path, capsys, train):
+    job = _stsb_job(tmp_path, train)
+    run_dir = tmp_path / "run"
+    args = ["run", job, f"run_dir={run_dir}", "data.on_bad_rows=skip"]
+    assert main(args) == 2
+    line = _one_error_line(capsys.readouterr().err)
+    assert f"{tmp_path / 'train.csv'}: no pairs left for training in data.train" in line
+    assert not run_dir.exists()
+
+
+def test_a_data_path_that_does_not_resolve_leaves_no_run_directory(tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    job = write(tmp_path, MINIMAL)
+    assert main(["run", str(job), "run_dir=runs/t"]) == 2
+    line = _one_error_line(capsys.readouterr().err)
+    assert f"file not found: {tmp_path / 'a.csv'}" in line and f"working directory {tmp_path}" in line
+    assert not (tmp_path / "runs").exists()
+
+
+def test_a_pickle_only_model_is_refused_before_ray_starts(tmp_path, capsys, monkeypatch):
+    from conftest import fake_model
+
+    from augsbert_ray import runtime
+
+    def no_ray(*args, **kwargs):
+        raise AssertionError("Ray must not start")
+
+    monkeypatch.setattr(runtime, "start_ray", no_ray)
+    model = fake_model(tmp_path / "model", weights=("pytorch_model.bin",))
+    job = _stsb_job(tmp_path, "g\tf\ty\t1\t2.5\tA man.\tA dog.\n")
+    assert main(["run", job, f"run_dir={tmp_path / 'run'}", f"cross_encoder.model={model}"]) == 2
+    line = _one_error_line(capsys.readouterr().err)
+    assert "key 'cross_encoder.model'" in line and "pickles from local paths are not loaded" in line

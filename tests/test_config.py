@@ -155,3 +155,54 @@ def test_the_config_names_exactly_the_samplers_there_are():
     from augsbert_ray.config import Strategy
 
     assert set(get_args(Strategy)) == set(SAMPLERS)
+
+
+def test_a_section_given_twice_is_an_error_naming_both_lines(tmp_path):
+    path = write(tmp_path, MINIMAL + "sampling:\n  top_k: 2\nseed: 1\nsampling:\n  top_k: 5\n")
+    with pytest.raises(ConfigError) as e:
+        load_job(path)
+    assert e.value.key == "sampling" and "given twice in one mapping (lines 7 and 10)" in str(e.value)
+    with pytest.raises(ConfigError, match=r"key 'data.train.path' given twice .*\(lines 4 and 4\)"):
+        load_job(write(tmp_path, MINIMAL.replace("path: a.csv}", "path: a.csv, path: x.csv}")))
+    # merge keys may be overridden, as YAML intends
+    cfg = load_job(write(tmp_path, MINIMAL + "sampling: {<<: {top_k: 2, searchers: 2}, top_k: 4}\n"))
+    assert (cfg.sampling.top_k, cfg.sampling.searchers) == (4, 2)
+
+
+@pytest.mark.parametrize(("text", "key", "hint"), [
+    ("bi_encoder: {epochz: 2}\n", "bi_encoder.epochz", "did you mean 'epochs'? (valid keys under bi_encoder: "
+                                                       "batch_size, epochs, lr, "),
+    ("samplng: {top_k: 2}\n", "samplng", "did you mean 'sampling'? (valid keys: bi_encoder, cross_encoder, data,"),
+    ("sampling: {faiss: {nlist: 3}}\n", "sampling.faiss.nlist", "did you mean 'ivf_nlist'?"),
+    ("bi_encoder: {zzz: 2}\n", "bi_encoder.zzz", "unknown key (valid keys under bi_encoder: batch_size,"),
+])
+def test_an_unknown_key_gets_the_closest_valid_one_and_the_valid_keys(tmp_path, text, key, hint):
+    with pytest.raises(ConfigError) as e:
+        load_job(write(tmp_path, MINIMAL + text))
+    assert e.value.key == key and hint in str(e.value)
+
+
+def test_an_unknown_key_of_an_optional_section_gets_a_suggestion_too(tmp_path):
+    with pytest.raises(ConfigError, match=r"key 'data.dev.colums' unknown key; did you mean 'columns'\?"):
+        load_job(write(tmp_path, MINIMAL), ["data.dev.colums={}"])
+
+
+@pytest.mark.parametrize("name", ["..", ".", ".hidden", "a/b", "-x", ""])
+def test_a_job_name_must_be_one_ordinary_folder_name(tmp_path, name):
+    with pytest.raises(ConfigError) as e:
+        load_job(write(tmp_path, MINIMAL), [f"name={name!r}"])
+    assert e.value.key == "name" and "cannot name a job" in str(e.value) and "Value error" not in str(e.value)
+
+
+def test_names_with_dots_inside_are_fine(tmp_path):
+    assert load_job(write(tmp_path, MINIMAL), ["name=stsb.v2-1k_run"]).resolved_run_dir.name == "stsb.v2-1k_run"
+
+
+def test_a_loaded_config_remembers_its_file_and_environment_variables(tmp_path, monkeypatch):
+    monkeypatch.delenv("MY_DATA", raising=False)
+    path = write(tmp_path, MINIMAL.replace("path: a.csv", 'path: "${MY_DATA:-/default}/a.csv"'))
+    cfg = load_job(path)
+    assert cfg.source == str(path)
+    [ref] = cfg.env_references("data.train.path")
+    assert (ref.name, ref.default, ref.value) == ("MY_DATA", "/default", None)
+    assert cfg.env_references("data.test.path") == []

@@ -8,6 +8,12 @@ beside the bytes, what a correct loader must make of every row. Each file is loa
 ``DataError`` naming the file and a line that exists in it. Job files and ``key=value``
 overrides are fuzzed the same way against ``ConfigError``. Any other exception fails.
 
+Whole ``augsbert run`` invocations are fuzzed too (``test_whole_runs_fail_in_one_line_or_reach_ray``):
+a job file, overrides, tiny data files and model folders, valid or corrupted, run through
+the CLI up to the point where Ray would start. Each is accepted (it reaches that point) or
+refused with exit status 2 and one ``augsbert: error:`` line naming a file or a key, with
+nothing written into the run directory.
+
 The figures (inputs tried, accepted, rejected with a typed error, untyped errors) are
 printed by ``test_zz_fuzz_summary``, the module's last test.
 """
@@ -56,6 +62,7 @@ def _fuzz(max_examples: int) -> settings:
 FIGURES: dict[str, collections.Counter] = {
     "loaders": collections.Counter(),
     "config": collections.Counter(),
+    "run": collections.Counter(),
 }
 
 GOOD, BAD, BLANK, UNKNOWN = "good", "bad", "blank", "unknown"
@@ -561,6 +568,11 @@ def _check_expected(case: TextCase, mode: str, result, error) -> None:
         elif error is not None:
             assert error.line >= first[0]
         return
+    if error is not None and cut != math.inf:
+        # A quote left open is refused in both modes when it runs to the end of the file or
+        # makes one record of more than MAX_RECORD_LINES lines (loaders/tabular.py).
+        assert error.line >= cut and ("unterminated quote" in error.reason or "one record spans" in error.reason)
+        return
     assert error is None, error  # skip mode, or no bad row: nothing refuses the whole file
     got = [
         ((r["sentence1"], r["sentence2"], r["label"], r["genre"]), r["line"])
@@ -1026,6 +1038,198 @@ def test_random_config_bytes_and_overrides_fail_typed(workdir, raw, overrides):
 
 
 # ----------------------------------------------------------------------------------------
+# Whole `augsbert run` invocations: everything a job checks before Ray starts
+# ----------------------------------------------------------------------------------------
+
+
+class WouldStartRay(Exception):
+    """Raised where the job would start Ray: everything before it accepted the inputs."""
+
+
+# Data file kinds, and whether a split of that kind dooms the job (True), lets it through
+# (False), or may do either (None), per split ("train" / an evaluation split) and on_bad_rows.
+FILE_KINDS = ["valid"] * 6 + [
+    "one_row", "constant", "empty", "header_only", "bad_row", "all_bad", "bad_utf8", "unterminated", "missing",
+    "folder",
+]
+# model kinds: (cross_encoder dooms, bi_encoder dooms)
+MODEL_KINDS = {
+    "embedded": (False, False), "folder": (False, False), "hub_id": (False, False), "pickled": (True, True),
+    "decoy": (True, True), "missing_path": (True, True), "st_layout": (True, False), "no_tokenizer": (True, True),
+}
+JOB_DAMAGE = {  # YAML appended to the job file -> dooms
+    "none": False, "duplicate_section": True, "misspelt_key": True, "bad_name": True, "bad_value": True,
+}
+OVERRIDES = {  # -> dooms
+    "seed=3": False, "sampling.top_k=2": False, "data.on_bad_rows=skip": None, "bi_encoder.epochz=2": True,
+    "noequals": True, "bi_encoder.epochs=0": True, "name=..": True, "data.subsample.dev=1": True,
+}
+
+
+@dataclass
+class RunCase:
+    files: dict[str, tuple[str, str, bytes | None]]  # split -> (file name, kind, content; None: no such file)
+    models: dict[str, str]  # cross_encoder / bi_encoder -> model kind
+    job: str  # the job file's YAML, with {DIR} for the example's folder
+    overrides: list[str]
+    outcome: str  # accept, reject or either
+
+
+def _split_dooms(kind: str, evaluation: bool, fmt: str, mode: str) -> bool | None:
+    if kind in ("valid", "bad_row", "bad_utf8"):
+        return mode == "error" and kind != "valid"
+    if kind == "unterminated":
+        return fmt == "csv"  # stsb and mrpc quote nothing: a quote is text there
+    if kind in ("one_row", "constant"):
+        return evaluation
+    return True  # empty, header only, all rows bad, missing, a folder
+
+
+def _data_file(draw, fmt: str, task: str, kind: str) -> bytes | None:
+    """A tiny file of ``fmt``; valid rows have distinct labels (both classes for a binary task)."""
+    if kind in ("missing", "folder"):
+        return None
+    n = 1 if kind == "one_row" else draw(st.integers(2, 5))
+    first = draw(st.integers(0, 1))
+    labels = [((first + i) % 2) if task == "binary" else round((i * 1.3) % 5, 2) for i in range(n)]
+    if kind == "constant":
+        labels = [labels[0]] * n
+    if kind == "all_bad":
+        labels = ["x"] * n
+    rows = [(f"A man is playing {i}.", f"A woman is eating {i}.", labels[i]) for i in range(n)]
+    if kind in ("bad_row", "bad_utf8"):
+        rows.insert(draw(st.integers(0, n)), ("A bad row.", "A bad label.", 9 if kind == "bad_row" else "\udcff"))
+    if kind == "unterminated":
+        rows[0] = ('"' + rows[0][0], *rows[0][1:])
+    if fmt == "stsb":
+        lines = [f"main-captions\tMSRvid\t2012test\t{i:04d}\t{c}\t{a}\t{b}" for i, (a, b, c) in enumerate(rows)]
+    elif fmt == "mrpc":
+        lines = ["\ufeffQuality\t#1 ID\t#2 ID\t#1 String\t#2 String"]
+        lines += [f"{c}\t{1000 + i}\t{2000 + i}\t{a}\t{b}" for i, (a, b, c) in enumerate(rows)]
+    else:
+        lines = ["sentence1,sentence2,label"] + [f"{a},{b},{c}" for a, b, c in rows]
+    if kind in ("empty", "header_only"):
+        lines = lines[:1] if kind == "header_only" and fmt != "stsb" else []
+    return "".join(line + "\n" for line in lines).encode("utf-8", errors="surrogateescape")
+
+
+@st.composite
+def run_cases(draw) -> RunCase:
+    task = draw(st.sampled_from(["regression", "binary"]))
+    fmt = draw(st.sampled_from(["stsb", "csv"] if task == "regression" else ["mrpc", "csv"]))
+    mode = draw(st.sampled_from(["error", "skip"]))
+    clean = _rarely(draw, 3)  # a third of the runs hold only good inputs
+    dooms: list[bool | None] = []
+    files, sources = {}, {}
+    carve = not clean and _rarely(draw, 5)
+    for split in ("train", "dev", "test"):
+        if split == "dev" and carve:
+            sources[split] = "null"
+            dooms.append(None)  # the carved split may be too small or hold one label
+            continue
+        kind = "valid" if clean else draw(st.sampled_from(FILE_KINDS))
+        name = f"{split}.{'txt' if fmt == 'mrpc' else 'csv'}"
+        files[split] = (name, kind, _data_file(draw, fmt, task, kind))
+        dooms.append(_split_dooms(kind, split != "train", fmt, mode))
+        label_range = ", label_range: [0, 5]" if fmt == "csv" and task == "regression" else ""
+        sources[split] = f"{{format: {fmt}, path: '{{DIR}}/{name}'{label_range}}}"
+    models = {}
+    for i, key in enumerate(("cross_encoder", "bi_encoder")):
+        models[key] = "embedded" if clean else draw(st.sampled_from(list(MODEL_KINDS)))
+        dooms.append(MODEL_KINDS[models[key]][i])
+    damage = "none" if clean else draw(st.sampled_from(list(JOB_DAMAGE)))
+    dooms.append(JOB_DAMAGE[damage])
+    overrides = draw(st.lists(st.sampled_from([o for o, d in OVERRIDES.items() if d is False or not clean]),
+                              max_size=2, unique=True))
+    for o in overrides:
+        dooms.append(OVERRIDES[o] if o != "data.on_bad_rows=skip" else (False if mode == "skip" else None))
+    lines = [f"name: fuzz-run", f"task: {task}", "run_dir: '{DIR}/run'", "data:"]
+    lines += [f"  {split}: {source}" for split, source in sources.items()]
+    lines += [f"  on_bad_rows: {mode}", "  dev_fraction: 0.5"]
+    lines += [f"{key}: {{model: '{MODEL_PATHS[kind]}'}}" for key, kind in models.items()]
+    lines += {"none": [], "duplicate_section": ["sampling: {top_k: 2}", "sampling: {top_k: 5}"],
+              "misspelt_key": ["bi_encoder_: {epochs: 2}"], "bad_name": ["name: .."],
+              "bad_value": ["labeling: {num_gpus: -1}"]}[damage]
+    if damage == "bad_name":
+        lines.remove("name: fuzz-run")
+    outcome = "reject" if True in dooms else "either" if None in dooms else "accept"
+    return RunCase(files, models, "\n".join(lines) + "\n", overrides, outcome)
+
+
+MODEL_PATHS = {"embedded": "embedded", "folder": "{DIR}/models/folder", "hub_id": "some-org/some-model",
+               "pickled": "{DIR}/models/pickled", "decoy": "{DIR}/models/decoy", "missing_path": "./no/such/model",
+               "st_layout": "{DIR}/models/st_layout", "no_tokenizer": "{DIR}/models/no_tokenizer"}
+
+
+def _model_folders(root) -> None:
+    """Model folders as the checks see them (names of files; nothing before Ray loads weights)."""
+    def folder(path, weights, tokenizer=True):
+        path.mkdir(parents=True)
+        (path / "config.json").write_text('{"model_type": "bert"}')
+        for name in weights:
+            (path / name).parent.mkdir(parents=True, exist_ok=True)
+            (path / name).write_bytes(b"\0")
+        if tokenizer:
+            (path / "tokenizer.json").write_text("{}")
+
+    folder(root / "folder", ["model.safetensors"])
+    folder(root / "pickled", ["pytorch_model.bin"])
+    folder(root / "decoy", ["pytorch_model.bin", "x/dummy.safetensors"])
+    folder(root / "no_tokenizer", ["model.safetensors"], tokenizer=False)
+    folder(root / "st_layout" / "0_Transformer", ["model.safetensors"])
+    (root / "st_layout" / "modules.json").write_text(json.dumps(
+        [{"idx": 0, "name": "0", "path": "0_Transformer", "type": "sentence_transformers.models.Transformer"}]))
+
+
+@_fuzz(150)
+@given(case=run_cases())
+def test_whole_runs_fail_in_one_line_or_reach_ray(workdir, case):
+    import contextlib
+    import io
+    import tempfile
+    from pathlib import Path
+    from unittest import mock
+
+    from augsbert_ray import runtime
+    from augsbert_ray.cli import main
+
+    folder = Path(tempfile.mkdtemp(dir=workdir, prefix="run-"))
+    _model_folders(folder / "models")
+    named = [str(folder / "job.yaml")]
+    for name, kind, content in case.files.values():
+        named.append(str(folder / name))
+        if kind == "folder":
+            (folder / name).mkdir()
+        elif content is not None:
+            (folder / name).write_bytes(content)
+    named += [MODEL_PATHS[kind].replace("{DIR}", str(folder)) for kind in case.models.values()]
+    (folder / "job.yaml").write_text(case.job.replace("{DIR}", str(folder)), encoding="utf-8")
+    out, err = io.StringIO(), io.StringIO()
+    FIGURES["run"]["tried"] += 1
+    with mock.patch.object(runtime, "start_ray", side_effect=WouldStartRay), \
+            contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            rc = main(["run", named[0], *case.overrides])
+        except WouldStartRay:
+            rc = None
+        except BaseException:
+            FIGURES["run"]["untyped"] += 1
+            raise
+    assert "Traceback" not in out.getvalue() + err.getvalue()
+    if rc is None:
+        FIGURES["run"]["accepted"] += 1
+        assert case.outcome != "reject", f"accepted a doomed job: {case}"
+        return
+    FIGURES["run"]["rejected" if rc == 2 else "untyped"] += 1
+    assert rc == 2, (rc, err.getvalue())
+    lines = err.getvalue().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("augsbert: error: "), err.getvalue()
+    assert any(path in lines[0] for path in named), lines[0]  # names the job file, a data file or a model
+    assert not (folder / "run").exists(), "a refused job wrote into its run directory"
+    assert case.outcome != "accept", f"refused a good job: {lines[0]}"
+
+
+# ----------------------------------------------------------------------------------------
 # Regressions: inputs that escaped as untyped errors or were silently mangled
 # ----------------------------------------------------------------------------------------
 
@@ -1139,7 +1343,7 @@ def test_regression_yaml_pyyaml_cannot_build_is_a_config_error(tmp_path, value, 
 
 def test_zz_fuzz_summary(capsys):
     lines = ["", "fuzz figures (inputs tried / accepted / rejected with a typed error / untyped):"]
-    for suite, typed in (("loaders", "DataError"), ("config", "ConfigError")):
+    for suite, typed in (("loaders", "DataError"), ("config", "ConfigError"), ("run", "one line, rc 2")):
         f = FIGURES[suite]
         lines.append(
             f"  {suite:8s} tried {f['tried']:5d}  accepted {f['accepted']:5d}  "

@@ -115,14 +115,14 @@ def sample(ctx) -> pa.Table:
     import ray
     from ray.data import ActorPoolStrategy
 
-    from augsbert_ray.artifacts import ship_model
+    from augsbert_ray.artifacts import ship_directory
     from augsbert_ray.candidates.pairs import concat_hits, finalize_candidates
     from augsbert_ray.runtime import dataset_of_blocks
 
     index_dir = build_index(ctx.sentences, ctx.work_dir / "bm25_index")
     hits = dataset_of_blocks(ctx.sentences, ctx.cfg.query_batch_size).map_batches(
         BM25Searcher,
-        fn_constructor_kwargs={"index_dir": ship_model(index_dir), "top_k": ctx.cfg.top_k},
+        fn_constructor_kwargs={"index_dir": ship_directory(index_dir), "top_k": ctx.cfg.top_k},
         compute=ActorPoolStrategy(size=ctx.cfg.searchers),
         batch_size=ctx.cfg.query_batch_size,
         batch_format="pyarrow",

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 from augsbert_ray.errors import DataError
-from augsbert_ray.loaders.rows import BadRow, RawRow
+from augsbert_ray.loaders.rows import BadRow, RawRow, span_note
 from augsbert_ray.sources import ColumnMap
 
 
@@ -28,12 +28,16 @@ def require_columns(
         raise DataError(path, line, missing[0], f"column not found; columns are {list(present)}")
 
 
-def map_record(line: int, record: Mapping[str, object], columns: ColumnMap) -> RawRow | BadRow:
-    """Picks the mapped values out of one record (a CSV row, a JSON object, a Parquet row)."""
+def map_record(line: int, record: Mapping[str, object], columns: ColumnMap,
+               last_line: int | None = None) -> RawRow | BadRow:
+    """Picks the mapped values out of one record (a CSV row, a JSON object, a Parquet row).
+
+    ``last_line``: the record's last line, when it spans several (a quoted csv field with line breaks).
+    """
     missing = [c for c in required_columns(columns) if c not in record]
     if missing:
-        return BadRow(line, missing[0], f"missing field (row has keys {sorted(record)})")
+        return BadRow(line, missing[0], f"missing field (row has keys {sorted(record)})" + span_note(line, last_line))
     genre = record[columns.genre] if columns.genre is not None else None
     sentence1, sentence2 = record[columns.sentence1], record[columns.sentence2]
     label = record[columns.label] if columns.label is not None else None
-    return RawRow(line, sentence1, sentence2, label, genre)
+    return RawRow(line, sentence1, sentence2, label, genre, last_line)

@@ -48,13 +48,23 @@ class LoadResult:
 
 @dataclass(frozen=True)
 class RawRow:
-    """A row's values as a reader found them, not yet checked."""
+    """A row's values as a reader found them, not yet checked.
+
+    ``last_line`` is the row's last physical line when it spans several (a quoted csv field
+    holding line breaks); a bad row's reason then names the whole span.
+    """
 
     line: int
     sentence1: object
     sentence2: object
     label: object
     genre: object = None
+    last_line: int | None = None
+
+
+def span_note(first: int, last: int | None) -> str:
+    """What the reason of a bad row spanning several lines adds: the lines it took."""
+    return f" (one record of lines {first}-{last})" if last is not None and last > first else ""
 
 
 @dataclass(frozen=True)
@@ -114,9 +124,10 @@ def collect(
             label = _label(record.label, label_range, binary) if labelled else math.nan
             genre = None if record.genre is None else _unicode(str(record.genre), schema.GENRE)
         except _Invalid as bad:
+            reason = bad.reason + span_note(record.line, getattr(record, "last_line", None))
             if on_bad_rows == "error":
-                raise DataError(path, record.line, bad.field, bad.reason) from None
-            skipped.append(SkippedRow(path, record.line, bad.field, bad.reason))
+                raise DataError(path, record.line, bad.field, reason) from None
+            skipped.append(SkippedRow(path, record.line, bad.field, reason))
             continue
         values = (s1, s2, label, split, path, record.line, genre)  # PAIR_SCHEMA's order
         for name, value in zip(schema.PAIR_SCHEMA.names, values):

@@ -3,6 +3,19 @@
 Unlike the original STSb / MRPC files, these follow the standard conventions of their
 format (csv quoting, one JSON object per line), and every one names its columns: a header
 row, JSON keys or the Parquet schema.
+
+A quoted csv/tsv field may hold line breaks, so one record can span several lines, and a
+quote left open swallows every line up to the next quote. Loading never loses lines
+without saying so:
+
+- a quoted field still open at the end of the file is an error in both ``on_bad_rows``
+  modes (everything after the quote would be lost), naming the line where the record
+  starts and how many lines it swallowed;
+- a record spanning more than ``MAX_RECORD_LINES`` lines is an error in both modes too: a
+  sentence with that many line breaks is far more likely a quote left open and closed by
+  another stray quote further down than real text;
+- a bad record that spans several lines names its span ("lines 6-9") in its reason, so a
+  skipped record lists every line it took with it.
 """
 
 from __future__ import annotations
@@ -17,8 +30,11 @@ import pyarrow.parquet as pq
 from augsbert_ray.errors import DataError
 from augsbert_ray.loaders.lines import read_lines
 from augsbert_ray.loaders.mapping import map_record, require_columns, required_columns
-from augsbert_ray.loaders.rows import BadRow, RawRow
+from augsbert_ray.loaders.rows import BadRow, RawRow, span_note
 from augsbert_ray.sources import DataSource
+
+# The most physical lines one csv/tsv record may span (a quoted field holding line breaks).
+MAX_RECORD_LINES = 10
 
 
 def read_csv(source: DataSource) -> Iterator[RawRow | BadRow]:
@@ -59,23 +75,34 @@ def _read_delimited(source: DataSource, delimiter: str, kind: str) -> Iterator[R
         except StopIteration:
             return
         except csv.Error as e:
-            yield BadRow(start, None, f"malformed {kind}: {e}")
-            start = reader.line_num + 1
+            last = reader.line_num
+            if "unexpected end of data" in str(e):  # strict mode: the file ended inside a quoted field
+                swallowed = f", swallowing lines {start + 1}-{last} ({last - start} lines)" if last > start else ""
+                raise DataError(path, start, None, f"unterminated quote: this record runs to the end of the file"
+                                f"{swallowed}; close the quote (a quote inside a quoted field is written "
+                                "twice)") from None
+            yield BadRow(start, None, f"malformed {kind}: {e}{span_note(start, last)}")
+            start = last + 1
             continue
         first, start = start, reader.line_num + 1
+        last = start - 1
+        if last - first + 1 > MAX_RECORD_LINES:
+            raise DataError(path, first, None, f"one record spans lines {first}-{last} ({last - first + 1} lines, more "
+                            f"than the {MAX_RECORD_LINES} a record may span): a quote left open? Its line breaks are "
+                            "inside a quoted field; close the quote, or write the field's line breaks as spaces")
         error = next((undecodable[n] for n in range(first, start) if n in undecodable), None)
         if error:
-            yield BadRow(first, None, error)
+            yield BadRow(first, None, error + span_note(first, last))
         elif not fields:  # a blank line is not a row
             continue
         elif len(fields) < len(header):
             reason = f"missing field (row has {len(fields)} fields, header has {len(header)})"
-            yield BadRow(first, header[len(fields)], reason)
+            yield BadRow(first, header[len(fields)], reason + span_note(first, last))
         elif len(fields) > len(header):
             reason = f"extra field (row has {len(fields)} fields, header has {len(header)})"
-            yield BadRow(first, None, reason)
+            yield BadRow(first, None, reason + span_note(first, last))
         else:
-            yield map_record(first, dict(zip(header, fields)), source.columns)
+            yield map_record(first, dict(zip(header, fields)), source.columns, last_line=last)
 
 
 def read_jsonl(source: DataSource) -> Iterator[RawRow | BadRow]:

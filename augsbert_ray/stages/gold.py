@@ -16,7 +16,6 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from augsbert_ray import schema
-from augsbert_ray.loaders import load_pairs
 from augsbert_ray.rundir import table_fingerprint
 from augsbert_ray.stages.base import Declaration, Stage
 
@@ -25,20 +24,12 @@ SPLITS = ("train", "dev", "test")
 
 def carve_dev(train: pa.Table, fraction: float, seed: int) -> tuple[pa.Table, pa.Table]:
     """Splits a seeded random ``fraction`` of the training pairs off as dev (both keep file order)."""
-    n_dev = max(1, round(train.num_rows * fraction))
-    dev_rows = np.zeros(train.num_rows, dtype=bool)
-    dev_rows[np.random.default_rng([seed, 99]).choice(train.num_rows, n_dev, replace=False)] = True
+    from augsbert_ray.preflight import carve_dev_rows
+
+    dev_rows = carve_dev_rows(train.num_rows, fraction, seed)
     dev = train.filter(pa.array(dev_rows))
     dev = dev.set_column(dev.schema.get_field_index(schema.SPLIT), schema.SPLIT, pa.array(["dev"] * dev.num_rows))
     return train.filter(pa.array(~dev_rows)), dev
-
-
-def subsample(table: pa.Table, n: int, seed: int, split: str) -> pa.Table:
-    """A seeded random ``n`` of the pairs, in file order (all of them when there are fewer)."""
-    if n >= table.num_rows:
-        return table
-    rng = np.random.default_rng([seed, SPLITS.index(split)])
-    return table.take(np.sort(rng.choice(table.num_rows, n, replace=False)))
 
 
 def content_fp(path) -> str:
@@ -47,45 +38,44 @@ def content_fp(path) -> str:
     return table_fingerprint(table.drop_columns([c for c in (schema.SOURCE,) if c in table.column_names]))
 
 
-def read_gold(data, task: str, log=lambda line: None) -> tuple[dict[str, pa.Table], dict, list[dict]]:
-    """Loads a job's gold pairs: every split checked and scaled, dev carved, splits subsampled.
+def read_gold(data, task: str, kde_labels: bool = False,
+              log=lambda line: None) -> tuple[dict[str, pa.Table], dict, list[dict]]:
+    """Loads a job's gold pairs: every split checked and scaled, dev carved, splits subsampled,
+    and the splits the job will use checked for size (``preflight.require_pairs``).
 
     Args:
         data: the job's ``data`` settings (``config.DataConfig``).
         task: ``regression`` or ``binary`` (binary labels must be 0 or 1).
+        kde_labels: the job's sampling fits a density to the training labels (KDE).
         log: progress lines.
 
     Returns:
         the splits (``schema.PAIR_SCHEMA`` tables), counts for the report, and the skipped rows.
 
     Raises:
-        DataError: a malformed row (``on_bad_rows: error``) or an unreadable source.
+        DataError: a malformed row (``on_bad_rows: error``), an unreadable source, or a split
+            too small for the steps that need it.
     """
-    gold, skipped, read, filtered = {}, [], {}, {}
-    for split in SPLITS:
-        source = getattr(data, split)
-        if source is None:  # dev carved from train below
-            continue
-        res = load_pairs(source, split, binary=task == "binary", on_bad_rows=data.on_bad_rows)
-        gold[split] = res.table
-        read[split] = res.rows_read
-        if source.genres is not None:
+    from augsbert_ray.preflight import carved_dev_size, load_gold_sources, require_pairs
+
+    loaded = load_gold_sources(data, task)
+    gold = require_pairs(data, task, loaded, kde_labels=kde_labels)
+    skipped, filtered = [], {}
+    for split, res in loaded.items():
+        if getattr(data, split).genres is not None:
             filtered[split] = res.filtered
-            log(f"[gold] {split}: kept genres {', '.join(source.genres)} ({res.table.num_rows} pairs); "
+            log(f"[gold] {split}: kept genres {', '.join(getattr(data, split).genres)} ({res.table.num_rows} pairs); "
                 f"{res.filtered} pairs of other genres left out")
         skipped += [dict(split=split, **vars(s)) for s in res.skipped]
     carved = None
     if data.dev is None:
-        gold["train"], gold["dev"] = carve_dev(gold["train"], data.dev_fraction, data.subsample_seed)
-        carved = (f"{gold['dev'].num_rows} of {gold['dev'].num_rows + gold['train'].num_rows} training pairs "
+        n = loaded["train"].table.num_rows
+        carved = (f"{carved_dev_size(n, data.dev_fraction)} of {n} training pairs "
                   f"(fraction {data.dev_fraction}, seed {data.subsample_seed}), removed from train")
         log(f"[gold] dev split carved from train: {carved}")
-    for split in SPLITS:
-        if split in data.subsample:
-            gold[split] = subsample(gold[split], data.subsample[split], data.subsample_seed, split)
     info = {
         **{s: gold[s].num_rows for s in SPLITS},
-        "rows_read": read,
+        "rows_read": {split: res.rows_read for split, res in loaded.items()},
         "skipped_rows": len(skipped),
         "subsample": dict(data.subsample),
         "dev_carved": carved,
@@ -96,7 +86,9 @@ def read_gold(data, task: str, log=lambda line: None) -> tuple[dict[str, pa.Tabl
 
 def load_gold(cfg) -> dict[str, pa.Table]:
     """A job's gold splits (train, dev, test), as its gold stage loads them."""
-    return read_gold(cfg.data, cfg.task)[0]
+    from augsbert_ray.preflight import kde_needs_labels
+
+    return read_gold(cfg.data, cfg.task, kde_needs_labels(cfg))[0]
 
 
 class Gold(Stage):
@@ -108,12 +100,15 @@ class Gold(Stage):
     always = True
     unit = "splits"
 
+    def __init__(self, kde_labels: bool = False):
+        self.kde_labels = kde_labels  # the job's KDE sampling needs two different training labels
+
     def declare(self, cfg) -> Declaration:
         return Declaration(reads=("data", "task"),
                            outputs=("train.parquet", "dev.parquet", "test.parquet", "skipped_rows.jsonl"))
 
     def run(self, inputs, settings, env) -> dict:
-        gold, info, skipped = read_gold(settings.data, settings.task, env.log)
+        gold, info, skipped = read_gold(settings.data, settings.task, self.kde_labels, env.log)
         for split in SPLITS:
             pq.write_table(gold[split], env.out / f"{split}.parquet")
         (env.out / "skipped_rows.jsonl").write_text("".join(json.dumps(s) + "\n" for s in skipped), encoding="utf-8")
@@ -149,16 +144,14 @@ class TargetSets(Stage):
                            outputs=tuple(f"{n}.parquet" for n in names))
 
     def run(self, inputs, settings, env) -> dict:
-        t = settings.target
-        binary = (t.task or settings.task) == "binary"
+        from augsbert_ray.preflight import load_target_sources, require_target
+
+        t, mode = settings.target, settings.data.on_bad_rows
+        target_task = t.task or settings.task
+        loaded = load_target_sources(t, target_task, mode)
+        require_target(t, target_task, loaded, mode)
         counts = {}
-        for name in TARGET_SETS:
-            source = getattr(t, name)
-            if source is None:
-                continue
-            is_eval = name != "pairs"
-            res = load_pairs(source, f"target_{name}", binary=binary and is_eval,
-                             on_bad_rows=settings.data.on_bad_rows)
+        for name, res in loaded.items():
             if res.skipped:
                 (env.out / f"{name}_skipped_rows.jsonl").write_text(
                     "".join(json.dumps(vars(r)) + "\n" for r in res.skipped), encoding="utf-8")

@@ -2,22 +2,43 @@
 
 The training pairs travel through Ray's object store (not a shared disk), and the
 trained model comes back as a Ray Train checkpoint under the run directory's storage.
+
+Failures come in two kinds. A transient fault (a worker process killed, a node lost) is
+what Ray Train's restarts are for: the worker group restarts from the latest checkpoint,
+up to ``training.max_failures`` times. An error that would recur on every attempt (bad
+data or config, model files that cannot be loaded, a shape mismatch: ``is_permanent``) is
+not retried: the worker catches it and reports it, and ``train_on_ray`` raises one
+``TrainingError`` naming it, with the traceback saved beside Ray Train's run. Exhausted
+restarts end in a ``TrainingError`` too, naming the limit.
+
+A worker reports a permanent error by writing it (message and traceback) to a marker file
+beside the run, in Ray Train's storage, which the driver reads when ``fit`` returns. With
+one worker it then returns normally, so the run ends at once, without a restart. With
+several, ranks wait for each other in DDP's collectives, so a rank that failed alone cannot
+just return (the others would hang until the collective times out): it raises, Ray Train
+stops the group and restarts it once, and every rank of the new group finds the marker and
+returns at once. (Ray Train V2 keeps only the metrics reported with a checkpoint, so the
+error does not travel as a reported metric.)
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import sys
 import tempfile
 import time
+import traceback
 from dataclasses import dataclass
 from pathlib import Path
 
 import pyarrow as pa
 
 from augsbert_ray import schema
+from augsbert_ray.errors import AugSBERTError, TrainingError
+
 
 
 @dataclass(frozen=True)
@@ -68,7 +89,69 @@ def export_model(checkpoint, out_dir: str | os.PathLike) -> None:
         shutil.copytree(Path(d) / MODEL_DIR, out_dir)
 
 
+# RuntimeErrors that would recur on every attempt: weights that do not fit the model.
+_PERMANENT_RUNTIME = re.compile(r"Error\(s\) in loading state_dict|size mismatch|shape mismatch|"
+                                r"mat1 and mat2 shapes cannot be multiplied|must match the size of tensor")
+# OSErrors of missing or unloadable model files (transformers raises plain OSError for them);
+# other OSErrors (connection resets, a full disk) may pass and keep their retries.
+_PERMANENT_OS = re.compile(r"does not appear to have a file named|no file named|Can't load|"
+                           r"is not a local folder and is not a valid model identifier|not a valid JSON file")
+
+
+def is_permanent(error: BaseException) -> bool:
+    """Whether a training error would recur on every retry, so retrying only wastes time.
+
+    Permanent: the package's own errors (``AugSBERTError``: data, config, model folders);
+    ``ValueError``, ``TypeError``, ``KeyError``, ``IndexError``, ``AttributeError``,
+    ``NotImplementedError`` and ``ImportError`` (code, config or data that does not fit);
+    ``RuntimeError`` about weights or shapes that do not match; ``FileNotFoundError``,
+    ``IsADirectoryError``, ``NotADirectoryError``, ``PermissionError`` and ``OSError`` about
+    model files that are missing or cannot be loaded. Anything else (a worker killed, a
+    lost node, out of memory, network errors) is transient and keeps Ray Train's restarts.
+    """
+    if isinstance(error, AugSBERTError):
+        return True
+    if isinstance(error, (ValueError, TypeError, KeyError, IndexError, AttributeError, NotImplementedError,
+                          ImportError)):
+        return True
+    if isinstance(error, (FileNotFoundError, IsADirectoryError, NotADirectoryError, PermissionError)):
+        return True
+    if isinstance(error, OSError):
+        return bool(_PERMANENT_OS.search(str(error)))
+    if isinstance(error, RuntimeError):
+        return bool(_PERMANENT_RUNTIME.search(str(error)))
+    return False
+
+
+def describe_error(error: BaseException) -> str:
+    """``Type: message`` on one line (the message's first line; a long one is cut)."""
+    first = (str(error).strip().splitlines() or [""])[0]
+    if len(first) > 500:
+        first = first[:500] + "..."
+    return f"{type(error).__name__}: {first}" if first else type(error).__name__
+
+
 def _train_loop_per_worker(config: dict) -> None:
+    """The worker's body: trains, or records a permanent error for the driver (see the module)."""
+    import ray.train
+
+    ctx = ray.train.get_context()
+    world = ctx.get_world_size()
+    marker = config.get("fatal_marker")
+    if marker and world > 1 and _read_marker(marker) is not None:
+        return  # a rank of the previous attempt met a permanent error; the driver reports it
+    try:
+        _train(config)
+    except Exception as e:
+        if not marker or not is_permanent(e):
+            raise
+        _write_marker(marker, {"error": describe_error(e), "traceback": traceback.format_exc()},
+                      ctx.get_world_rank())
+        if world > 1:
+            raise  # the other ranks may be waiting for this one in a collective: Ray Train stops them
+
+
+def _train(config: dict) -> None:
     import ray
     import ray.train
     import ray.train.torch
@@ -126,16 +209,22 @@ def _train_loop_per_worker(config: dict) -> None:
 
 
 def _fault_hook(fault: dict | None, rank: int):
-    """Fault injection for chaos tests: the worker of ``rank`` exits hard after ``step``, once.
+    """Fault injection for chaos tests: the worker of ``rank`` fails after ``step``.
 
-    ``fault = {"rank": r, "step": s, "flag": path}``; the flag file records that the fault
-    fired, so the restarted worker trains on.
+    ``fault = {"rank": r, "step": s, "flag": path}``: the worker exits hard, once; the flag
+    file records that the fault fired, so the restarted worker trains on. With ``"raise":
+    message`` it raises ``ValueError(message)`` instead (an error no retry can fix), on every
+    attempt, and each attempt adds a line to the flag file.
     """
     if not fault or fault["rank"] != rank:
         return None
 
     def hook(step: int) -> None:
         flag = Path(fault["flag"])
+        if step == fault["step"] and "raise" in fault:
+            with flag.open("a") as f:
+                f.write(f"{step}\n")
+            raise ValueError(fault["raise"])
         if step == fault["step"] and not flag.exists():
             flag.write_text(str(step))
             os._exit(1)  # a crash, not an exception: no cleanup, no report
@@ -148,6 +237,67 @@ def _storage(location) -> str:
     from augsbert_ray.rundir import is_uri
 
     return str(location) if is_uri(location) else str(Path(location).absolute())
+
+
+# A marker file beside a Ray Train run (in its storage, local or a URI), written by a rank that
+# met a permanent error when several workers train (see the module docstring).
+def _filesystem(location: str):
+    import pyarrow.fs as pafs
+
+    from augsbert_ray.rundir import is_uri
+
+    return pafs.FileSystem.from_uri(location) if is_uri(location) else (pafs.LocalFileSystem(), location)
+
+
+def _write_marker(location: str, record: dict, rank: int) -> None:
+    """Writes the marker whole (under a name of this rank's, then moved: several ranks may fail at once)."""
+    fs, path = _filesystem(location)
+    fs.create_dir(path.rsplit("/", 1)[0], recursive=True)
+    with fs.open_output_stream(f"{path}.{rank}.tmp") as f:
+        f.write(json.dumps(record).encode())
+    fs.move(f"{path}.{rank}.tmp", path)
+
+
+def _read_marker(location: str) -> dict | None:
+    import pyarrow.fs as pafs
+
+    fs, path = _filesystem(location)
+    if fs.get_file_info(path).type != pafs.FileType.File:
+        return None
+    with fs.open_input_stream(path) as f:
+        try:
+            record = json.loads(f.read().decode())
+        except (UnicodeDecodeError, ValueError):
+            return None
+    return record if isinstance(record, dict) and "error" in record else None
+
+
+def _remove_marker(location: str) -> None:
+    import pyarrow.fs as pafs
+
+    fs, path = _filesystem(location)
+    if fs.get_file_info(path).type == pafs.FileType.File:
+        fs.delete_file(path)
+
+
+def _save_traceback(storage: str, run: str, trace: str) -> str | None:
+    """Writes a worker's traceback beside the run (a local storage only); returns its path."""
+    from augsbert_ray.rundir import is_uri
+
+    if is_uri(storage) or not trace:
+        return None
+    path = Path(storage) / f"{run}.error.txt"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(trace, encoding="utf-8")
+    return str(path)
+
+
+def _failure_summary(error: BaseException) -> str:
+    """The first worker failure of a Ray Train error, on one line."""
+    failures = getattr(error, "worker_failures", None) or {}
+    first = next(iter(failures.values()), None)
+    cause = getattr(first, "cause", None) or first
+    return describe_error(cause if cause is not None else error)
 
 
 def train_on_ray(
@@ -178,15 +328,22 @@ def train_on_ray(
 
     Returns:
         The training statistics reported by rank 0.
+
+    Raises:
+        TrainingError: a permanent error in the training loop (``permanent=True``, not
+            retried), or the worker group's restarts exhausted by transient faults.
     """
     import ray
-    from ray.train import RunConfig, ScalingConfig
+    from ray.train import RunConfig, ScalingConfig, TrainingFailedError
     from ray.train.torch import TorchTrainer
 
     from ray.train import CheckpointConfig, FailureConfig
 
     columns = [schema.SENTENCE1, schema.SENTENCE2, schema.LABEL]
-
+    run = name
+    storage = _storage(storage_dir)
+    marker = f"{storage.rstrip('/')}/{run}.fatal.json"
+    _remove_marker(marker)  # an earlier attempt's error is not this one's
     trainer = TorchTrainer(
         _train_loop_per_worker,
         train_loop_config={
@@ -199,6 +356,7 @@ def train_on_ray(
             "checkpoint_every": resources.checkpoint_every,
             "fault": fault,
             "trace": json.loads(os.environ[TRAIN_TRACE_ENV]) if os.environ.get(TRAIN_TRACE_ENV) else None,
+            "fatal_marker": marker,
         },
         scaling_config=ScalingConfig(
             num_workers=resources.num_workers,
@@ -206,13 +364,34 @@ def train_on_ray(
             resources_per_worker={"CPU": resources.cpus_per_worker},
         ),
         run_config=RunConfig(
-            name=name,
-            storage_path=_storage(storage_dir),
+            name=run,
+            storage_path=storage,
             failure_config=FailureConfig(max_failures=resources.max_failures),
             checkpoint_config=CheckpointConfig(num_to_keep=2),  # the latest two training states
         ),
     )
-    result = trainer.fit()
+    try:
+        result = trainer.fit()
+    except TrainingFailedError as e:
+        fatal = _read_marker(marker)
+        if fatal is not None:  # several workers, no restart left to report it from
+            _remove_marker(marker)
+            raise _fatal(name, storage, run, fatal["error"], fatal["traceback"]) from None
+        raise TrainingError(
+            f"training {name} failed with no restart left (training.max_failures={resources.max_failures}); its "
+            f"checkpoints are kept in {storage.rstrip('/')}/{run} and a re-run resumes from the latest: "
+            f"{_failure_summary(e)}") from None
+    fatal = _read_marker(marker)
+    if fatal is not None:
+        _remove_marker(marker)
+        raise _fatal(name, storage, run, fatal["error"], fatal.get("traceback", ""))
     export_model(result.checkpoint, out_dir)
     # Where Ray Train kept the run ("local", "s3", "gcs", ...): checkpoints go straight there.
     return {**result.metrics, "storage_filesystem": result.filesystem.type_name}
+
+
+def _fatal(name: str, storage: str, run: str, error: str, trace: str) -> TrainingError:
+    saved = _save_traceback(storage, run, trace)
+    where = f"; the traceback is in {saved}" if saved else ""
+    return TrainingError(f"training {name} failed with an error that no retry can fix, so none was made: "
+                         f"{error}{where}", permanent=True)

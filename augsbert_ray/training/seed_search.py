@@ -33,9 +33,17 @@ import pyarrow as pa
 from scipy.stats import spearmanr
 
 from augsbert_ray import schema
+from augsbert_ray.errors import TrainingError
 from augsbert_ray.rundir import is_uri
-from augsbert_ray.training.ray_trainer import export_model, restore_checkpoint, write_checkpoint
+from augsbert_ray.training.ray_trainer import (
+    describe_error,
+    export_model,
+    is_permanent,
+    restore_checkpoint,
+    write_checkpoint,
+)
 
+FATAL_ERROR = "fatal_error"  # the metric a trial reports an error under that no retry can fix
 
 
 @dataclass(frozen=True)
@@ -62,7 +70,21 @@ def _trial(config: dict, data: pa.Table, dev: pa.Table) -> None:
     ``config["stop_step"]``, scoring dev at each step of ``config["eval_steps"]`` on the way
     and reporting it with a checkpoint of the training state; at the last step of training
     the checkpoint also holds the exported model.
+
+    An error that would recur on every attempt (``ray_trainer.is_permanent``) is reported as
+    ``fatal_error`` and ends the trial; ``seed_search`` then raises it as a ``TrainingError``.
     """
+    import ray.tune
+
+    try:
+        _train_trial(config, data, dev)
+    except Exception as e:
+        if not is_permanent(e):
+            raise
+        ray.tune.report({"seed": config["seed"], FATAL_ERROR: describe_error(e)})
+
+
+def _train_trial(config: dict, data: pa.Table, dev: pa.Table) -> None:
     import ray.tune
     import torch
 
@@ -163,8 +185,14 @@ def seed_search(
             run_config=ray.tune.RunConfig(name=experiment, storage_path=storage, verbose=0),
         )
         grid = tuner.fit()
+        fatal = [r.metrics for r in grid if r.error is None and r.metrics.get(FATAL_ERROR)]
+        if fatal:
+            raise TrainingError(f"seed search {experiment}: seed {fatal[0]['seed']} failed with an error that no retry "
+                                f"can fix: {fatal[0][FATAL_ERROR]}", permanent=True)
         if grid.errors:
-            raise RuntimeError(f"seed search '{experiment}': {len(grid.errors)} trial(s) failed: {grid.errors[0]}")
+            cause = getattr(grid.errors[0], "cause", None) or grid.errors[0]
+            raise TrainingError(f"seed search {experiment}: {len(grid.errors)} trial(s) failed: "
+                                f"{describe_error(cause)}")
         results = sorted(grid, key=lambda r: r.metrics["seed"])
         log(f"[{name}] {experiment}: {len(results)} trial(s) in {time.perf_counter() - t0:.1f}s")
         return results

@@ -209,11 +209,11 @@ def test_unknown_sampler_lists_valid_names():
 def test_a_shipped_index_answers_without_its_directory(ray_local, corpus, index_dir, tmp_path):
     import shutil
 
-    from augsbert_ray.artifacts import ship_model
+    from augsbert_ray.artifacts import ship_directory
 
     copy = tmp_path / "index-copy"
     shutil.copytree(index_dir, copy)
-    shipped = ship_model(copy)
+    shipped = ship_directory(copy)
     shutil.rmtree(copy)  # as on a node that never saw the driver's disk
     table = _table(corpus).slice(0, 10)
     got = bm25.BM25Searcher(shipped, top_k=TOP_K)(table)

@@ -215,3 +215,45 @@ def test_hf_reads_rows_through_the_column_map(monkeypatch):
     assert calls == [(("org/pairs", "en"), {"split": "validation"})]
     assert _pairs(result) == EXPECTED and _lines(result) == [1, 2]
     assert set(result.table.column("source").to_pylist()) == {"org/pairs"}
+
+
+def _rows(n: int, start: int = 0) -> str:
+    return "".join(f"A man {i}.,A dog {i}.,0.5\n" for i in range(start, start + n))
+
+
+@pytest.mark.parametrize("mode", ["error", "skip"])
+def test_a_quote_left_open_to_the_end_of_the_file_is_an_error_naming_the_lines_it_swallowed(tmp_path, mode):
+    # Line 6 of 21 opens a quote that nothing closes: the csv reader takes lines 6-21 as one record.
+    text = "sentence1,sentence2,label\n" + _rows(4) + '"A man 4.,A dog 4.,0.5\n' + _rows(15, 5)
+    path = _write(tmp_path, "p.csv", text)
+    with pytest.raises(DataError) as info:
+        load_pairs(DataSource(format="csv", path=str(path)), "train", on_bad_rows=mode)
+    assert (info.value.line, info.value.field) == (6, None)
+    assert "unterminated quote: this record runs to the end of the file, swallowing lines 7-21 (15 lines)" in str(
+        info.value)
+
+
+@pytest.mark.parametrize("mode", ["error", "skip"])
+def test_a_record_of_more_than_the_line_limit_is_an_error_in_both_modes(tmp_path, mode):
+    from augsbert_ray.loaders.tabular import MAX_RECORD_LINES
+
+    # A stray quote on line 3, closed by another on line 15: one "valid" record of 13 lines.
+    text = ("sentence1,sentence2,label\n" + _rows(1) + '"A man 1.,A dog 1.,0.5\n' + _rows(11, 2)
+            + 'A man 13.",A dog 13.,0.5\n' + _rows(2, 14))
+    path = _write(tmp_path, "p.csv", text)
+    with pytest.raises(DataError) as info:
+        load_pairs(DataSource(format="csv", path=str(path)), "train", on_bad_rows=mode)
+    assert info.value.line == 3 and f"one record spans lines 3-15 (13 lines, more than the {MAX_RECORD_LINES}" in str(
+        info.value)
+
+
+def test_a_skipped_record_of_several_lines_lists_its_span(tmp_path):
+    # A stray quote on line 3 closed on line 5: one record of three lines, with a bad label.
+    text = ("sentence1,sentence2,label\n" + _rows(1) + '"A man 1.,A dog 1.,0.5\n' + _rows(1, 2) + 'x",y,zz\n'
+            + _rows(2, 5))
+    path = _write(tmp_path, "p.csv", text)
+    result = load_pairs(DataSource(format="csv", path=str(path)), "train", on_bad_rows="skip")
+    assert _lines(result) == [2, 6, 7] and [s.line for s in result.skipped] == [3]
+    assert result.skipped[0].reason.endswith("(one record of lines 3-5)")
+    with pytest.raises(DataError, match=r"p.csv:3: field 'label' not a number: 'zz' \(one record of lines 3-5\)"):
+        load_pairs(DataSource(format="csv", path=str(path)), "train")

@@ -1,0 +1,93 @@
+"""The local Ray a job starts is the job's own: it listens on loopback only, and it stops
+with the job, also when the job is ended by SIGTERM."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from augsbert_ray import runtime
+
+SCRIPT = """
+import time
+from augsbert_ray import runtime
+print(runtime.start_ray(num_cpus=1).logs, flush=True)
+time.sleep(600)
+"""
+
+
+def _cmdline(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:
+        return ""
+
+
+def _listening(pids: set[int]) -> list[tuple[int, str]]:
+    """(pid, address) of every TCP socket the processes ``pids`` listen on, from /proc/net."""
+    inodes = {}
+    for pid in pids:
+        try:
+            for fd in os.listdir(f"/proc/{pid}/fd"):
+                target = os.readlink(f"/proc/{pid}/fd/{fd}")
+                if target.startswith("socket:["):
+                    inodes[target[8:-1]] = pid
+        except OSError:
+            continue
+    out = []
+    for table, family in (("/proc/net/tcp", socket.AF_INET), ("/proc/net/tcp6", socket.AF_INET6)):
+        for row in Path(table).read_text().splitlines()[1:]:
+            fields = row.split()
+            if fields[3] != "0A" or fields[9] not in inodes:  # 0A: LISTEN
+                continue
+            raw = bytes.fromhex(fields[1].split(":")[0])
+            # /proc prints each 32-bit word of the address in host (little-endian) order
+            packed = b"".join(raw[i:i + 4][::-1] for i in range(0, len(raw), 4))
+            out.append((inodes[fields[9]], socket.inet_ntop(family, packed)))
+    return out
+
+
+def _loopback(address: str) -> bool:
+    return address.startswith("127.") or address in ("::1",) or address.startswith("::ffff:127.")
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.skipif(not Path("/proc/net/tcp").exists(), reason="reads processes and sockets from /proc (Linux)")
+def test_sigterm_stops_the_local_ray_which_listened_on_loopback_only(tmp_path):
+    log = open(tmp_path / "stderr.txt", "wb")
+    proc = subprocess.Popen([sys.executable, "-c", SCRIPT], stdout=subprocess.PIPE, stderr=log, text=True,
+                            start_new_session=True)
+    try:
+        session = Path(proc.stdout.readline().strip()).parent
+        assert session.name.startswith("session_"), (tmp_path / "stderr.txt").read_text()
+        deadline = time.monotonic() + 60  # until Ray's agents are up: then every server of the node is
+        while time.monotonic() < deadline:
+            ray_processes = runtime._descendants(proc.pid)
+            names = " ".join(_cmdline(pid) for pid, _ in ray_processes)
+            if "DashboardAgent" in names and "RuntimeEnvAgent" in names:
+                break
+            time.sleep(0.5)
+        assert "DashboardAgent" in names and "RuntimeEnvAgent" in names, names
+        listening = _listening({pid for pid, _ in ray_processes} | {proc.pid})
+        assert listening and [a for a in listening if not _loopback(a[1])] == [], listening
+
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=60) == 143
+        deadline = time.monotonic() + 15
+        while [p for p in ray_processes if runtime._alive(*p)] and time.monotonic() < deadline:
+            time.sleep(0.2)
+        survivors = [(pid, _cmdline(pid)) for pid, started in ray_processes if runtime._alive(pid, started)]
+        assert survivors == [], "processes Ray started for the job outlived it"
+        by_session = [pid for pid in map(int, filter(str.isdigit, os.listdir("/proc"))) if str(session) in _cmdline(pid)]
+        assert by_session == []
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        log.close()
