@@ -3,13 +3,16 @@
     augsbert run jobs/stsb-bm25.yaml                       # the full STSb job
     augsbert run jobs/smoke.yaml bi_encoder.epochs=2       # with an override
     augsbert run jobs/stsb-bm25.yaml --fresh               # redo every stage (default: resume)
+    augsbert run jobs/smoke.yaml --verbose                 # show Ray's own messages too
     augsbert validate jobs/*.yaml                          # check job files, build nothing
 """
 
 from __future__ import annotations
 
 import argparse
+import logging
 import sys
+from contextlib import ExitStack
 
 from augsbert_ray.errors import AugSBERTError
 
@@ -29,6 +32,9 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("overrides", nargs="*", help="key.sub=value overrides")
     run.add_argument("--address", help="Ray cluster address (else ray.address in the job, else RAY_ADDRESS, else local)")
     run.add_argument("--fresh", action="store_true", help="redo every stage, ignoring what earlier runs finished")
+    run.add_argument("--verbose", action="store_true",
+                     help="show Ray's, Ray Data's, Ray Train's and transformers' own messages (by default they are "
+                          "written to <run dir>/logs/ray.log and the terminal shows the job's progress)")
     val = sub.add_parser("validate", help="load and validate job files without running anything")
     val.add_argument("jobs", nargs="+", help="job YAML files")
     val.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
@@ -50,16 +56,51 @@ def main(argv: list[str] | None = None) -> int:
             return 0
         overrides = list(args.overrides) + ([f"ray.address={args.address}"] if args.address else [])
         cfg = load_job(args.job, overrides)
-        from augsbert_ray.pipeline import run_job
         from augsbert_ray.report import summary_markdown
 
-        metrics = run_job(cfg, fresh=args.fresh)
+        metrics = _run_watched(cfg, fresh=args.fresh, verbose=args.verbose)
         print()
         print(summary_markdown(metrics))
         return 0
     except AugSBERTError as e:
         print(f"augsbert: error: {e}", file=sys.stderr)
         return 2
+
+
+def job_stages(cfg) -> list[str]:
+    """The stages a job runs, in order, as the progress display counts them."""
+    t = cfg.target
+    upper_bound = t is not None and t.upper_bound and t.pairs is not None
+    return ["cross_encoder", "zero_shot", "gold_only", *(["target_gold"] if upper_bound else []),
+            "candidates", "silver", "augsbert"]
+
+
+def _run_watched(cfg, fresh: bool, verbose: bool) -> dict:
+    """Runs a job under the progress display; unless ``verbose``, Ray's own output goes to
+    ``<run dir>/logs/ray.log`` and only the engine's lines and progress reach the terminal."""
+    from augsbert_ray.pipeline import run_job
+    from augsbert_ray.progress import JobProgress
+    from augsbert_ray.ray_logs import RayOutput
+    from augsbert_ray.rundir import local_root
+    from augsbert_ray.runtime import stop_ray
+
+    logs = local_root(cfg.resolved_run_dir) / "logs"
+    engine = logging.getLogger("augsbert_ray")
+    with ExitStack() as stack:
+        out = None if verbose else stack.enter_context(RayOutput(logs / "ray.log"))
+        stack.callback(stop_ray)  # inside the capture: Ray's shut-down messages go to the log too
+        progress = stack.enter_context(JobProgress(job_stages(cfg), stream=out.terminal if out else sys.stderr,
+                                                   log_path=logs / "job.log", redirect_std=verbose))
+        if out is not None:
+            out.follow(progress.message)
+            progress.message(f"[augsbert] Ray's own messages: {logs / 'ray.log'} (--verbose shows them here)")
+        # The engine's own logging: warnings on the display, the rest in the job log.
+        handler, level = progress.logging_handler(), engine.level
+        engine.addHandler(handler)
+        engine.setLevel(logging.INFO)
+        stack.callback(engine.setLevel, level)
+        stack.callback(engine.removeHandler, handler)
+        return run_job(cfg, log=progress.message, fresh=fresh, progress=progress, verbose=verbose)
 
 
 if __name__ == "__main__":

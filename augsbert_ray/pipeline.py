@@ -48,13 +48,16 @@ SPLITS = ("train", "dev", "test")
 PAIR_COLUMNS = [schema.SENTENCE1, schema.SENTENCE2, schema.LABEL]
 
 
-def run_job(cfg: JobConfig, log: Callable[[str], None] = print, fresh: bool = False) -> dict:
+def run_job(cfg: JobConfig, log: Callable[[str], None] = print, fresh: bool = False, progress=None,
+            verbose: bool = True) -> dict:
     """Runs one AugSBERT job end to end and returns its metrics (also written to the run dir).
 
     A re-run resumes: stages an earlier run completed (same fingerprint, outputs intact) are
     skipped, and labelling reuses the shards it committed. ``fresh`` redoes everything.
+    ``progress`` (a ``progress.JobProgress``) shows the stages; ``verbose=False`` keeps Ray's
+    own messages off the terminal (``runtime.start_ray``).
     """
-    job = Job(cfg, RunDir(cfg.resolved_run_dir, log), log, fresh=fresh)
+    job = Job(cfg, RunDir(cfg.resolved_run_dir, log), log, fresh=fresh, progress=progress, verbose=verbose)
     gold = job.load_gold()  # gold pairs (checked before any cluster work starts)
     target = job.load_target()  # domain adaptation: target pairs and test set (None in-domain)
     job.start()
@@ -108,6 +111,11 @@ class Job:
     fresh: bool = False  # redo every stage, ignoring what earlier runs completed
     target_eval: dict = field(default_factory=dict)  # "target_test" (and "target_dev") tables
     target_fp: dict = field(default_factory=dict)
+    # -- progress display (progress.JobProgress; None: log lines only) ----------------------
+    progress: object = None
+    verbose: bool = True  # False: Ray's own messages go to <run dir>/logs/ray.log
+    channel: object = None  # progress_channel.ProgressChannel: workers' steps reach the display
+    _current: str | None = None  # the stage running now
 
     # -- plumbing -------------------------------------------------------------------------
     def start(self) -> None:
@@ -120,7 +128,12 @@ class Job:
         if self.cfg.trust_remote_code:
             self.log("[augsbert] WARNING: trust_remote_code is on: Python code shipped with the configured models "
                      "will run on the driver and every Ray worker. Use it only for models whose code you trust.")
-        self.cluster = start_ray(self.cfg.ray.address, self.cfg.ray.num_cpus, env_vars=env)
+        self.cluster = start_ray(self.cfg.ray.address, self.cfg.ray.num_cpus, env_vars=env, verbose=self.verbose,
+                                 log_dir=None if self.verbose else self.rd.path("logs"))
+        if self.progress is not None:
+            from augsbert_ray.progress_channel import ProgressChannel
+
+            self.channel = ProgressChannel(self.progress)
         self.log(f"[augsbert] Ray cluster: {self.cluster.describe()}")
         if self.cluster.logs or self.cluster.dashboard:
             self.log(f"[augsbert] Ray logs: {self.cluster.logs or 'see the cluster'}; dashboard: "
@@ -130,21 +143,66 @@ class Job:
         """Runs a stage unless an earlier run completed it with this fingerprint and its outputs
         (``outputs`` and the ``model`` it names) are still there as they were written."""
         done = None if self.fresh else self.rd.completed(name, fp)
+        self._plan_progress()
         if done is not None:
-            self.log(f"[{name}] complete in an earlier run; skipped")
+            if not self._show(name, "reused", done["seconds"]):
+                self.log(f"[{name}] complete in an earlier run; skipped")
             self.reused.append(name)
         else:
-            self.log(f"[{name}] started")
+            if not self._show(name, "start"):
+                self.log(f"[{name}] started")
+            self._current = name
             t0 = time.perf_counter()
             done = run()
             done["seconds"] = time.perf_counter() - t0
             model = done.get("model")
             self.rd.mark_completed(name, fp, done, outputs=outputs + ((model,) if model else ()))
-            self.log(f"[{name}] done in {done['seconds']:.1f}s")
+            if not self._show(name, "done", done["seconds"]):
+                self.log(f"[{name}] done in {done['seconds']:.1f}s")
         self.stage_seconds[name] = done["seconds"]
         self.results[name] = done
         self.stage_fp[name] = fp
+        self._plan_progress()
         return Stage(done, fp)
+
+    # -- progress display: a demonstration of progress.py's API -------------------------------
+    def _show(self, name: str, event: str, seconds: float | None = None) -> bool:
+        """Tells the display a stage started, finished or was reused; False without a display."""
+        if self.progress is None:
+            return False
+        if event == "start":
+            self.progress.start_stage(name)
+        else:
+            self.progress.finish_stage(name, seconds, reused=event == "reused")
+        return True
+
+    def _reporter(self, local: bool = False):
+        """The running stage's ``StageProgress``: picklable for workers, or ``local`` (driver only)."""
+        if self.progress is None or self._current is None:
+            return None
+        if local or self.channel is None:
+            return self.progress.stage(self._current)
+        return self.channel.handle.stage(self._current)
+
+    def _plan_progress(self) -> None:
+        """Declares the work of stages not started yet, as far as it is known, for the job's ETA."""
+        if self.progress is None or "data" not in self.results:
+            return
+        from augsbert_ray.training.loop import steps_per_epoch
+
+        workers = self.cfg.training.num_workers
+        n_gold = self.results["data"]["train"]
+        mix = self.cfg.target is None or self.cfg.target.mix_source_gold
+        plans = {"cross_encoder": ("cross_encoder", n_gold), "gold_only": ("bi_encoder", n_gold)}
+        if "silver" in self.results:
+            plans["augsbert"] = ("bi_encoder", (n_gold if mix else 0) + self.results["silver"]["silver"])
+        for stage, (kind, n) in plans.items():
+            c = getattr(self.cfg, kind)
+            if stage not in self.results and not self._searched(kind) and n:
+                self.progress.plan(stage, total=steps_per_epoch(n, c.batch_size, workers) * c.epochs, unit="steps",
+                                   rate_key=f"{kind} step")
+        if "candidates" in self.results and "silver" not in self.results:
+            self.progress.plan("silver", total=self.results["candidates"]["candidates"], unit="pairs")
 
     @property
     def cpus_per_worker(self) -> float:
@@ -349,7 +407,7 @@ class Job:
             sentences, gold_keys, s, self.rd.path("index"), self.cfg.seed,
             bi_encoder=ss_model, max_length=self.cfg.bi_encoder.max_length,
             cpus_per_actor=per_worker_cpus(None, self.cluster.cpus, s.searchers),
-            gpus_per_actor=1 if self.cfg.training.use_gpu else 0,
+            gpus_per_actor=1 if self.cfg.training.use_gpu else 0, progress=self._reporter(),
         )
         return get_sampler(s.strategy)(ctx)
 
@@ -393,7 +451,7 @@ class Job:
             labelled = label_candidates_file(
                 self.rd.path("candidates.parquet"), self.rd.path(labelled_file),
                 self._ship(self.rd.path(teacher.result["model"])), lab, self.cfg.cross_encoder.max_length, cpus,
-                store=store, log=self.log, on_commit=upload, report=report)
+                store=store, log=self.log, on_commit=upload, report=report, progress=self._reporter(local=True))
             rate = report.labelled_pairs / report.seconds if report.seconds else 0.0
             self.log(f"[silver] labelled {report.labelled_pairs} pairs in {report.labelled} shards "
                      f"({rate:.1f} pairs/s, {lab.actors} actor(s) of {cpus:g} CPUs and {lab.num_gpus:g} GPUs); "
@@ -475,7 +533,7 @@ class Job:
                                          "num_layers": b.num_layers, "objective": objective},
                                  hparams=self._hparams(b), resources=self._worker_resources(),
                                  storage_dir=self.rd.storage("ray_train"), out_dir=out, name="bi-encoder-target-gold",
-                                 run_name=self._train_run("bi-encoder-target-gold", fp))
+                                 run_name=self._train_run("bi-encoder-target-gold", fp), progress=self._reporter())
             preds = remote_call(_predict_bi_encoder, self._ship(out), self.target_eval, self.cfg.evaluation.batch_size,
                                 b.max_length, None, **self._eval_resources())
             scores = target_metrics(self.cfg.target_task, preds, self.target_eval)
@@ -595,7 +653,7 @@ class Job:
         if not self._searched(kind):
             return train_on_ray(kind, train, recipe=recipe, hparams=hparams, resources=self._worker_resources(),
                                 storage_dir=self.rd.storage("ray_train"), out_dir=out, name=name,
-                                run_name=self._train_run(name, fp))
+                                run_name=self._train_run(name, fp), progress=self._reporter())
         from augsbert_ray.training.seed_search import SearchPlan, seed_search
 
         ss = self.cfg.seed_search
@@ -675,6 +733,8 @@ class Job:
             f"{self.cfg.name}: {self.cfg.sampling.strategy if self.cfg.target is None else 'target pairs'}",
         )
         write_report(self.rd, metrics)
+        if self.channel is not None:
+            self.channel.close()
         self.rd.push()
         self.log(f"[augsbert] wrote metrics.json and summary.md in {self.rd.location}")
         return metrics

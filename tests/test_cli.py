@@ -21,3 +21,13 @@ def test_run_reports_data_error_with_line(tmp_path, capsys):
     assert main(["run", str(write(tmp_path, job)), f"run_dir={tmp_path / 'run'}", "ray.num_cpus=1"]) == 2
     err = capsys.readouterr().err
     assert f"{bad}:2" in err and "label" in err
+
+
+def test_run_takes_verbose_and_the_display_counts_the_stages_the_job_runs(tmp_path):
+    from augsbert_ray.cli import _parser, job_stages
+    from augsbert_ray.config import load_job
+
+    assert _parser().parse_args(["run", "job.yaml", "--verbose"]).verbose
+    assert not _parser().parse_args(["run", "job.yaml"]).verbose
+    cfg = load_job(write(tmp_path, MINIMAL))
+    assert job_stages(cfg) == ["cross_encoder", "zero_shot", "gold_only", "candidates", "silver", "augsbert"]
