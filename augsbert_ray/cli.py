@@ -3,6 +3,7 @@
     augsbert run jobs/stsb-bm25.yaml                       # the full STSb job
     augsbert run jobs/smoke.yaml bi_encoder.epochs=2       # with an override
     augsbert run jobs/stsb-bm25.yaml --fresh               # redo every stage (default: resume)
+    augsbert run jobs/smoke.yaml --verbose                 # show Ray's own messages too
     augsbert validate jobs/*.yaml                          # check job files, build nothing
     augsbert validate jobs/smoke.yaml sampling.top_k=5     # ... with overrides
 
@@ -14,8 +15,10 @@ SIGTERM stop the local Ray the job started and exit with 130 and 143.
 from __future__ import annotations
 
 import argparse
+import logging
 import os
 import sys
+from contextlib import ExitStack
 
 from augsbert_ray.errors import AugSBERTError
 
@@ -35,6 +38,9 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("overrides", nargs="*", help="key.sub=value overrides")
     run.add_argument("--address", help="Ray cluster address (else ray.address in the job, else RAY_ADDRESS, else local)")
     run.add_argument("--fresh", action="store_true", help="redo every stage, ignoring what earlier runs finished")
+    run.add_argument("--verbose", action="store_true",
+                     help="show Ray's, Ray Data's, Ray Train's and transformers' own messages (by default they are "
+                          "written to <run dir>/logs/ray.log and the terminal shows the job's progress)")
     val = sub.add_parser("validate", help="load and validate job files without running anything")
     val.add_argument("jobs", nargs="+", metavar="JOB_OR_OVERRIDE",
                      help="job YAML files, and key.sub=value overrides applied to every file (an argument with '=' "
@@ -68,7 +74,7 @@ def main(argv: list[str] | None = None) -> int:
             return 0
         overrides = list(args.overrides) + ([f"ray.address={args.address}"] if args.address else [])
         cfg = load_job(args.job, overrides)
-        return _run(cfg, args.fresh)
+        return _run(cfg, args.fresh, args.verbose)
     except AugSBERTError as e:
         print(f"augsbert: error: {e}", file=sys.stderr)
         return 2
@@ -77,24 +83,55 @@ def main(argv: list[str] | None = None) -> int:
         return 130
 
 
-def _run(cfg, fresh: bool) -> int:
-    """Runs a job; whatever way it ends (done, an error, SIGINT, SIGTERM), the copies of models it
-    unpacked are removed and the local Ray it started is stopped."""
-    from augsbert_ray.artifacts import cleanup_shipped
-    from augsbert_ray.pipeline import run_job
+def _run(cfg, fresh: bool, verbose: bool) -> int:
+    """Runs a job and prints its summary. Whatever way it ends (done, an error, SIGINT,
+    SIGTERM), the copies of models it unpacked are removed and the local Ray it started is
+    stopped."""
+    from augsbert_ray.preflight import check_job
     from augsbert_ray.report import summary_markdown
-    from augsbert_ray.runtime import shutdown_ray
 
-    try:
-        metrics = run_job(cfg, fresh=fresh)
-    finally:
-        try:
-            cleanup_shipped()
-        finally:
-            shutdown_ray()
+    check_job(cfg)  # every check that needs no cluster, before the run directory (and its logs) exists
+    metrics = _run_watched(cfg, fresh=fresh, verbose=verbose)
     print()
     print(summary_markdown(metrics))
     return 0
+
+
+def job_stages(cfg) -> list[str]:
+    """The stages a job runs, in order, as the progress display counts them."""
+    from augsbert_ray.pipeline import recipe
+
+    return [stage.name for stage in recipe(cfg)]
+
+
+def _run_watched(cfg, fresh: bool, verbose: bool):
+    """Runs a job under the progress display; unless ``verbose``, Ray's own output goes to
+    ``<run dir>/logs/ray.log`` and only the engine's lines and progress reach the terminal."""
+    from augsbert_ray.artifacts import cleanup_shipped
+    from augsbert_ray.pipeline import run_job
+    from augsbert_ray.progress import JobProgress
+    from augsbert_ray.ray_logs import RayOutput
+    from augsbert_ray.rundir import local_root
+    from augsbert_ray.runtime import stop_ray
+
+    logs = local_root(cfg.resolved_run_dir) / "logs"
+    engine = logging.getLogger("augsbert_ray")
+    with ExitStack() as stack:
+        out = None if verbose else stack.enter_context(RayOutput(logs / "ray.log"))
+        stack.callback(stop_ray)  # inside the capture: Ray's shut-down messages go to the log too
+        stack.callback(cleanup_shipped)  # (callbacks run last first: the copies go while Ray is up)
+        progress = stack.enter_context(JobProgress(job_stages(cfg), stream=out.terminal if out else sys.stderr,
+                                                   log_path=logs / "job.log", redirect_std=verbose))
+        if out is not None:
+            out.follow(progress.message)
+            progress.message(f"[augsbert] Ray's own messages: {logs / 'ray.log'} (--verbose shows them here)")
+        # The engine's own logging: warnings on the display, the rest in the job log.
+        handler, level = progress.logging_handler(), engine.level
+        engine.addHandler(handler)
+        engine.setLevel(logging.INFO)
+        stack.callback(engine.setLevel, level)
+        stack.callback(engine.removeHandler, handler)
+        return run_job(cfg, log=progress.message, fresh=fresh, progress=progress, verbose=verbose)
 
 
 if __name__ == "__main__":

@@ -246,7 +246,7 @@ def _file_shards(path, size: int):
 
 def label_candidates(candidates: pa.Table, model_dir: str, cfg, max_length: int, cpus_per_actor: float,
                      store: ShardStore | None = None, log=lambda line: None, on_commit=None,
-                     report: LabelingReport | None = None, actors: int | None = None) -> pa.Table:
+                     report: LabelingReport | None = None, actors: int | None = None, progress=None) -> pa.Table:
     """Labels candidates with an actor pool of cross-encoders, shard by shard, exactly once.
 
     The candidates are cut into shards of ``cfg.block_size`` rows; each shard is one Ray Data
@@ -268,6 +268,9 @@ def label_candidates(candidates: pa.Table, model_dir: str, cfg, max_length: int,
         on_commit: called after each committed shard (e.g. to upload it).
         report: filled with shard counts and timings.
         actors: the pool's size (None: ``pool_size(cfg, <the cluster's GPUs>)``).
+        progress: a ``progress.StageProgress`` (None: none): the pairs to label in all, then
+            the pairs of each committed shard (a reused shard's at the start). With it, the
+            periodic "k/n shards labelled" lines are left to the display.
 
     Returns:
         ``schema.SILVER_SCHEMA`` rows sorted by (id1, id2): one per candidate.
@@ -276,7 +279,7 @@ def label_candidates(candidates: pa.Table, model_dir: str, cfg, max_length: int,
         return schema.empty_table(schema.SILVER_SCHEMA)
     done: dict[int, pa.Table] = {}
     count = _label(_table_shards(candidates, cfg.block_size), done, model_dir, cfg, max_length, cpus_per_actor,
-                   store, log, on_commit, report, actors)
+                   store, log, on_commit, report, actors, progress)
     silver = pa.concat_tables([done[i] for i in range(count)]).cast(schema.SILVER_SCHEMA)
     silver = silver.take(pc.sort_indices(silver, [(schema.ID1, "ascending"), (schema.ID2, "ascending")]))
     if silver.num_rows != candidates.num_rows:  # every candidate gets exactly one label
@@ -286,7 +289,8 @@ def label_candidates(candidates: pa.Table, model_dir: str, cfg, max_length: int,
 
 def label_candidates_file(candidates_path, silver_path, model_dir: str, cfg, max_length: int,
                           cpus_per_actor: float, store: ShardStore, log=lambda line: None, on_commit=None,
-                          report: LabelingReport | None = None, actors: int | None = None) -> int:
+                          report: LabelingReport | None = None, actors: int | None = None,
+                          progress=None) -> int:
     """``label_candidates`` from a Parquet file of candidates to a Parquet file of silver pairs.
 
     The driver's heap never holds all the pairs: the candidates are read a shard at a time and
@@ -306,7 +310,7 @@ def label_candidates_file(candidates_path, silver_path, model_dir: str, cfg, max
 
     total = pq.ParquetFile(candidates_path).metadata.num_rows
     count = _label(_file_shards(candidates_path, cfg.block_size), None, model_dir, cfg, max_length, cpus_per_actor,
-                   store, log, on_commit, report, actors)
+                   store, log, on_commit, report, actors, progress)
     out = Path(silver_path)
     tmp = out.with_name(f".{out.name}.tmp")
     written = 0
@@ -330,7 +334,7 @@ class _Pending:
 
 
 def _label(shards, done: dict | None, model_dir, cfg, max_length, cpus_per_actor, store, log, on_commit,
-           report, actors: int | None = None) -> int:
+           report, actors: int | None = None, progress=None) -> int:
     """Labels an iterable of candidate shards; returns how many shards there were.
 
     With ``done`` (a dict), labelled shards are kept there by index; with ``done=None`` they
@@ -345,11 +349,14 @@ def _label(shards, done: dict | None, model_dir, cfg, max_length, cpus_per_actor
     finished: set[int] = set()
     digests: list[str] = []
     pending: dict[int, _Pending] = {}
+    pairs = reused_pairs = 0
     for i, shard in enumerate(shards):
         digest = _keys_digest(shard)
         digests.append(digest)
+        pairs += shard.num_rows
         if store is not None and store.done(i, digest):
             finished.add(i)
+            reused_pairs += shard.num_rows
             if keep:
                 done[i] = store.read(i)
             continue
@@ -361,6 +368,9 @@ def _label(shards, done: dict | None, model_dir, cfg, max_length, cpus_per_actor
     report.reused = len(finished)
     if finished:
         log(f"[silver] {len(finished)} of {len(digests)} shards labelled by an earlier run; {len(pending)} to label")
+    if progress is not None:
+        progress.set_total(pairs, unit="pairs")
+        progress.update(reused_pairs)
     t0 = time.perf_counter()
     last_log = [t0]
 
@@ -376,8 +386,10 @@ def _label(shards, done: dict | None, model_dir, cfg, max_length, cpus_per_actor
         report.labelled += 1
         report.labelled_pairs += table.num_rows
         report.redone_shards.append(i)
+        if progress is not None:
+            progress.advance(table.num_rows)
         now = time.perf_counter()
-        if now - last_log[0] > 10 or len(finished) == len(digests):
+        if (progress is None and now - last_log[0] > 10) or len(finished) == len(digests):
             last_log[0] = now
             log(f"[silver] {len(finished)}/{len(digests)} shards labelled ({report.labelled_pairs / (now - t0):.1f} pairs/s)")
 

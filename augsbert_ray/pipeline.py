@@ -57,7 +57,7 @@ def recipe(cfg: JobConfig) -> list[Stage]:
 
 def run_job(cfg: JobConfig, log: Callable[[str], None] = print, fresh: bool = False, until: str | None = None,
             on_stage: Callable[[Done], None] | None = None,
-            on_start: Callable[[str], None] | None = None) -> RunMetrics:
+            on_start: Callable[[str], None] | None = None, progress=None, verbose: bool = True) -> RunMetrics:
     """Runs one AugSBERT job and returns its metrics (also written to the run directory).
 
     A re-run resumes: stages an earlier run completed with the same fingerprint (outputs
@@ -72,26 +72,33 @@ def run_job(cfg: JobConfig, log: Callable[[str], None] = print, fresh: bool = Fa
             hold what ran (``complete`` is False).
         on_stage: called with each stage's outcome as it finishes.
         on_start: called with a stage's name when it starts running (not when it is reused).
+        progress: the job's display (``progress.JobProgress``); None: log lines only.
+        verbose: False keeps Ray's own messages off the terminal, in ``<run dir>/logs/ray.log``
+            (``runtime.start_ray``).
     """
     check_paths(cfg)  # before anything is written: the input files and model folders are there
     check_models(cfg)
     rd = RunDir(cfg.resolved_run_dir, log)
-    runner = Runner(cfg, rd, log, fresh=fresh, start_cluster=lambda: _start_cluster(cfg, rd, log),
-                    publish=PUBLISHED, on_stage=on_stage, on_start=on_start)
+    runner = Runner(cfg, rd, log, fresh=fresh, publish=PUBLISHED, on_stage=on_stage, on_start=on_start,
+                    progress=progress, start_cluster=lambda: _start_cluster(cfg, rd, log, runner, verbose))
     stages = recipe(cfg)
     if until is not None and until not in {s.name for s in stages}:
         raise ValueError(f"no stage '{until}' in this job; stages: {', '.join(s.name for s in stages)}")
-    for stage in stages:
-        runner.run(stage)
-        if stage.name == "gold":
-            rd.write_text("config.yaml", dump_job(cfg))
-            log(f"[augsbert] job '{cfg.name}': run directory {rd.location}"
-                + (f" (staged locally in {rd.root})" if rd.uri else ""))
-        if stage.name == until:
-            break
-    from augsbert_ray.report import finish
+    runner.expect(stages)
+    try:
+        for stage in stages:
+            runner.run(stage)
+            if stage.name == "gold":
+                rd.write_text("config.yaml", dump_job(cfg))
+                log(f"[augsbert] job '{cfg.name}': run directory {rd.location}"
+                    + (f" (staged locally in {rd.root})" if rd.uri else ""))
+            if stage.name == until:
+                break
+        from augsbert_ray.report import finish
 
-    return finish(cfg, runner, stages, complete=until is None or until == stages[-1].name)
+        return finish(cfg, runner, stages, complete=until is None or until == stages[-1].name)
+    finally:
+        runner.close()
 
 
 def plan(cfg: JobConfig, run_dir=None) -> dict[str, str]:
@@ -103,7 +110,8 @@ def plan(cfg: JobConfig, run_dir=None) -> dict[str, str]:
     return Runner(cfg, rd, lambda line: None).plan(recipe(cfg))
 
 
-def _start_cluster(cfg: JobConfig, rd: RunDir, log: Callable[[str], None]):
+def _start_cluster(cfg: JobConfig, rd: RunDir, log: Callable[[str], None], runner: Runner | None = None,
+                   verbose: bool = True):
     from augsbert_ray.models import TRUST_REMOTE_CODE_ENV
     from augsbert_ray.runtime import start_ray
 
@@ -113,7 +121,10 @@ def _start_cluster(cfg: JobConfig, rd: RunDir, log: Callable[[str], None]):
     if cfg.trust_remote_code:
         log("[augsbert] WARNING: trust_remote_code is on: Python code shipped with the configured models "
             "will run on the driver and every Ray worker. Use it only for models whose code you trust.")
-    cluster = start_ray(cfg.ray.address, cfg.ray.num_cpus, env_vars=env)
+    cluster = start_ray(cfg.ray.address, cfg.ray.num_cpus, env_vars=env, verbose=verbose,
+                        log_dir=None if verbose else rd.path("logs"))
+    if runner is not None:
+        runner.open_channel()  # Ray workers report their progress to the display
     log(f"[augsbert] Ray cluster: {cluster.describe()}")
     if cluster.logs or cluster.dashboard:
         log(f"[augsbert] Ray logs: {cluster.logs or 'see the cluster'}; dashboard: "

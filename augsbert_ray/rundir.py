@@ -77,15 +77,26 @@ def is_uri(location: str | os.PathLike) -> bool:
     return bool(_URI.match(text)) and not text.startswith("file://")
 
 
+def local_root(location: str | os.PathLike) -> Path:
+    """Where a run directory's files are on this machine: the directory itself, or for a
+    storage URI its local staging copy."""
+    if not is_uri(location):
+        return Path(location).absolute()
+    staging = os.environ.get("AUGSBERT_STAGING_DIR") or Path.home() / ".cache" / "augsbert" / "staging"
+    return Path(staging).absolute() / hashlib.sha256(str(location).rstrip("/").encode()).hexdigest()[:16]
+
+
 class RunDir:
     def __init__(self, root: str | os.PathLike, log=lambda line: None):
         self.uri = str(root).rstrip("/") if is_uri(root) else None
         self.log = log
+        self.root = local_root(root)
         if self.uri is None:
             # Created by the first write: a job that fails its input checks leaves nothing behind.
-            self.root = Path(root).absolute()
             self.preexisting = self.root.exists()
             return
+        self.preexisting = True
+        self.root.mkdir(parents=True, exist_ok=True)
         import pyarrow.fs as pafs
 
         self.fs, self.remote = pafs.FileSystem.from_uri(self.uri)

@@ -76,8 +76,12 @@ class StageEnv:
     def base_model(self, name: str):
         return self.runner.base_model(name)
 
-    def progress(self, done: int, total: int | None = None) -> None:
-        self.runner.on_progress(done, total)
+    def reporter(self, local: bool = False):
+        """This stage's ``progress.StageProgress`` for the job's display (None without one):
+        picklable for Ray workers through the job's progress channel, or ``local`` (driver only)."""
+        return self.runner.reporter(self.stage, local=local)
+
+    stage: str = ""
 
 
 class Runner:
@@ -93,11 +97,13 @@ class Runner:
         publish: stage name -> {artifact: path in the run directory} to publish.
         on_stage: called with each ``Done`` (a hook for progress displays and benchmarks).
         on_start: called with a stage's name when it starts running (not when it is reused).
+        progress: the job's display (``progress.JobProgress``); None: log lines only.
     """
 
     def __init__(self, cfg: JobConfig, rd: RunDir, log: Callable[[str], None] = print, *, fresh: bool = False,
                  start_cluster: Callable[[], Any] | None = None, publish: dict | None = None,
-                 on_stage: Callable[[Done], None] | None = None, on_start: Callable[[str], None] | None = None):
+                 on_stage: Callable[[Done], None] | None = None, on_start: Callable[[str], None] | None = None,
+                 progress=None):
         self.cfg, self.rd, self.log, self.fresh = cfg, rd, log, fresh
         self.artifacts: dict[str, Artifact] = {}
         self.done: dict[str, Done] = {}
@@ -107,7 +113,9 @@ class Runner:
         self._on_stage = on_stage
         self._on_start = on_start
         self._shipped: dict[str, Any] = {}
-        self.on_progress: Callable[[int, int | None], None] = lambda done, total: None
+        self.progress = progress
+        self.channel = None  # progress_channel.ProgressChannel, once Ray has started
+        self._stages: list[Stage] = []  # every stage this runner has seen, for planning the display
 
     # -- fingerprints ----------------------------------------------------------------------
     def declaration(self, stage: Stage, cfg: JobConfig | None = None) -> Declaration:
@@ -145,7 +153,10 @@ class Runner:
         record = None if (self.fresh or stage.always) else self._completed(stage, fp, rel)
         if record is not None:
             done = Done(stage.name, fp, record["result"], record["seconds"], True, folder)
-            self.log(f"[{stage.name}] complete in an earlier run; skipped")
+            if self.progress is not None:
+                self.progress.finish_stage(stage.name, done.seconds, reused=True)
+            else:
+                self.log(f"[{stage.name}] complete in an earlier run; skipped")
         else:
             if self.fresh and not stage.always:
                 self.rd.remove_tree(rel)
@@ -153,9 +164,12 @@ class Runner:
                 self.cluster = self._start_cluster()
             folder.mkdir(parents=True, exist_ok=True)
             env = StageEnv(out=folder, storage=self.rd.storage(f"{rel}/ray"), log=self.log, runner=self,
-                           fresh=self.fresh)
+                           fresh=self.fresh, stage=stage.name)
             inputs = Inputs({name: self.artifacts[aid] for name, aid in decl.inputs.items()}, stage.name)
-            self.log(f"[{stage.name}] started")
+            if self.progress is not None:
+                self.progress.start_stage(stage.name)
+            else:
+                self.log(f"[{stage.name}] started")
             if self._on_start is not None:
                 self._on_start(stage.name)
             t0 = time.perf_counter()
@@ -169,7 +183,10 @@ class Runner:
             self._mark(stage, fp, rel, decl, result, seconds)
             self.rd.remove_tree(f"{rel}/ray")  # checkpoints of a finished stage are not needed again
             done = Done(stage.name, fp, result, seconds, False, folder)
-            self.log(f"[{stage.name}] done in {seconds:.1f}s")
+            if self.progress is not None:
+                self.progress.finish_stage(stage.name, seconds)
+            else:
+                self.log(f"[{stage.name}] done in {seconds:.1f}s")
         content = stage.content_fingerprints(folder) or {}
         for name in decl.outputs:
             done.outputs[name] = Artifact(folder / name, content.get(name, f"{fp}/{name}"))
@@ -178,6 +195,7 @@ class Runner:
         if not variant:
             self.done[stage.name] = done
             self._publish_outputs(stage.name, done)
+            self._plan_progress()
         if self._on_stage is not None:
             self._on_stage(done)
         return done
@@ -200,6 +218,43 @@ class Runner:
             for name in decl.outputs:
                 self.artifacts[f"{stage.name}/{name}"] = Artifact(self.folder(stage, fp) / name, f"{fp}/{name}")
         return out
+
+    # -- progress display --------------------------------------------------------------------
+    def expect(self, stages: list[Stage]) -> None:
+        """Tells the display what work the job's stages will do, as far as it is known now."""
+        self._stages = list(stages)
+        self._plan_progress()
+
+    def _plan_progress(self) -> None:
+        if self.progress is None:
+            return
+        for stage in self._stages:
+            if stage.name in self.done:
+                continue
+            work = stage.work(self.cfg, {name: d.result for name, d in self.done.items()})
+            if work is not None:
+                total, unit, rate_key = work
+                self.progress.plan(stage.name, total=total, unit=unit, rate_key=rate_key)
+
+    def reporter(self, stage: str, local: bool = False):
+        """``stage``'s progress reporter (see ``StageEnv.reporter``)."""
+        if self.progress is None:
+            return None
+        if local or self.channel is None:
+            return self.progress.stage(stage)
+        return self.channel.handle.stage(stage)
+
+    def open_channel(self) -> None:
+        """Lets Ray workers report to the display (once Ray has started)."""
+        if self.progress is not None and self.channel is None:
+            from augsbert_ray.progress_channel import ProgressChannel
+
+            self.channel = ProgressChannel(self.progress)
+
+    def close(self) -> None:
+        if self.channel is not None:
+            self.channel.close()
+            self.channel = None
 
     # -- markers ---------------------------------------------------------------------------
     def _completed(self, stage: Stage, fp: str, rel: str) -> dict | None:

@@ -90,3 +90,14 @@ def test_a_pickle_only_model_is_refused_before_ray_starts(tmp_path, capsys, monk
     assert main(["run", job, f"run_dir={tmp_path / 'run'}", f"cross_encoder.model={model}"]) == 2
     line = _one_error_line(capsys.readouterr().err)
     assert "key 'cross_encoder.model'" in line and "pickles from local paths are not loaded" in line
+
+
+def test_run_takes_verbose_and_the_display_counts_the_stages_the_job_runs(tmp_path):
+    from augsbert_ray.cli import _parser, job_stages
+    from augsbert_ray.config import load_job
+
+    assert _parser().parse_args(["run", "job.yaml", "--verbose"]).verbose
+    assert not _parser().parse_args(["run", "job.yaml"]).verbose
+    cfg = load_job(write(tmp_path, MINIMAL))
+    assert job_stages(cfg) == ["gold", "cross_encoder", "eval_cross_encoder", "eval_zero_shot", "gold_only",
+                               "eval_gold_only", "teacher_check", "candidates", "silver", "augsbert", "eval_augsbert"]

@@ -1143,7 +1143,7 @@ def run_cases(draw) -> RunCase:
                               max_size=2, unique=True))
     for o in overrides:
         dooms.append(OVERRIDES[o] if o != "data.on_bad_rows=skip" else (False if mode == "skip" else None))
-    lines = [f"name: fuzz-run", f"task: {task}", "run_dir: '{DIR}/run'", "data:"]
+    lines = ["name: fuzz-run", f"task: {task}", "run_dir: '{DIR}/run'", "data:"]
     lines += [f"  {split}: {source}" for split, source in sources.items()]
     lines += [f"  on_bad_rows: {mode}", "  dev_fraction: 0.5"]
     lines += [f"{key}: {{model: '{MODEL_PATHS[kind]}'}}" for key, kind in models.items()]

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import pyarrow as pa
 import pytest
 from conftest import fake_model, write_mrpc, write_stsb
 

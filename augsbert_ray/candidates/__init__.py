@@ -30,6 +30,9 @@ class SamplingContext:
     max_length: int = 128
     cpus_per_actor: float = 1.0
     gpus_per_actor: float = 0.0
+    # A picklable progress.StageProgress (e.g. progress_channel's handle.stage("candidates")):
+    # samplers add the sentences they will search to its total and advance it per batch.
+    progress: object = None
 
 
 # The job config lists these names (config.Strategy) without importing any sampler; a test

@@ -88,13 +88,17 @@ class BM25Index:
 
 
 class BM25Searcher:
-    """Ray Data callable: opens the index once, maps a batch of sentences to their hits."""
+    """Ray Data callable: opens the index once, maps a batch of sentences to their hits.
 
-    def __init__(self, index_dir, top_k: int):
+    With ``progress`` (a picklable ``StageProgress``), each batch's sentences are reported.
+    """
+
+    def __init__(self, index_dir, top_k: int, progress=None):
         from augsbert_ray.artifacts import local_model
 
         self.index = BM25Index(local_model(index_dir))  # a shipped index is unpacked on this node
         self.top_k = top_k
+        self.progress = progress
 
     def __call__(self, batch: pa.Table) -> pa.Table:
         q, h, s = [], [], []
@@ -104,6 +108,9 @@ class BM25Searcher:
             q.extend([sid] * len(hits))
             h.extend(i for i, _ in hits)
             s.extend(sc for _, sc in hits)
+        if self.progress is not None:
+            self.progress.advance(batch.num_rows)
+            self.progress.flush()
         return pa.table(
             {"query_id": pa.array(q, pa.int64()), "hit_id": pa.array(h, pa.int64()), "score": pa.array(s, pa.float32())},
             schema=schema.HITS_SCHEMA,
@@ -119,10 +126,13 @@ def sample(ctx) -> pa.Table:
     from augsbert_ray.candidates.pairs import concat_hits, finalize_candidates
     from augsbert_ray.runtime import dataset_of_blocks
 
+    progress = getattr(ctx, "progress", None)
+    if progress is not None:
+        progress.add_total(ctx.sentences.num_rows, unit="sentences")
     index_dir = build_index(ctx.sentences, ctx.work_dir / "bm25_index")
     hits = dataset_of_blocks(ctx.sentences, ctx.cfg.query_batch_size).map_batches(
         BM25Searcher,
-        fn_constructor_kwargs={"index_dir": ship_directory(index_dir), "top_k": ctx.cfg.top_k},
+        fn_constructor_kwargs={"index_dir": ship_directory(index_dir), "top_k": ctx.cfg.top_k, "progress": progress},
         compute=ActorPoolStrategy(size=ctx.cfg.searchers),
         batch_size=ctx.cfg.query_batch_size,
         batch_format="pyarrow",

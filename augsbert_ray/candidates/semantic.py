@@ -40,9 +40,13 @@ def embed_texts(model, texts: list[str], batch_size: int) -> np.ndarray:
 
 
 class SentenceEmbedder:
-    """Ray Data callable: loads the bi-encoder once, maps sentences to (sentence_id, embedding)."""
+    """Ray Data callable: loads the bi-encoder once, maps sentences to (sentence_id, embedding).
 
-    def __init__(self, model_path: str, max_length: int, batch_size: int, threads: float, use_gpu: bool):
+    With ``progress`` (a picklable ``StageProgress``), each batch's sentences are reported.
+    """
+
+    def __init__(self, model_path: str, max_length: int, batch_size: int, threads: float, use_gpu: bool,
+                 progress=None):
         import torch
 
         from augsbert_ray.models import load_bi_encoder
@@ -52,6 +56,7 @@ class SentenceEmbedder:
         device = "cuda" if use_gpu and torch.cuda.is_available() else "cpu"
         self.model = load_bi_encoder(model_path, max_length, device=device)
         self.batch_size = batch_size
+        self.progress = progress
 
     def __call__(self, batch: pa.Table) -> pa.Table:
         import torch
@@ -59,6 +64,9 @@ class SentenceEmbedder:
         with torch.inference_mode():
             emb = embed_texts(self.model, batch.column(schema.TEXT).to_pylist(), self.batch_size)
         flat = pa.array(emb.reshape(-1), pa.float32())
+        if self.progress is not None:
+            self.progress.advance(batch.num_rows)
+            self.progress.flush()
         return pa.table(
             {
                 schema.SENTENCE_ID: batch.column(schema.SENTENCE_ID),
@@ -252,6 +260,9 @@ def embed_on_ray(ctx) -> np.ndarray:
     from augsbert_ray.runtime import dataset_of_blocks
 
     cfg = ctx.cfg
+    progress = getattr(ctx, "progress", None)
+    if progress is not None:
+        progress.add_total(ctx.sentences.num_rows, unit="sentences")
     embedded = dataset_of_blocks(ctx.sentences, cfg.query_batch_size).map_batches(
         SentenceEmbedder,
         fn_constructor_kwargs={
@@ -260,6 +271,7 @@ def embed_on_ray(ctx) -> np.ndarray:
             "batch_size": cfg.embed_batch_size,
             "threads": ctx.cpus_per_actor,
             "use_gpu": ctx.gpus_per_actor > 0,
+            "progress": progress,
         },
         compute=ActorPoolStrategy(size=cfg.searchers),
         batch_size=cfg.query_batch_size,

@@ -227,6 +227,12 @@ class Stage:
     def run(self, inputs: Inputs, settings: Settings, env) -> dict:  # pragma: no cover
         raise NotImplementedError
 
+    def work(self, cfg, results: dict[str, dict]) -> tuple[float, str, str | None] | None:
+        """What the stage will process, for the job's ETA: (total, unit, rate key) once known
+        from the results of the stages done so far, else None. Stages with the same rate key
+        do the same kind of work (e.g. bi-encoder training steps), so one's rate prices the other."""
+        return None
+
     def throughput(self, result: dict, seconds: float) -> str:
         """What the stage processed per second of its wall time, as a readable rate ("" if nothing)."""
         return ""

@@ -68,7 +68,7 @@ def _sample(sentences: pa.Table, gold_keys: np.ndarray, settings, env, embedder)
         sentences, gold_keys, s, env.out / "index", settings.seed,
         bi_encoder=bi, max_length=settings.bi_encoder.max_length if s.strategy in EMBEDS else 128,
         cpus_per_actor=per_worker_cpus(None, env.cluster.cpus, s.searchers),
-        gpus_per_actor=1 if settings.training.use_gpu else 0,
+        gpus_per_actor=1 if settings.training.use_gpu else 0, progress=env.reporter(),
     )
     return get_sampler(s.strategy)(ctx)
 

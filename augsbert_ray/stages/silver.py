@@ -35,6 +35,10 @@ class Silver(Stage):
     def throughput(self, result: dict, seconds: float) -> str:
         return f"{result['labelled'] / seconds:.1f} pairs labelled/s" if seconds else ""
 
+    def work(self, cfg, results):
+        n = results.get("candidates", {}).get("candidates")
+        return None if n is None else (n, "pairs", "labelled pair")
+
     def declare(self, cfg) -> Declaration:
         reads = ["labeling", "cross_encoder.max_length"]
         inputs = {"candidates": "candidates/candidates.parquet", "teacher": "cross_encoder/model"}
@@ -72,7 +76,7 @@ class Silver(Stage):
         labelled = label_candidates_file(
             inputs.path("candidates"), labelled_file, env.ship(inputs.path("teacher")), lab,
             settings.cross_encoder.max_length, cpus, actors=actors, store=store, log=env.log, on_commit=upload,
-            report=report)
+            report=report, progress=env.reporter(local=True))
         rate = report.labelled_pairs / report.seconds if report.seconds else 0.0
         env.log(f"[silver] labelled {report.labelled_pairs} pairs in {report.labelled} shards "
                 f"({rate:.1f} pairs/s, {actors} actor(s) of {cpus:g} CPUs and {lab.num_gpus:g} GPUs); "

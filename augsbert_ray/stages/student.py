@@ -20,7 +20,7 @@ from augsbert_ray.evaluation import PRIMARY_METRIC
 from augsbert_ray.stages.base import Declaration, Stage
 from augsbert_ray.schema import PAIR_COLUMNS
 from augsbert_ray.stages.teacher import searched
-from augsbert_ray.training.fit import fit_encoder, hparams, throughput
+from augsbert_ray.training.fit import fit_encoder, hparams, planned_steps, throughput
 
 ROLES = ("gold_only", "target_gold", "augsbert")
 
@@ -36,6 +36,18 @@ class Student(Stage):
 
     def throughput(self, result: dict, seconds: float) -> str:
         return throughput(result.get("train", {}), seconds)
+
+    def work(self, cfg, results):
+        if searched(cfg, "bi_encoder") and self.name != "target_gold":
+            return None
+        if self.name == "target_gold":
+            n = results.get("target", {}).get("pairs", {}).get("pairs")
+        elif self.name == "gold_only":
+            n = results.get("gold", {}).get("train")
+        else:
+            silver = results.get("silver", {}).get("silver")
+            n = None if silver is None else silver + (results["gold"]["train"] if mixes_gold(cfg) else 0)
+        return None if not n else (planned_steps(cfg.bi_encoder, n, cfg.training), "steps", "bi_encoder step")
 
     def __init__(self, role: str):
         if role not in ROLES:
@@ -85,6 +97,6 @@ class Student(Stage):
             seed_search=settings.seed_search if search else None, searched=search, task=settings.task,
             metric=PRIMARY_METRIC[settings.task], eval_batch_size=settings.evaluation.batch_size if search else 64,
             out=env.out, storage=env.storage, cluster=env.cluster, name=f"bi-encoder-{self.name.replace('_', '-')}",
-            log=env.log)
+            log=env.log, progress=None if search else env.reporter())
         return {"train": stats, "train_pairs": train.num_rows,
                 "label_mean": float(np.mean(train.column(schema.LABEL).to_numpy())) if train.num_rows else None}

@@ -10,7 +10,7 @@ from __future__ import annotations
 from augsbert_ray.evaluation import PRIMARY_METRIC
 from augsbert_ray.stages.base import Declaration, Stage
 from augsbert_ray.schema import PAIR_COLUMNS
-from augsbert_ray.training.fit import fit_encoder, hparams, throughput
+from augsbert_ray.training.fit import fit_encoder, hparams, planned_steps, throughput
 
 
 def searched(cfg, kind: str) -> bool:
@@ -25,6 +25,11 @@ class Teacher(Stage):
 
     def throughput(self, result: dict, seconds: float) -> str:
         return throughput(result.get("train", {}), seconds)
+
+    def work(self, cfg, results):
+        if "gold" not in results or searched(cfg, "cross_encoder"):
+            return None
+        return planned_steps(cfg.cross_encoder, results["gold"]["train"], cfg.training), "steps", "cross_encoder step"
 
     def declare(self, cfg) -> Declaration:
         search = searched(cfg, "cross_encoder")
@@ -47,5 +52,6 @@ class Teacher(Stage):
             task=settings.task if search else "regression",
             metric=PRIMARY_METRIC[settings.task] if search else "spearman",
             eval_batch_size=settings.evaluation.batch_size if search else 64,
-            out=env.out, storage=env.storage, cluster=env.cluster, name="cross-encoder", log=env.log)
+            out=env.out, storage=env.storage, cluster=env.cluster, name="cross-encoder", log=env.log,
+            progress=None if search else env.reporter())
         return {"train": stats}

@@ -25,7 +25,7 @@ def hparams(encoder, job_seed: int, precision: str) -> dict:
 
 def fit_encoder(kind: str, train: pa.Table, dev: pa.Table | None, *, recipe: dict, hparams: dict, training,
                 seed_search, searched: bool, task: str, metric: str, eval_batch_size: int, out: Path,
-                storage: str, cluster, name: str, log: Callable[[str], None]) -> dict:
+                storage: str, cluster, name: str, log: Callable[[str], None], progress=None) -> dict:
     """Fine-tunes one encoder and writes the model to ``out / "model"``.
 
     Args:
@@ -40,6 +40,7 @@ def fit_encoder(kind: str, train: pa.Table, dev: pa.Table | None, *, recipe: dic
         cluster: the cluster's resources (``runtime.ClusterResources``).
         name: shown in progress lines.
         log: progress lines.
+        progress: the stage's reporter for the job's display (training steps), or None.
 
     Returns:
         The training statistics (``{"seed_search": record}`` for a search).
@@ -52,7 +53,7 @@ def fit_encoder(kind: str, train: pa.Table, dev: pa.Table | None, *, recipe: dic
                                     per_worker_cpus(training.cpus_per_worker, cluster.cpus, training.num_workers),
                                     training.checkpoint_every, training.max_failures)
         return train_on_ray(kind, train, recipe=recipe, hparams=hparams, resources=resources,
-                            storage_dir=f"{storage}/train", out_dir=model_dir, name=name)
+                            storage_dir=f"{storage}/train", out_dir=model_dir, name=name, progress=progress)
     from augsbert_ray.training.seed_search import SearchPlan, seed_search as run_search
 
     ss = seed_search
@@ -75,3 +76,11 @@ def throughput(stats: dict, seconds: float) -> str:
     if "seed_search" in stats and seconds:
         return f"{stats['seed_search']['cost']['steps_run'] / seconds:.2f} training steps/s over all seeds"
     return ""
+
+
+def planned_steps(encoder, n_pairs: int, training) -> int:
+    """The training steps of an encoder on ``n_pairs`` pairs (for the progress display)."""
+    from augsbert_ray.training.loop import rank_batch_size, steps_per_epoch
+
+    world = training.num_workers
+    return steps_per_epoch(n_pairs, rank_batch_size(encoder.batch_size, world), world) * encoder.epochs

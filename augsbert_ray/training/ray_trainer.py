@@ -171,6 +171,9 @@ def _train(config: dict) -> None:
     else:
         wrap = lambda m: m.to(device)  # noqa: E731
 
+    # Rank 0 reports: progress lines and steps to the job's display when it has one.
+    progress = config.get("progress") if rank == 0 else None
+    say = (progress.message if progress is not None else _stdout_line) if rank == 0 else (lambda line: None)
     trainer = PairTrainer(
         recipe,
         *schema.pair_lists(table),
@@ -179,33 +182,48 @@ def _train(config: dict) -> None:
         rank=rank,
         world=world,
         wrap=wrap,
-        log=_stdout_line if rank == 0 else (lambda line: None),
+        log=say,
         name=config["name"],
     )
     checkpoint = ray.train.get_checkpoint()
     if checkpoint is not None:  # a restarted worker group: continue where the last checkpoint left off
         restore_checkpoint(trainer, checkpoint)
-        if rank == 0:
-            _stdout_line(f"[{config['name']}] resumed from the checkpoint at step {trainer.step}/{trainer.total}")
+        say(f"[{config['name']}] the worker group restarted: resumed from the checkpoint at step "
+            f"{trainer.step}/{trainer.total}")
     resumed_from = trainer.step
     every = max(1, round(config["checkpoint_every"] * trainer.total)) if config["checkpoint_every"] else trainer.total
-    after_step = _fault_hook(config.get("fault"), rank)
+    after_step = _chain(_fault_hook(config.get("fault"), rank), _step_reporter(progress, trainer))
     delay = float((config.get("trace") or {}).get("delay_s", 0))
-    if delay:
-        fault_hook = after_step
-
-        def after_step(step: int) -> None:  # noqa: F811 - the slowed-down hook wraps the fault hook
-            time.sleep(delay)
-            if fault_hook is not None:
-                fault_hook(step)
+    if delay:  # the chaos tests' slowed-down training
+        after_step = _chain(lambda step: time.sleep(delay), after_step)
     while trainer.step < trainer.total:
         trainer.run(until=min(trainer.total, (trainer.step // every + 1) * every), after_step=after_step)
+        if progress is not None:
+            progress.flush()
         with tempfile.TemporaryDirectory() as tmp:
             ckpt = None
             if rank == 0:
                 write_checkpoint(trainer, recipe, tmp)
                 ckpt = ray.train.Checkpoint.from_directory(tmp)
             ray.train.report({**trainer.stats(), "resumed_from_step": resumed_from}, checkpoint=ckpt)
+
+
+def _step_reporter(progress, trainer):
+    """An ``after_step`` hook that reports the step to the job's display (batched by the handle)."""
+    if progress is None:
+        return None
+    progress.set_total(trainer.total, unit="steps")
+    progress.update(trainer.step)
+    return lambda step: progress.update(step)
+
+
+def _chain(*hooks):
+    hooks = [h for h in hooks if h is not None]
+    if not hooks:
+        return None
+    if len(hooks) == 1:
+        return hooks[0]
+    return lambda step: [h(step) for h in hooks]
 
 
 def _fault_hook(fault: dict | None, rank: int):
@@ -310,6 +328,7 @@ def train_on_ray(
     out_dir: Path,
     name: str,
     fault: dict | None = None,
+    progress=None,
 ) -> dict:
     """Fine-tunes one encoder with Ray Train and copies the trained model to ``out_dir``.
 
@@ -325,6 +344,9 @@ def train_on_ray(
         out_dir: where the final model is written, loadable by sentence-transformers.
         name: the model's name, shown in progress.
         fault: fault injection for chaos tests (see ``_fault_hook``).
+        progress: a ``StageProgress`` bound to the job's display through a picklable
+            ``progress_channel.ProgressHandle`` (None: rank 0 prints its progress lines).
+            Rank 0 reports the total steps and each step, and its progress lines as messages.
 
     Returns:
         The training statistics reported by rank 0.
@@ -334,10 +356,10 @@ def train_on_ray(
             retried), or the worker group's restarts exhausted by transient faults.
     """
     import ray
-    from ray.train import RunConfig, ScalingConfig, TrainingFailedError
+    from ray.train import CheckpointConfig, FailureConfig, LoggingConfig, RunConfig, ScalingConfig, TrainingFailedError
     from ray.train.torch import TorchTrainer
 
-    from ray.train import CheckpointConfig, FailureConfig
+    from augsbert_ray.runtime import train_log_level
 
     columns = [schema.SENTENCE1, schema.SENTENCE2, schema.LABEL]
     run = name
@@ -357,6 +379,7 @@ def train_on_ray(
             "fault": fault,
             "trace": json.loads(os.environ[TRAIN_TRACE_ENV]) if os.environ.get(TRAIN_TRACE_ENV) else None,
             "fatal_marker": marker,
+            "progress": progress,
         },
         scaling_config=ScalingConfig(
             num_workers=resources.num_workers,
@@ -368,6 +391,9 @@ def train_on_ray(
             storage_path=storage,
             failure_config=FailureConfig(max_failures=resources.max_failures),
             checkpoint_config=CheckpointConfig(num_to_keep=2),  # the latest two training states
+            # WARNING unless verbose: no "Checkpoint successfully created" per checkpoint nor
+            # worker-group start-up lines on the console (Ray Train's session files keep them).
+            logging_config=LoggingConfig(log_level=train_log_level()),
         ),
     )
     try:
