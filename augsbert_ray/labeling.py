@@ -214,6 +214,9 @@ class LabelingReport:
     labelled: int = 0
     labelled_pairs: int = 0
     seconds: float = 0.0
+    # From the start of labelling to the first shard back: the pipeline's fixed cost (actors
+    # started, models loaded, the first batch tokenised), paid whatever the number of pairs.
+    first_shard_seconds: float | None = None
     redone_shards: list = field(default_factory=list)  # labelled now (their indices)
 
 
@@ -384,6 +387,8 @@ def _label(shards, done: dict | None, model_dir, cfg, max_length, cpus_per_actor
         finished.add(i)
         del pending[i]  # its block leaves the object store
         report.labelled += 1
+        if report.first_shard_seconds is None:
+            report.first_shard_seconds = time.perf_counter() - t0
         report.labelled_pairs += table.num_rows
         report.redone_shards.append(i)
         if progress is not None:
@@ -457,6 +462,41 @@ def pool_size(cfg, cluster_gpus: float) -> int:
     return 1
 
 
+def separate_tokenizer(cfg) -> bool:
+    """Whether pairs are tokenised in CPU tasks ahead of the actors (by default when they have GPUs)."""
+    return cfg.tokenize_stage == "separate" or (cfg.tokenize_stage == "auto" and cfg.num_gpus > 0)
+
+
+# CPUs a tokenising task holds (Ray Data runs as many as there are CPUs left for them).
+TOKENIZE_CPUS = 1
+
+
+def actor_cpus(cfg, cluster_cpus: float, actors: int) -> float:
+    """CPUs each labelling actor reserves.
+
+    ``cfg.num_cpus`` if set. By default an actor with a GPU reserves one CPU (it pads batches
+    and drives the GPU; tokenising is done ahead of it), leaving the node's other CPUs to the
+    tokenising tasks and Ray Data. On CPU, the actors share the cores, less one that the
+    tokenising tasks need when they run ahead of the actors: an actor holding every CPU
+    would leave them none, and the pipeline would wait for ever.
+    """
+    if cfg.num_cpus is not None:
+        return cfg.num_cpus
+    if cfg.num_gpus > 0:
+        return 1.0
+    spare = TOKENIZE_CPUS if separate_tokenizer(cfg) else 0
+    return max(1.0, float(int((cluster_cpus - spare) // max(1, actors))))
+
+
+def labelling_requests(cfg, actors: int, cpus_per_actor: float) -> list[dict]:
+    """The resources the labelling pipeline needs at once: every actor, and (with a separate
+    tokenising stage) one tokenising task, without which it cannot make progress."""
+    requests = [{"CPU": cpus_per_actor, "GPU": cfg.num_gpus}] * actors
+    if separate_tokenizer(cfg):
+        requests = requests + [{"CPU": TOKENIZE_CPUS}]
+    return requests
+
+
 def _labelled_dataset(refs: list, model_dir: str, cfg, max_length: int, cpus_per_actor: float,
                       actors: int | None = None):
     import ray
@@ -465,11 +505,17 @@ def _labelled_dataset(refs: list, model_dir: str, cfg, max_length: int, cpus_per
     if actors is None:
         actors = pool_size(cfg, ray.cluster_resources().get("GPU", 0))
 
+    from augsbert_ray.runtime import require_resources
+
+    require_resources(labelling_requests(cfg, actors, cpus_per_actor),
+                      "labelling (labeling.actors, labeling.num_cpus, labeling.num_gpus"
+                      + (", and one CPU for the tokenising stage ahead of the actors)" if separate_tokenizer(cfg)
+                         else ")"))
     ds = ray.data.from_arrow_refs(refs)
-    if cfg.tokenize_stage == "separate" or (cfg.tokenize_stage == "auto" and cfg.num_gpus > 0):
+    if separate_tokenizer(cfg):
         # Tokenise in CPU tasks ahead of the actors, so a GPU actor only pads and runs the model.
         ds = ds.map_batches(tokenize_batch, fn_kwargs={"model_dir": model_dir, "max_length": max_length},
-                            batch_size=cfg.block_size, batch_format="pyarrow", num_cpus=1)
+                            batch_size=cfg.block_size, batch_format="pyarrow", num_cpus=TOKENIZE_CPUS)
     return ds.map_batches(
         PairScorer,
         fn_constructor_kwargs={

@@ -117,7 +117,7 @@ class _PairLayout:
     def truncated(self, la: np.ndarray, lb: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Both sentences' lengths after ``longest_first`` truncation to ``budget``."""
         cap = self.budget
-        small, large = np.minimum(la, lb), np.maximum(la, lb)
+        small = np.minimum(la, lb)
         large_cut = np.maximum(small, cap - small)
         halves = small + large_cut > cap  # both longer than half: split the budget (the larger gets the odd token)
         small_cut = np.where(halves, cap // 2, small)

@@ -157,7 +157,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from augsbert_ray.config import LabelingConfig
     from augsbert_ray.models import load_cross_encoder
-    from augsbert_ray.report import provenance, write_result
+    from augsbert_ray.report import write_result
     from augsbert_ray.scoring import CPU_TOKEN_BUDGET, GPU_TOKEN_BUDGET, prepare_model, resolve_precision, score_pairs
 
     gpu = args.device.startswith("cuda")
@@ -247,21 +247,39 @@ def main(argv: list[str] | None = None) -> int:
         if name != names[0]:
             diffs[name] = (float(np.abs(scores[name] - peer_scores).max()), float(spearmanr(scores[name], peer_scores)[0]))
     rows.insert(len(precisions) + 2, (f"tokenisation alone ({os.cpu_count()} cores)", args.pairs / tok_s))
-    del peer, models, peer_hf
+    peer = peer_hf = None  # the in-process models' memory (a GPU's too) is not needed any more
+    models.clear()
+
+    base = rows[0][1]
+    where = torch.cuda.get_device_name() if gpu else f"{platform.processor() or platform.machine()}, {args.threads} threads"
+
+    def write(done: str) -> None:
+        """Writes what has been measured so far: a run stopped part-way keeps its figures."""
+        lines = render(args, rows, diffs, spread, compute, rates, lengths, ceiling, base, where, gpu, default_budget,
+                       max_pairs, argv, done)
+        write_result(args.out, lines, {"pairs_per_s": dict(rows), "max_abs_diff_and_spearman": diffs,
+                                       "args": vars(args), "rounds_pairs_per_s": spread, "device": where,
+                                       "padded_tokens_per_pair_flop_s_share": compute, "matmul_flop_s": rates,
+                                       "fp32_ceiling_pairs_per_s": ceiling, "measured": done})
+        print("\n".join(lines), flush=True)
+
+    write("the in-process labellers" + ("" if args.no_ray else "; the Ray pipeline rows follow"))
 
     if not args.no_ray:
-        from augsbert_ray.labeling import ShardStore, label_candidates
+        from augsbert_ray.labeling import ShardStore, actor_cpus, label_candidates
         from augsbert_ray.runtime import start_ray
 
-        start_ray(None, args.threads)
+        cluster = start_ray(None, args.threads)
         n = args.ray_pairs or args.pairs
         r1, r2 = stsb_pairs(Path(args.data_dir), n)
         for actors in args.actors:
             cfg = LabelingConfig(actors=actors, num_gpus=1 if gpu else 0, micro_batch_size=max_pairs)
             commits = []
             store = ShardStore(Path(tempfile.mkdtemp(prefix="labeling-speed-shards-")))
-            pooled, dt = timed(lambda: label_candidates(candidates(r1, r2), str(model_dir), cfg, 128,
-                                                        max(1, args.threads // actors), store=store,
+            # As the job sizes them: GPU actors hold one CPU each and leave the rest to tokenising.
+            cpus = actor_cpus(cfg, cluster.cpus, actors)
+            pooled, dt = timed(lambda: label_candidates(candidates(r1, r2), str(model_dir), cfg, 128, cpus,
+                                                        store=store, actors=actors,
                                                         on_commit=lambda: commits.append(time.perf_counter())),
                                args.device)
             precision = resolve_precision(cfg.precision, args.device)
@@ -274,9 +292,16 @@ def main(argv: list[str] | None = None) -> int:
                 steady = (f"engine: Ray pipeline, {precision}, {actors} actor(s), steady state "
                           f"(shards 2-{len(commits)} of {cfg.block_size:,})")
                 rows.append((steady, (n - cfg.block_size) / (commits[-1] - commits[0])))
+            write(f"the Ray pipeline with {', '.join(map(str, args.actors[:args.actors.index(actors) + 1]))} "
+                  "actor(s)")
+    return 0
 
-    base = rows[0][1]
-    where = torch.cuda.get_device_name() if gpu else f"{platform.processor() or platform.machine()}, {args.threads} threads"
+
+def render(args, rows, diffs, spread, compute, rates, lengths, ceiling, base, where, gpu, default_budget, max_pairs,
+           argv, done: str) -> list[str]:
+    """The result's table and readings, from what has been measured so far (``done`` says what)."""
+    from augsbert_ray.report import provenance
+
     lines = ["# Labelling throughput vs CrossEncoder.predict", "",
              f"{args.pairs:,} STSb sentence pairs (dev + test, cycled), cross-encoder from `{args.model}`, "
              f"device {args.device} ({where}), at most {max_pairs} pairs per forward pass.", "",
@@ -294,6 +319,7 @@ def main(argv: list[str] | None = None) -> int:
         lines.append(f"| {name} | {rate:,.0f} | " + (f"{lo_hi[0]:,.0f}-{lo_hi[1]:,.0f}" if lo_hi else "-")
                      + f" | {rate / base:.2f}x | "
                      + (f"{d[0]:.1e} | {d[1]:.6f} |" if d else "- | - |"))
+    lines += ["", f"Measured so far: {done}."]
     rate_text = ", ".join(f"{p} {r / 1e9:,.1f}" for p, r in rates.items())
     lines += ["", "What each in-process labeller computed (its forward passes counted; FLOPs of the encoder's "
               "linear layers and attention products, from the model's shapes):", "",
@@ -305,12 +331,7 @@ def main(argv: list[str] | None = None) -> int:
               f"scored with no padding and every FLOP at the fp32 rate, no fp32 labeller could exceed "
               f"{ceiling:,.0f} pairs/s here ({ceiling / base:.2f}x CrossEncoder.predict).",
               "", *provenance("benchmarks/labeling_speed.py", argv, machine=where if gpu else "")]
-    write_result(args.out, lines, {"pairs_per_s": dict(rows), "max_abs_diff_and_spearman": diffs, "args": vars(args),
-                                   "rounds_pairs_per_s": spread, "device": where,
-                                   "padded_tokens_per_pair_flop_s_share": compute, "matmul_flop_s": rates,
-                                   "fp32_ceiling_pairs_per_s": ceiling})
-    print("\n".join(lines))
-    return 0
+    return lines
 
 
 if __name__ == "__main__":

@@ -21,6 +21,19 @@ def shared_data_dir() -> Path:
     return Path(os.environ.get("AUGSBERT_DATA_DIR", REPO.parent / "shared" / "data"))
 
 
+def pytest_collection_modifyitems(config, items):
+    """Tests marked ``gpu`` need a CUDA GPU: skipped, with the reason, where there is none."""
+    gpu_tests = [item for item in items if item.get_closest_marker("gpu")]
+    if not gpu_tests:
+        return
+    import torch
+
+    if not torch.cuda.is_available():
+        skip = pytest.mark.skip(reason="needs a CUDA GPU (torch.cuda.is_available() is False)")
+        for item in gpu_tests:
+            item.add_marker(skip)
+
+
 @pytest.fixture(scope="session")
 def data_dir() -> Path:
     """The shared STSb / MRPC files; tests that need them skip with a reason when absent."""

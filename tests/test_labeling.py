@@ -2,7 +2,7 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from augsbert_ray import schema
+from augsbert_ray import runtime, schema
 from augsbert_ray.config import LabelingConfig
 from augsbert_ray.labeling import (ShardStore, _file_shards, _labelled_dataset, label_candidates, label_candidates_file,
                                    pool_size, score_pairs)
@@ -100,6 +100,7 @@ def test_gpu_pool_gets_one_actor_per_cluster_gpu(ray_local, tiny_cross_encoder, 
     strategy = ray_local.data.ActorPoolStrategy
     monkeypatch.setattr(ray_local.data, "ActorPoolStrategy", lambda size, **kw: sizes.append(size) or strategy(size=size, **kw))
     monkeypatch.setattr(ray_local, "cluster_resources", lambda: {"CPU": 16.0, "GPU": 4.0})
+    monkeypatch.setattr(runtime, "node_capacities", lambda: [{"CPU": 16.0, "GPU": 4.0}])
     refs = [ray_local.put(candidates(*pairs(3)))]
     _labelled_dataset(refs, tiny_cross_encoder, LabelingConfig(num_gpus=1, block_size=5), 128, 1)
     _labelled_dataset(refs, tiny_cross_encoder, LabelingConfig(num_gpus=1, block_size=5, actors=2), 128, 1)
@@ -125,6 +126,41 @@ def test_tokenising_stage_ahead_of_the_actors_gives_the_same_labels(ray_local, t
     ref = one_by_one(model.eval(), tok, s1, s2)
     tol = 1e-5 if precision == "fp32" else 2e-2  # int8: the stated tolerance of dynamic quantisation
     assert np.abs(staged.column(schema.LABEL).to_numpy() - ref).max() < tol
+
+
+@pytest.mark.timeout(120)
+def test_the_tokenising_stage_is_left_a_cpu_and_a_pool_that_cannot_run_fails_at_once(ray_local,
+                                                                                  tiny_cross_encoder):
+    """Before: with a separate tokenising stage, the actor reserved every CPU of the node and the
+    tokenising tasks ahead of it never got one: no progress, for ever."""
+    import time
+
+    from augsbert_ray.errors import AugSBERTError
+    from augsbert_ray.labeling import actor_cpus
+
+    s1, s2 = pairs(20, seed=4)
+    cands = candidates(s1, s2)
+    cfg = LabelingConfig(block_size=8, micro_batch_size=8, precision="fp32", tokenize_stage="separate")
+    cpus = actor_cpus(cfg, cluster_cpus=2, actors=1)  # this session's Ray has 2 CPUs
+    assert cpus == 1 and actor_cpus(cfg.model_copy(update={"tokenize_stage": "actor"}), 2, 1) == 2
+    assert actor_cpus(LabelingConfig(num_gpus=1), 16, 1) == 1  # a GPU actor leaves the CPUs to tokenising
+    silver = label_candidates(cands, tiny_cross_encoder, cfg, 64, cpus, actors=1)
+    assert silver.num_rows == cands.num_rows
+    greedy = cfg.model_copy(update={"num_cpus": 2})
+    t0 = time.perf_counter()
+    with pytest.raises(AugSBERTError, match=r"labelling \(labeling.actors, labeling.num_cpus.*tokenising"):
+        label_candidates(cands, tiny_cross_encoder, greedy, 64, 2, actors=1)
+    assert time.perf_counter() - t0 < 10  # at once, not after a wait
+
+
+def test_resource_requests_are_packed_onto_nodes():
+    from augsbert_ray.runtime import fits
+
+    two_nodes = [{"CPU": 2, "GPU": 1}, {"CPU": 2, "GPU": 1}]
+    assert fits([{"CPU": 2, "GPU": 1}] * 2, two_nodes)
+    assert not fits([{"CPU": 3}], two_nodes)  # 4 CPUs in all, but no node has 3
+    assert not fits([{"CPU": 1, "GPU": 1}] * 3, two_nodes)
+    assert fits([{"CPU": 1, "GPU": 1}, {"CPU": 1}, {"CPU": 1}], two_nodes)
 
 
 @pytest.mark.parametrize("row_group", [3, 7, 100])

@@ -124,8 +124,9 @@ def sample(ctx) -> pa.Table:
 
     from augsbert_ray.artifacts import ship_directory
     from augsbert_ray.candidates.pairs import concat_hits, finalize_candidates
-    from augsbert_ray.runtime import dataset_of_blocks
+    from augsbert_ray.runtime import dataset_of_blocks, require_resources
 
+    require_resources([{"CPU": 1}] * ctx.cfg.searchers, "BM25 search (sampling.searchers, one CPU each)")
     progress = getattr(ctx, "progress", None)
     if progress is not None:
         progress.add_total(ctx.sentences.num_rows, unit="sentences")

@@ -181,15 +181,13 @@ class ShardedIndex:
 
     def __init__(self, emb: np.ndarray, cfg, seed: int, shards: int, num_cpus: float = 1, num_gpus: float = 0,
                  query_batch: int = 65536):
-        import logging
 
         import ray
 
-        cpus = ray.cluster_resources().get("CPU", 0)
-        if shards * num_cpus > cpus:
-            logging.getLogger(__name__).warning(
-                "faiss.shards=%d x faiss.shard_cpus=%g is more than the cluster's %g CPUs: the shard actors "
-                "wait until the cluster grows (lower faiss.shard_cpus to share CPUs)", shards, num_cpus, cpus)
+        from augsbert_ray.runtime import require_resources
+
+        require_resources([{"CPU": num_cpus, "GPU": num_gpus}] * shards,
+                          "the Faiss index shards (sampling.faiss.shards, shard_cpus, shard_gpus)")
         self.ntotal = len(emb)
         bounds = np.linspace(0, self.ntotal, shards + 1).astype(np.int64)
         actor = ray.remote(_IndexShard).options(num_cpus=num_cpus, num_gpus=num_gpus)
@@ -257,9 +255,11 @@ def embed_on_ray(ctx) -> np.ndarray:
     import ray
     from ray.data import ActorPoolStrategy
 
-    from augsbert_ray.runtime import dataset_of_blocks
+    from augsbert_ray.runtime import dataset_of_blocks, require_resources
 
     cfg = ctx.cfg
+    require_resources([{"CPU": ctx.cpus_per_actor, "GPU": ctx.gpus_per_actor}] * cfg.searchers,
+                      "embedding sentences for semantic search (sampling.searchers, training.use_gpu)")
     progress = getattr(ctx, "progress", None)
     if progress is not None:
         progress.add_total(ctx.sentences.num_rows, unit="sentences")

@@ -359,8 +359,11 @@ def train_on_ray(
     from ray.train import CheckpointConfig, FailureConfig, LoggingConfig, RunConfig, ScalingConfig, TrainingFailedError
     from ray.train.torch import TorchTrainer
 
-    from augsbert_ray.runtime import train_log_level
+    from augsbert_ray.runtime import require_resources, train_log_level
 
+    require_resources([{"CPU": resources.cpus_per_worker, "GPU": 1 if resources.use_gpu else 0}]
+                      * resources.num_workers,
+                      f"training {name} (training.num_workers, training.cpus_per_worker, training.use_gpu)")
     columns = [schema.SENTENCE1, schema.SENTENCE2, schema.LABEL]
     run = name
     storage = _storage(storage_dir)

@@ -162,6 +162,10 @@ def seed_search(
 
     if not 1 <= plan.keep <= len(plan.seeds):
         raise ValueError(f"seed search keeps {plan.keep} of {len(plan.seeds)} seeds; need 1 <= keep <= seeds")
+    from augsbert_ray.runtime import require_resources
+
+    require_resources([{"CPU": plan.cpus_per_trial, "GPU": plan.gpus_per_trial}],
+                      f"a seed-search trial of {name} (seed_search.cpus_per_trial, seed_search.gpus_per_trial)")
     columns = [schema.SENTENCE1, schema.SENTENCE2, schema.LABEL]
     total = total_steps(pairs.num_rows, hparams)
     prune = plan.prune_step(total)
