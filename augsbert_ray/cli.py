@@ -4,6 +4,7 @@
     augsbert run jobs/smoke.yaml bi_encoder.epochs=2       # with an override
     augsbert run jobs/stsb-bm25.yaml --fresh               # redo every stage (default: resume)
     augsbert run jobs/smoke.yaml --verbose                 # show Ray's own messages too
+    augsbert report runs/smoke                             # a run's summary again, finished or not
     augsbert validate jobs/*.yaml                          # check job files, build nothing
     augsbert validate jobs/smoke.yaml sampling.top_k=5     # ... with overrides
 
@@ -41,6 +42,10 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--verbose", action="store_true",
                      help="show Ray's, Ray Data's, Ray Train's and transformers' own messages (by default they are "
                           "written to <run dir>/logs/ray.log and the terminal shows the job's progress)")
+    rep = sub.add_parser("report", help="print a run's summary (the scores, the teacher check, stage times) again",
+                         description="Print the summary of a finished or unfinished run, as summary.md holds it, and "
+                                     "list its plots.")
+    rep.add_argument("run_dir", help="a run directory (runs/NAME)")
     val = sub.add_parser("validate", help="load and validate job files without running anything")
     val.add_argument("jobs", nargs="+", metavar="JOB_OR_OVERRIDE",
                      help="job YAML files, and key.sub=value overrides applied to every file (an argument with '=' "
@@ -62,6 +67,11 @@ def main(argv: list[str] | None = None) -> int:
     from augsbert_ray.config import load_job
 
     try:
+        if args.command == "report":
+            from augsbert_ray.report import show_run
+
+            print(show_run(args.run_dir), end="")
+            return 0
         if args.command == "validate":
             jobs, overrides = split_jobs_and_overrides(args.jobs)
             if not jobs:

@@ -185,6 +185,8 @@ class JobProgress:
         # rate key / unit -> (seconds per unit in the stage's loop, seconds of start-up and wrap-up, measured on)
         self._cost: dict[str, tuple[float, float, str]] = {}
         self._lock = threading.RLock()
+        self._out_lock = threading.Lock()  # the queue of lines for above the bars (see _line)
+        self._out: list[str] = []
         self._started = clock()
         self._closed = False
         self._log = None
@@ -225,8 +227,10 @@ class JobProgress:
             for s in self._stages.values():
                 if s.state == PENDING:
                     s.state, s.note = SKIPPED, "not run"
-            self._closed = True
             self._write_log(f"job ended after {format_duration(self.clock() - self._started)}")
+        self._emit()
+        with self._lock:
+            self._closed = True
         if self._live is not None:
             self._live.refresh()
             self._live.stop()
@@ -265,6 +269,7 @@ class JobProgress:
             eta, basis = self.job_eta()
             text = self._eta_text(eta, basis)
             self._line(f"{self._label(s)} started" + (f"; {text} ({self._basis_text(basis)})" if text else ""))
+        self._emit()
 
     def advance(self, name: str, n: float = 1) -> None:
         """``n`` more units of ``name``'s work are done."""
@@ -309,13 +314,14 @@ class JobProgress:
                 s.state, s.note = REUSED, note or REUSED_NOTE
                 s.seconds = seconds
                 self._line(f"{self._label(s)} {s.note}")
-                return
-            s.state, s.note = DONE, note
-            s.seconds = seconds if seconds is not None else (now - s.started if s.started is not None else 0.0)
-            if s.total:
-                self._measure(s)
-                s.done = s.total
-            self._line(f"{self._label(s)} done in {format_duration(s.seconds)}" + (f" ({note})" if note else ""))
+            else:
+                s.state, s.note = DONE, note
+                s.seconds = seconds if seconds is not None else (now - s.started if s.started is not None else 0.0)
+                if s.total:
+                    self._measure(s)
+                    s.done = s.total
+                self._line(f"{self._label(s)} done in {format_duration(s.seconds)}" + (f" ({note})" if note else ""))
+        self._emit()
 
     def _measure(self, s: _Stage) -> None:
         """Records what a finished stage's work cost, to price planned stages of its kind: the
@@ -336,6 +342,7 @@ class JobProgress:
         """An engine line: printed above the bars (or as a plain line) and kept in the job log."""
         with self._lock:
             self._line(line)
+        self._emit()
 
     def stage(self, name: str) -> StageProgress:
         """A reporter bound to stage ``name``, for code in this process."""
@@ -444,14 +451,34 @@ class JobProgress:
             self._write_plain(line)
 
     def _line(self, line: str) -> None:
-        """A line for the terminal (above the bars, or plain) and the job log."""
+        """A line for the terminal (above the bars, or plain) and the job log.
+
+        Above the bars it is only queued here: the caller holds ``self._lock``, and printing
+        through rich's ``Live`` takes rich's own lock, which Live's refresh thread holds while
+        it calls ``_render``, which takes ``self._lock``: printing here could deadlock. The
+        public methods print the queue (``_emit``) once they have released ``self._lock``.
+        """
         self._write_log(line)
         if self._live is not None and not self._closed:
-            from rich.text import Text
-
-            self._live.console.print(Text(line))
+            with self._out_lock:
+                self._out.append(line)
         else:
             self._write_plain(line)
+
+    def _emit(self) -> None:
+        """Prints the queued lines above the bars; never called with ``self._lock`` held."""
+        from rich.text import Text
+
+        while True:
+            with self._out_lock:
+                if not self._out:
+                    return
+                lines, self._out = self._out, []
+            for line in lines:
+                if self._live is not None:
+                    self._live.console.print(Text(line))
+                else:
+                    self._write_plain(line)
 
     def _write_plain(self, line: str) -> None:
         try:

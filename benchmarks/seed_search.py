@@ -41,7 +41,7 @@ def run(job_path: str, extra: list[str], seeds: int, keep: int, prune_at: float,
     cluster = start_ray(cfg.ray.address, cfg.ray.num_cpus)
     metric = PRIMARY_METRIC[cfg.task]
     b = cfg.bi_encoder
-    hp = hparams(b, cfg.seed, cfg.training.precision)
+    hp = hparams(b, cfg.seed, cfg.training)
     seed_list = [hp["seed"] + i for i in range(seeds)]
     plan = SearchPlan(seeds=seed_list, keep=keep, prune_at=prune_at, audit=True,
                       cpus_per_trial=per_worker_cpus(None, cluster.cpus, seeds))

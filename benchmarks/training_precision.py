@@ -35,7 +35,7 @@ def train_once(cfg, gold: dict, kind: str, precision: str, seed: int) -> dict:
     recipe_args = {"model": resolve_model(c.model), "max_length": c.max_length}
     if kind == "bi_encoder":
         recipe_args |= {"num_layers": c.num_layers, "objective": c.resolved_objective(cfg.task)}
-    hp = HParams(**{**hparams(c, cfg.seed, precision), "seed": seed})
+    hp = HParams(**{**hparams(c, cfg.seed, cfg.training, precision), "seed": seed})
     recipe = make_recipe(kind, **recipe_args)
     s1, s2, labels = pair_lists(gold["train"])
     trainer = PairTrainer(recipe, s1, s2, labels, hp, log=print, name=f"{kind} {precision} seed {seed}")

@@ -81,7 +81,8 @@ class Evaluate(Stage):
                 for name in ("dev", "test", "target_test", "target_dev") if name in inputs}
         t = settings.training
         resources = {"num_cpus": per_worker_cpus(t.cpus_per_worker, env.cluster.cpus, t.num_workers),
-                     "num_gpus": 1 if t.use_gpu else 0}
+                     "num_gpus": 1 if t.use_gpu else 0,
+                     "what": "scoring a model (training.cpus_per_worker, training.use_gpu)"}
         batch = settings.evaluation.batch_size
         if self.encoder == "cross":
             preds = remote_call(_predict_cross_encoder, env.ship(inputs.path("model")), sets, batch,

@@ -10,7 +10,7 @@ from __future__ import annotations
 from augsbert_ray.evaluation import PRIMARY_METRIC
 from augsbert_ray.stages.base import Declaration, Stage
 from augsbert_ray.schema import PAIR_COLUMNS
-from augsbert_ray.training.fit import fit_encoder, hparams, planned_steps, throughput
+from augsbert_ray.training.fit import fit_encoder, fixed_seconds, hparams, planned_steps, throughput
 
 
 def searched(cfg, kind: str) -> bool:
@@ -25,6 +25,9 @@ class Teacher(Stage):
 
     def throughput(self, result: dict, seconds: float) -> str:
         return throughput(result.get("train", {}), seconds)
+
+    def fixed_seconds(self, result: dict, seconds: float) -> float | None:
+        return fixed_seconds(result.get("train", {}), seconds)
 
     def work(self, cfg, results):
         if "gold" not in results or searched(cfg, "cross_encoder"):
@@ -47,7 +50,7 @@ class Teacher(Stage):
             "cross_encoder", inputs.table("train").select(PAIR_COLUMNS),
             inputs.table("dev").select(PAIR_COLUMNS) if search else None,
             recipe={"model": env.base_model(c.model), "max_length": c.max_length},
-            hparams=hparams(c, settings.seed, settings.training.precision), training=settings.training,
+            hparams=hparams(c, settings.seed, settings.training), training=settings.training,
             seed_search=settings.seed_search if search else None, searched=search,
             task=settings.task if search else "regression",
             metric=PRIMARY_METRIC[settings.task] if search else "spearman",

@@ -15,12 +15,13 @@ import pyarrow as pa
 from augsbert_ray.runtime import per_worker_cpus
 
 
-def hparams(encoder, job_seed: int, precision: str) -> dict:
-    """The optimisation hyperparameters of an encoder's config section (``loop.HParams`` fields)."""
+def hparams(encoder, job_seed: int, training, precision: str | None = None) -> dict:
+    """The optimisation hyperparameters of an encoder's config section and the job's
+    ``training`` settings (``loop.HParams`` fields); ``precision`` overrides the training's."""
     seed = getattr(encoder, "seed", None)
     return {"epochs": encoder.epochs, "lr": encoder.lr, "batch_size": encoder.batch_size,
             "warmup_ratio": encoder.warmup_ratio, "seed": job_seed if seed is None else seed,
-            "precision": precision}
+            "precision": precision or training.precision, "length_grouping": training.length_grouping}
 
 
 def fit_encoder(kind: str, train: pa.Table, dev: pa.Table | None, *, recipe: dict, hparams: dict, training,
@@ -84,3 +85,10 @@ def planned_steps(encoder, n_pairs: int, training) -> int:
 
     world = training.num_workers
     return steps_per_epoch(n_pairs, rank_batch_size(encoder.batch_size, world), world) * encoder.epochs
+
+
+def fixed_seconds(stats: dict, seconds: float) -> float | None:
+    """A training stage's time outside its training loop: Ray Train's start, loading the model
+    and the data, checkpoints, exporting the model (None for a seed search)."""
+    loop = stats.get("seconds")
+    return None if loop is None or "seed_search" in stats else max(0.0, seconds - loop)

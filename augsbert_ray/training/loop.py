@@ -23,12 +23,14 @@ from augsbert_ray.training.recipes import Recipe, unwrap
 class HParams:
     epochs: int
     lr: float
-    batch_size: int  # per worker
+    batch_size: int  # the global batch (split over data-parallel workers: rank_batch_size)
     warmup_ratio: float
     seed: int
     weight_decay: float = 0.01
     max_grad_norm: float = 1.0
     precision: str = "fp32"  # see TRAINING_PRECISIONS and resolve_training_precision
+    # Batches of similar lengths (see length_grouped_batches): 0 keeps random batches.
+    length_grouping: int = 0
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -66,6 +68,28 @@ def shard_order(n: int, epoch: int, seed: int, rank: int, world: int) -> np.ndar
     per_rank = math.ceil(n / world)
     perm = np.resize(perm, per_rank * world)  # repeats from the start to pad
     return perm[rank::world]
+
+
+def length_grouped_batches(order: np.ndarray, lengths: np.ndarray | None, batch: int, group: int,
+                           seed: int, epoch: int) -> list[np.ndarray]:
+    """An epoch's batches: ``order`` cut into batches of ``batch`` rows, with rows of similar
+    lengths put together when ``group`` > 0.
+
+    A batch is padded to its longest pair, so random batches of short sentences carry a lot
+    of padding (STSb's: 2.2 padded tokens per real one, with batches of 16). With grouping,
+    ``order`` is cut into chunks of ``group`` batches, each chunk is sorted by length and cut
+    into batches, and the batches are then shuffled (seeded by ``seed`` and ``epoch``), so an
+    epoch still sees its pairs in a random order of batches (1.04 padded tokens per real one
+    at ``group`` 50). The grouping of Hugging Face's ``group_by_length``, made deterministic.
+    """
+    if group <= 0 or lengths is None:
+        return [order[i:i + batch] for i in range(0, len(order), batch)]
+    chunk = batch * group
+    grouped = np.concatenate([c[np.argsort(lengths[c], kind="stable")]
+                              for c in (order[i:i + chunk] for i in range(0, len(order), chunk))])
+    batches = [grouped[i:i + batch] for i in range(0, len(grouped), batch)]
+    shuffle = np.random.default_rng([seed, epoch, 7]).permutation(len(batches))
+    return [batches[i] for i in shuffle]
 
 
 def steps_per_epoch(n: int, batch_size: int, world: int) -> int:
@@ -127,6 +151,10 @@ class PairTrainer:
         # The fused AdamW kernel is about 25% faster per step on CPU than the default one.
         self.optimizer = torch.optim.AdamW(self.module.parameters(), lr=hp.lr, weight_decay=hp.weight_decay, fused=True)
         self.rank_batch = rank_batch_size(hp.batch_size, world)
+        # Pairs' token lengths, for batches of similar lengths (length_grouped_batches).
+        lengths = getattr(recipe, "lengths", None)
+        self.lengths = lengths(s1, s2) if hp.length_grouping > 0 and lengths is not None else None
+        self._epoch_batches: tuple[int, list] | None = None
         self.per_epoch = steps_per_epoch(len(self.labels), self.rank_batch, world)
         self.total = self.per_epoch * hp.epochs
         warmup = int(self.total * hp.warmup_ratio)
@@ -144,12 +172,11 @@ class PairTrainer:
         ``after_step(step)`` is called after every optimizer step (a hook for fault injection).
         """
         until = self.total if until is None else min(until, self.total)
-        hp, n = self.hp, len(self.labels)
+        hp = self.hp
         started, first = time.perf_counter(), self.step
         while self.step < until:
             epoch, in_epoch = divmod(self.step, self.per_epoch)
-            order = shard_order(n, epoch, hp.seed, self.rank, self.world)
-            idx = order[in_epoch * self.rank_batch : (in_epoch + 1) * self.rank_batch]
+            idx = self._batches(epoch)[in_epoch]
             batch_labels = torch.from_numpy(self.labels[idx]).to(self.device)
             with torch.autocast(torch.device(self.device).type, torch.bfloat16, enabled=self.precision == "bf16"):
                 loss = self.recipe.loss(self.module, [self.s1[i] for i in idx], [self.s2[i] for i in idx], batch_labels)
@@ -170,6 +197,15 @@ class PairTrainer:
                     f"loss {np.mean(self.losses):.4f} ({rate:.1f} pairs/s{', bf16' * (self.precision == 'bf16')})"
                 )
         self.seconds += time.perf_counter() - started
+
+    def _batches(self, epoch: int) -> list[np.ndarray]:
+        """This rank's batches of ``epoch`` (a function of the seed and the epoch alone, so a
+        resumed run takes the same batches as one that never stopped)."""
+        if self._epoch_batches is None or self._epoch_batches[0] != epoch:
+            order = shard_order(len(self.labels), epoch, self.hp.seed, self.rank, self.world)
+            self._epoch_batches = (epoch, length_grouped_batches(order, self.lengths, self.rank_batch,
+                                                                 self.hp.length_grouping, self.hp.seed, epoch))
+        return self._epoch_batches[1]
 
     def stats(self) -> dict:
         return {

@@ -188,8 +188,8 @@ def _train(config: dict) -> None:
     checkpoint = ray.train.get_checkpoint()
     if checkpoint is not None:  # a restarted worker group: continue where the last checkpoint left off
         restore_checkpoint(trainer, checkpoint)
-        say(f"[{config['name']}] the worker group restarted: resumed from the checkpoint at step "
-            f"{trainer.step}/{trainer.total}")
+        # A restarted worker group, or a re-run of a stage whose driver died mid-training.
+        say(f"[{config['name']}] resumed from the checkpoint at step {trainer.step}/{trainer.total}")
     resumed_from = trainer.step
     every = max(1, round(config["checkpoint_every"] * trainer.total)) if config["checkpoint_every"] else trainer.total
     after_step = _chain(_fault_hook(config.get("fault"), rank), _step_reporter(progress, trainer))

@@ -98,6 +98,23 @@ class BiEncoderRecipe:
     def save(self, module, out_dir: str) -> None:
         unwrap(module).st.save(out_dir, safe_serialization=True)
 
+    def lengths(self, s1: list[str], s2: list[str]) -> np.ndarray:
+        """Each pair's padded length in a batch: both sentences go through one forward pass,
+        so the longer one's token count (a model must be built first, for its tokenizer)."""
+        tok = self._tokenizer()
+        a = np.array([len(x) for x in tok(list(s1), truncation=True, max_length=self.max_length)["input_ids"]])
+        b = np.array([len(x) for x in tok(list(s2), truncation=True, max_length=self.max_length)["input_ids"]])
+        return np.maximum(a, b)
+
+    def _tokenizer(self):
+        if self._st is not None:
+            return self._st.tokenizer
+        from transformers import AutoTokenizer
+
+        from augsbert_ray.models import resolve_model, trust_remote_code
+
+        return AutoTokenizer.from_pretrained(resolve_model(self.model), trust_remote_code=trust_remote_code())
+
     def predict(self, module, s1, s2, batch_size: int = 64) -> np.ndarray:
         """Cosine similarity per pair, in eval mode (the module's mode is restored)."""
         from augsbert_ray.evaluation import cosine_scores
@@ -130,6 +147,11 @@ class CrossEncoderRecipe:
     def save(self, module, out_dir: str) -> None:
         unwrap(module).save_pretrained(out_dir, safe_serialization=True)
         self._tokenizer.save_pretrained(out_dir)
+
+    def lengths(self, s1: list[str], s2: list[str]) -> np.ndarray:
+        """Each pair's token count as the model reads it (the model must be built first)."""
+        enc = self._tokenizer(list(s1), list(s2), truncation=True, max_length=self.max_length)
+        return np.array([len(x) for x in enc["input_ids"]])
 
     def predict(self, module, s1, s2, batch_size: int = 64) -> np.ndarray:
         """The sigmoid score per pair, in eval mode (the module's mode is restored)."""

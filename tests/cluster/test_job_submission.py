@@ -151,7 +151,7 @@ def test_a_job_runs_under_ray_job_submit(head, tiny_stsb, tiny_model, tmp_path):
     # progress and where things are, in the job's log
     assert f"run directory {run_dir}" in out
     for stage in ("cross_encoder", "candidates", "silver", "augsbert"):
-        assert f"[{stage}] done in" in out
+        assert f"] {stage} done in" in out  # "[2/12] cross_encoder done in 0:00:19"
     # the job ran on the submitted-to cluster, not on a Ray of its own
     metrics = json.loads((run_dir / "metrics.json").read_text())
     assert metrics["cluster"]["cpus"] == 2

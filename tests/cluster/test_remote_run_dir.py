@@ -47,7 +47,7 @@ def _run(job, env, staging) -> tuple[dict, str]:
         timeout=1500, env={**os.environ, **env, "AUGSBERT_STAGING_DIR": str(staging), "RAY_ADDRESS": ""},
     )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    return proc.stdout
+    return proc.stdout + proc.stderr  # the summary on stdout, the job's progress lines on stderr
 
 
 def test_run_dir_on_s3_then_resumed_from_another_machine(s3, tiny_model, tmp_path):
