@@ -231,6 +231,10 @@ class LabelingConfig(_Strict):
     # 0.985-0.987 with fp32, 3,000 STSb pairs), so it is opt-in;
     # benchmarks/labeling_speed.py measures each against fp32.
     precision: Literal["auto", "fp32", "bf16", "fp16", "int8"] = "auto"
+    # Map the teacher's scores to the gold scale before the student trains on them: isotonic
+    # regression of gold labels on the teacher's dev scores (a sigmoid teacher compresses the
+    # scale: STSb silver labels averaged 0.41 against gold's 0.56). none: the scores as they are.
+    calibration: Literal["none", "isotonic"] = "none"
     compile: bool = placement(False)  # torch.compile the cross-encoder (slow first batches; helps on long runs)
     # auto: tokenise in CPU tasks ahead of the actors when they run on GPUs, in the actors on CPU.
     tokenize_stage: Literal["auto", "actor", "separate"] = placement("auto")
@@ -266,6 +270,11 @@ class TrainingConfig(_Strict):
     # or AMX), fp32 elsewhere. fp32 is the default: the results in benchmarks/ were trained in
     # it; benchmarks/training_precision.py measures bf16's speed and scores against it.
     precision: Literal["fp32", "bf16", "auto"] = "fp32"
+    # Batches of pairs of similar lengths: the training pairs are cut into chunks of this many
+    # batches, each sorted by length, and the batches shuffled (0: random batches). A batch is
+    # padded to its longest pair, and random batches of STSb pairs carry 2.2 padded tokens per
+    # real one; grouped by 50, 1.04 (see training.loop.length_grouped_batches).
+    length_grouping: int = Field(50, ge=0)
 
 
 class EvaluationConfig(_Strict):
@@ -273,6 +282,47 @@ class EvaluationConfig(_Strict):
     # Before labelling, compare the cross-encoder with the gold-only bi-encoder on dev:
     # warn (default) or stop when the teacher is not better, since its labels then rarely help.
     teacher_check: Literal["warn", "stop"] = "warn"
+    # After labelling, a pilot that predicts whether the silver labels help: the student trained
+    # for pilot_fraction of its steps on gold alone and on gold + silver, both scored on dev
+    # (two short Ray Tune trials). Off by default; the autopilot always runs pilots.
+    pilot: bool = False
+    pilot_fraction: float = Field(0.2, gt=0, le=1)
+    # Which bi-encoder the job ships as models/bi-encoder: the better of AugSBERT and gold-only
+    # by their dev score (better; the report says which, with both scores), or AugSBERT
+    # whatever its score (augsbert).
+    shipping: Literal["better", "augsbert"] = "better"
+
+
+class AutoConfig(_Strict):
+    """The autopilot: the teacher recipe, the sampling strategy, the amount of silver and the
+    label calibration chosen on dev by short student pilots (AugSBERT's seed-search idea applied
+    to the job's other choices), then the chosen setting trained to the end.
+
+    Every candidate setting shares what it can with the others through the stages'
+    fingerprints: one teacher per recipe, the candidates once per strategy and amount, the
+    labels once per teacher and candidates.
+    """
+
+    enabled: bool = False
+    # Wall time for trying settings (their teachers, labels and pilots); settings not tried by
+    # then are reported as such. The final training of the chosen setting is not counted.
+    budget_minutes: float = Field(60, gt=0)
+    # (epochs, learning rate) of each cross-encoder recipe tried.
+    teacher_recipes: list[tuple[PositiveInt, float]] = [(4, 2e-5), (8, 5e-5)]
+    strategies: list[Strategy] = ["bm25", "bm25+ss"]
+    top_k: list[PositiveInt] = [3, 10]  # neighbours per sentence tried (bm25, ss, bm25+ss)
+    calibration: list[Literal["none", "isotonic"]] = ["none", "isotonic"]
+    pilot_fraction: float = Field(0.2, gt=0, le=1)  # of the student's training steps
+
+    @model_validator(mode="after")
+    def _check(self) -> "AutoConfig":
+        for name in ("teacher_recipes", "strategies", "top_k", "calibration"):
+            if not getattr(self, name):
+                raise ValueError(f"{name}: give at least one to try")
+        for epochs, lr in self.teacher_recipes:
+            if not lr > 0:
+                raise ValueError(f"teacher_recipes: the learning rate of ({epochs}, {lr}) must be above 0")
+        return self
 
 
 class SeedSearchConfig(_Strict):
@@ -357,6 +407,7 @@ class JobConfig(_Strict):
     training: TrainingConfig = TrainingConfig()
     evaluation: EvaluationConfig = EvaluationConfig()
     seed_search: SeedSearchConfig = SeedSearchConfig()
+    auto: AutoConfig = AutoConfig()
     ray: RayConfig = RayConfig()
     # Domain adaptation (null: in-domain AugSBERT, silver pairs sampled from the gold sentences).
     target: TargetConfig | None = None

@@ -32,6 +32,9 @@ class StageRecord:
     seconds: float
     reused: bool
     throughput: str = ""  # e.g. "27.1 training pairs/s (in the training loop, fp32)"
+    # The part of ``seconds`` that does not grow with the stage's work (starting workers,
+    # loading models, checkpoints), where the stage measures it.
+    fixed_seconds: float | None = None
     result: dict = field(default_factory=dict)
 
 
@@ -51,6 +54,10 @@ class RunMetrics:
     sampling: dict = field(default_factory=dict)
     teacher_check: dict | None = None
     seed_search: dict[str, dict] = field(default_factory=dict)
+    calibration: dict | None = None  # the silver labels' map to the gold scale, before and after
+    pilot: dict | None = None  # the predicting teacher check: pilots' dev scores
+    auto: dict | None = None  # the autopilot: every setting tried, its pilot and fate
+    shipped: dict | None = None  # which bi-encoder models/bi-encoder is, and why
     stages: list[StageRecord] = field(default_factory=list)
     cluster: dict | None = None
     versions: dict = field(default_factory=dict)

@@ -15,8 +15,9 @@ from augsbert_ray.metrics import RunMetrics
 from augsbert_ray.preflight import check_models, check_paths, kde_needs_labels
 from augsbert_ray.rundir import RunDir
 from augsbert_ray.runner import Done, Runner
-from augsbert_ray.stages import (Candidates, Evaluate, Gold, Silver, Stage, Student, TargetSets, Teacher,
-                                 TeacherCheck, source_of)
+from augsbert_ray.stages import (AutoPilot, Calibrate, Candidates, Evaluate, Gold, Pilot, Ship, Silver, Stage, Student,
+                                 TargetSets, Teacher, TeacherCheck, source_of)
+from augsbert_ray.stages.student import mixes_gold
 
 # Where each stage's outputs are published in the run directory (the latest run's view).
 PUBLISHED = {
@@ -29,6 +30,8 @@ PUBLISHED = {
     "augsbert": {"model": "models/bi-encoder-augsbert"},
     "candidates": {"sentences.parquet": "sentences.parquet", "candidates.parquet": "candidates.parquet"},
     "silver": {"silver.parquet": "silver.parquet", "silver_pool.parquet": "silver_pool.parquet"},
+    "calibrate": {"silver.parquet": "silver_calibrated.parquet"},
+    "ship": {"model": "models/bi-encoder"},
 }
 
 
@@ -44,6 +47,7 @@ def recipe(cfg: JobConfig) -> list[Stage]:
     return [
         Gold(kde_needs_labels(cfg)),  # gold pairs (and below, target sets), loaded and checked before Ray starts
         *([TargetSets()] if adapting else []),  # domain adaptation: target pairs and test sets
+        *([AutoPilot()] if cfg.auto.enabled else []),  # the settings below chosen on dev by pilots
         Teacher(), Evaluate("cross_encoder"),  # step 1: cross-encoder on gold
         Evaluate("zero_shot"),  # reference: the untrained bi-encoder
         Student("gold_only"), Evaluate("gold_only"),  # reference: bi-encoder on gold only
@@ -51,7 +55,10 @@ def recipe(cfg: JobConfig) -> list[Stage]:
         TeacherCheck(),  # AugSBERT helps only if the teacher beats gold-only on dev
         Candidates(source_of(cfg)),  # step 2.1: unlabelled pairs
         Silver(),  # step 2.2: the cross-encoder labels them
+        *([Calibrate()] if cfg.labeling.calibration != "none" else []),  # the labels on the gold scale
+        *([Pilot(mixes_gold(cfg))] if cfg.evaluation.pilot else []),  # do the labels help? a short trial
         Student("augsbert"), Evaluate("augsbert"),  # step 3: bi-encoder on gold + silver
+        Ship(),  # the better of AugSBERT and gold only on dev (or AugSBERT, as configured)
     ]
 
 
@@ -84,18 +91,29 @@ def run_job(cfg: JobConfig, log: Callable[[str], None] = print, fresh: bool = Fa
     stages = recipe(cfg)
     if until is not None and until not in {s.name for s in stages}:
         raise ValueError(f"no stage '{until}' in this job; stages: {', '.join(s.name for s in stages)}")
+    from augsbert_ray.report import finish
+
     runner.expect(stages)
     try:
-        for stage in stages:
-            runner.run(stage)
+        i = 0
+        while i < len(stages):
+            stage, i = stages[i], i + 1
+            done = runner.run(stage)
             if stage.name == "gold":
                 rd.write_text("config.yaml", dump_job(cfg))
                 log(f"[augsbert] job '{cfg.name}': run directory {rd.location}"
                     + (f" (staged locally in {rd.root})" if rd.uri else ""))
+            if stage.name == "auto":  # the rest of the job runs the setting the autopilot chose
+                from augsbert_ray.stages.auto import Setting
+
+                runner.cfg = cfg = Setting("chosen", done.result["overrides"]).apply(cfg)
+                ran = {s.name for s in stages[:i]}
+                stages[i:] = [s for s in recipe(cfg) if s.name not in ran]
+                runner.expect(stages)
             if stage.name == until:
                 break
-        from augsbert_ray.report import finish
-
+            # The report so far, so that an unfinished run has one too (augsbert report RUN_DIR).
+            finish(cfg, runner, stages, complete=False, plot=stage.name == "silver", quiet=True)
         return finish(cfg, runner, stages, complete=until is None or until == stages[-1].name)
     finally:
         runner.close()

@@ -127,6 +127,22 @@ def summary_markdown(metrics: RunMetrics | dict) -> str:
             f"Teacher check (dev): cross-encoder {tc['cross_encoder_dev']:.2f} vs gold-only bi-encoder "
             f"{tc['gold_only_dev']:.2f} ({tc['gap']:+.2f})."
         )
+    pilot = metrics.get("pilot")
+    if pilot:
+        verdict = {True: "the silver labels help", False: "the silver labels do not help",
+                   None: "no prediction"}[pilot["predicts_silver_helps"]]
+        scores = ", ".join(f"{k} {v['dev']:.2f}" if v["dev"] is not None else f"{k} n/a"
+                           for k, v in pilot["pilots"].items())
+        lines.append(f"Pilot (the student after {pilot['fraction']:.0%} of its steps, {metric} on dev): {scores}: "
+                     f"{verdict}.")
+    shipped = metrics.get("shipped")
+    if shipped:
+        which = "AugSBERT" if shipped["shipped"] == "augsbert" else "gold-only"
+        lines.append(f"Shipped as models/bi-encoder: the {which} bi-encoder ({shipped['why']}).")
+    if metrics.get("calibration"):
+        lines += ["", *calibration_markdown(metrics["calibration"])]
+    if metrics.get("auto"):
+        lines += ["", *auto_markdown(metrics["auto"])]
     for stage, rec in metrics.get("seed_search", {}).items():
         lines += ["", *seed_search_markdown(stage, rec, metric)]
     d = metrics["data"]
@@ -137,13 +153,19 @@ def summary_markdown(metrics: RunMetrics | dict) -> str:
     if "silver" in sampling:
         lines.append(f"Candidates: {sampling['candidates']}; labelled: {sampling.get('labelled', sampling['silver'])}; "
                      f"silver pairs used: {sampling['silver']} (density plot: silver_density.png).")
-    lines += ["", "| stage | seconds | throughput |", "|---|---:|---|"]
+    lines += ["", "| stage | seconds | fixed cost, s | throughput |", "|---|---:|---:|---|"]
     reused = set(metrics.get("stages_reused", []))
     rates = metrics.get("stage_throughput", {})
+    fixed = {s["name"]: s.get("fixed_seconds") for s in metrics.get("stages", [])}
     lines += [
-        f"| {name} | {sec:.1f}{' (earlier run)' if name in reused else ''} | {rates.get(name, '')} |"
+        f"| {name} | {sec:.1f}{' (earlier run)' if name in reused else ''} | "
+        f"{'' if fixed.get(name) is None else format(fixed[name], '.1f')} | {rates.get(name, '')} |"
         for name, sec in metrics["stage_seconds"].items()
     ]
+    lines += ["", "Fixed cost: the part of a stage's time that does not grow with its work: for training, "
+              "everything outside the training loop (starting Ray Train's workers, loading the model and the "
+              "pairs, checkpoints, exporting the model); for labelling, the time to the first labelled shard "
+              "(starting the actors, loading the model)."]
     c = metrics.get("cluster")
     if not c:
         lines += ["", f"Ray was not started: every stage was done by an earlier run. Run directory: "
@@ -153,6 +175,35 @@ def summary_markdown(metrics: RunMetrics | dict) -> str:
                   + (f", {c['memory_gb']:.1f} GiB memory, {c['object_store_gb']:.1f} GiB object store" if "memory_gb" in c else "")
                   + f". Run directory: {metrics.get('run_dir', '')}."]
     return "\n".join(lines) + "\n"
+
+
+def calibration_markdown(c: dict) -> list[str]:
+    """The silver labels before and after their map to the gold scale, beside gold dev's."""
+    bins = [f"{i / 10:.1f}-{(i + 1) / 10:.1f}" for i in range(10)]
+    row = lambda name, d: (f"| {name} | {d['mean']:.3f} | {d['std']:.3f} | "  # noqa: E731
+                           + " | ".join(f"{100 * n / max(1, sum(d['hist'])):.0f}%" for n in d["hist"]) + " |")
+    return [f"Silver labels calibrated ({c['method']}, fitted on {c['dev_pairs']} dev pairs' teacher scores and gold "
+            "labels); label distribution:", "",
+            "| labels | mean | std | " + " | ".join(bins) + " |", "|---|---:|---:|" + "---:|" * len(bins),
+            row("silver as the teacher scored them", c["before"]), row("silver calibrated", c["after"]),
+            row("gold (dev)", c["gold_dev"])]
+
+
+def auto_markdown(a: dict) -> list[str]:
+    """The autopilot's settings: each one's teacher, labels, pilot score, cost and fate."""
+    m = a["metric"]
+    lines = [f"Autopilot: {len(a['settings'])} settings, pilots of {a['pilot_fraction']:.0%} of the student's steps "
+             f"scored on dev ({m}); gold only: "
+             + (f"{a['gold_only_pilot_dev']:.2f}" if a["gold_only_pilot_dev"] is not None else "n/a")
+             + f". Chose {a['chosen']}; {a['seconds']:.0f} s of the {a['budget_minutes']:g}-minute budget.", "",
+             f"| setting | teacher dev {m} | silver pairs | pilot dev {m} | cost, s | fate |",
+             "|---|---:|---:|---:|---:|---|"]
+    for r in a["settings"]:
+        teacher = r.get("teacher_dev", {}).get(m)
+        lines.append(f"| {r['setting']} | {'' if teacher is None else f'{teacher:.2f}'} | {r.get('silver', '')} | "
+                     f"{'' if r.get('pilot_dev') is None else format(r['pilot_dev'], '.2f')} | {r['seconds']:.0f} | "
+                     f"{r['fate']} |")
+    return lines
 
 
 def seed_search_markdown(stage: str, rec: dict, metric: str) -> list[str]:
@@ -210,14 +261,36 @@ def write_density_plot(path, gold_labels, silver_labels, title: str) -> None:
     plt.close(fig)
 
 
+def show_run(run_dir) -> str:
+    """What ``augsbert report RUN_DIR`` prints: the run's summary (finished or not) and its plots.
+
+    Raises:
+        AugSBERTError: the folder holds no run's metrics.
+    """
+    from pathlib import Path
+
+    from augsbert_ray.errors import AugSBERTError
+    from augsbert_ray.rundir import local_root
+
+    root = local_root(run_dir)
+    if not (root / "metrics.json").exists():
+        raise AugSBERTError(f"{root}: no metrics.json, so no run to report (a job writes it after its first stage)")
+    text = summary_markdown(RunMetrics.load(root))
+    plots = sorted(Path(root).glob("*.png"))
+    if plots:
+        text += "\nPlots: " + ", ".join(str(p) for p in plots) + "\n"
+    return text
+
+
 def write_report(rd: RunDir, metrics: RunMetrics) -> None:
     rd.write_text("metrics.json", json.dumps(metrics.to_dict(), indent=2, default=str))
     rd.write_text("summary.md", summary_markdown(metrics))
 
 
-def finish(cfg, runner, stages: list, complete: bool = True) -> RunMetrics:
+def finish(cfg, runner, stages: list, complete: bool = True, plot: bool = True, quiet: bool = False) -> RunMetrics:
     """Gathers the stages' results into the run's metrics, writes ``metrics.json``,
-    ``summary.md`` and the silver density plot, and uploads a remote run directory."""
+    ``summary.md`` and (with ``plot``) the silver density plot, and uploads a remote run
+    directory. The job calls it after every stage, so an unfinished run has its report too."""
     from augsbert_ray import schema
     from augsbert_ray.evaluation import PRIMARY_METRIC, TARGET_METRIC, jaccard_predictions, majority_metrics
     from augsbert_ray.evaluation import target_metrics, task_metrics
@@ -231,13 +304,16 @@ def finish(cfg, runner, stages: list, complete: bool = True) -> RunMetrics:
     for name, d in done.items():
         stage = by_name[name]
         m.stages.append(StageRecord(name=name, kind=stage.kind, fingerprint=d.fp, seconds=d.seconds, reused=d.reused,
-                                    throughput=stage.throughput(d.result, d.seconds), result=d.result))
+                                    throughput=stage.throughput(d.result, d.seconds),
+                                    fixed_seconds=stage.fixed_seconds(d.result, d.seconds), result=d.result))
         if stage.kind == "evaluate":
             m.scores[name.removeprefix("eval_")] = d.result["scores"]
         if stage.kind == "train" and "seed_search" in d.result.get("train", {}):
             m.seed_search[name] = d.result["train"]["seed_search"]
     m.data = dict(result.get("gold", {}))
     m.teacher_check = result.get("teacher_check")
+    m.calibration, m.pilot, m.shipped = result.get("calibrate"), result.get("pilot"), result.get("ship")
+    m.auto = result.get("auto")
     gold = {s: runner.artifacts[f"gold/{s}.parquet"].path for s in ("train", "dev", "test")}
     import pyarrow.parquet as pq
 
@@ -278,16 +354,18 @@ def finish(cfg, runner, stages: list, complete: bool = True) -> RunMetrics:
                            if k.endswith(("_left_out", "target_pairs")) or k.startswith("corpus")},
         }
     rd = runner.rd
-    if "silver" in done:
+    if "silver" in done and plot:
         write_density_plot(
             rd.path("silver_density.png"),
             pq.read_table(gold["train"], columns=[schema.LABEL]).column(0).to_numpy(),
-            pq.read_table(done["silver"].folder / "silver.parquet", columns=[schema.LABEL]).column(0).to_numpy(),
+            pq.read_table((done["calibrate"] if "calibrate" in done else done["silver"]).folder / "silver.parquet",
+                          columns=[schema.LABEL]).column(0).to_numpy(),
             f"{cfg.name}: {m.sampling['strategy']}",
         )
     write_report(rd, m)
     rd.push()
-    runner.log(f"[augsbert] wrote metrics.json and summary.md in {rd.location}")
+    if not quiet:
+        runner.log(f"[augsbert] wrote metrics.json and summary.md in {rd.location}")
     return m
 
 

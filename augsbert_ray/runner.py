@@ -202,7 +202,7 @@ class Runner:
 
     def plan(self, stages: list[Stage]) -> dict[str, str]:
         """Every stage's fingerprint without running any but those that load the job's inputs
-        (``always`` stages without inputs), whose content the others depend on.
+        (``Stage.loads``), whose content the others depend on.
 
         Returns:
             stage name -> fingerprint.
@@ -210,7 +210,7 @@ class Runner:
         out = {}
         for stage in stages:
             decl = stage.declare(self.cfg)
-            if stage.always and not decl.inputs:
+            if stage.loads:
                 out[stage.name] = self.run(stage).fp
                 continue
             fp = self.fingerprint(stage)
@@ -218,6 +218,26 @@ class Runner:
             for name in decl.outputs:
                 self.artifacts[f"{stage.name}/{name}"] = Artifact(self.folder(stage, fp) / name, f"{fp}/{name}")
         return out
+
+    # -- settings tried beside the job's own (the autopilot) ----------------------------------
+    def ensure_cluster(self):
+        """Starts Ray now if no stage has yet (for work that runs stages of its own)."""
+        if self.cluster is None and self._start_cluster is not None:
+            self.cluster = self._start_cluster()
+        return self.cluster
+
+    def child(self, cfg: JobConfig, log_prefix: str = "") -> "Runner":
+        """A runner for another setting of this job: the same run directory, cluster and
+        shipped models, and the artifacts found so far (the gold pairs), but its own record
+        of stages; nothing it runs is published, and it reports to no display. Stages it
+        shares with the job (same fingerprints) are simply reused."""
+        child = Runner(cfg, self.rd, (lambda line: self.log(log_prefix + line)) if log_prefix else self.log,
+                       fresh=False, start_cluster=self.ensure_cluster)
+        child.cluster = self.cluster
+        child._shipped = self._shipped
+        child.channel = None
+        child.artifacts = dict(self.artifacts)
+        return child
 
     # -- progress display --------------------------------------------------------------------
     def expect(self, stages: list[Stage]) -> None:

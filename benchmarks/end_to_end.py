@@ -164,7 +164,8 @@ def main(argv: list[str] | None = None) -> int:
     names = {"cross_encoder": "cross-encoder: train + score dev/test", "zero_shot": "zero-shot bi-encoder: score",
              "gold_only": "gold-only bi-encoder: train + score", "candidates": "BM25 candidates",
              "silver": "label candidates", "augsbert": "AugSBERT bi-encoder: train + score"}
-    eng_s = engine["stage_seconds"]
+    # A step of the script is a training stage and its evaluation in the engine.
+    eng_s = {s: engine["stage_seconds"].get(s, 0.0) + engine["stage_seconds"].get(f"eval_{s}", 0.0) for s in steps}
     lines = ["# End to end: the engine vs a sequential sentence-transformers script", "",
              f"Job `{args.job}`" + (f" with {' '.join(args.extra)}" if args.extra else "")
              + f": {gold['train'].num_rows:,} gold training pairs, BM25 top-{cfg.sampling.top_k}. "

@@ -100,4 +100,4 @@ def test_run_takes_verbose_and_the_display_counts_the_stages_the_job_runs(tmp_pa
     assert not _parser().parse_args(["run", "job.yaml"]).verbose
     cfg = load_job(write(tmp_path, MINIMAL))
     assert job_stages(cfg) == ["gold", "cross_encoder", "eval_cross_encoder", "eval_zero_shot", "gold_only",
-                               "eval_gold_only", "teacher_check", "candidates", "silver", "augsbert", "eval_augsbert"]
+                               "eval_gold_only", "teacher_check", "candidates", "silver", "augsbert", "eval_augsbert", "ship"]

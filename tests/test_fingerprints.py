@@ -22,6 +22,7 @@ from augsbert_ray.pipeline import recipe
 from augsbert_ray.stages.base import _covered, config_leaves
 
 pytestmark = pytest.mark.timeout(180)
+ALWAYS = ("gold", "target", "auto", "teacher_check", "ship")  # stages that run every time: no fingerprint to keep
 
 
 @pytest.fixture(scope="module")
@@ -211,7 +212,7 @@ def test_a_changed_key_redoes_exactly_the_stages_that_read_it(world, kind, tmp_p
             except (ValidationError, Exception) as e:  # not valid here: try the next value
                 last = e
                 continue
-            changed = {k for k in new_plan if "#" not in k and k not in ("gold", "target", "teacher_check")
+            changed = {k for k in new_plan if "#" not in k and k not in ALWAYS
                        and new_plan[k] != base_plan.get(k)}
             assert changed == _expected(path, base_cfg, base_plan, cfg, new_plan), (path, value, candidate)
             tried += 1
@@ -246,6 +247,12 @@ MUST = [
                                                "eval_augsbert"}),
     ("adaptation", "target.mix_source_gold=true", {"augsbert", "eval_augsbert"}),
     ("adaptation", "evaluation.teacher_check=stop", set()),
+    ("kde+search", "labeling.calibration=isotonic", {"calibrate", "augsbert", "eval_augsbert"}),
+    ("ss", "evaluation.shipping=augsbert", set()),  # which model is shipped: decided every run, trains nothing
+    ("ss", "auto.budget_minutes=5", set()),  # the autopilot is off: nothing reads it
+    ("ss", "evaluation.pilot=true", {"pilot"}),  # a check beside the job: nothing else changes
+    ("ss", "training.length_grouping=0", {"cross_encoder", "eval_cross_encoder", "gold_only", "eval_gold_only",
+                                          "silver", "augsbert", "eval_augsbert"}),
 ]
 
 
@@ -257,7 +264,7 @@ def test_cases_that_matter(world, kind, override, expected, tmp_path):
     base_tree = _base(world, kind)
     base = _plan(validate_tree(base_tree), tmp_path / "a")
     new = _plan(validate_tree(_set(base_tree, key, yaml.safe_load(value))), tmp_path / "b")
-    assert {k for k in new if "#" not in k and k not in ("gold", "target", "teacher_check") and new[k] != base[k]} == expected
+    assert {k for k in new if "#" not in k and k not in ALWAYS and new[k] != base.get(k)} == expected
 
 
 def test_an_evaluation_set_rescores_and_retrains_nothing(world, tmp_path):
@@ -267,7 +274,7 @@ def test_an_evaluation_set_rescores_and_retrains_nothing(world, tmp_path):
     for key, file in (("data.test.path", f["test-changed"]), ("target.test.path", f["ttest-changed"]),
                       ("target.dev.path", f["tdev-changed"])):
         new = _plan(validate_tree(_set(base_tree, key, str(file))), tmp_path / key)
-        changed = {k for k in new if "#" not in k and k not in ("gold", "target", "teacher_check") and new[k] != base[k]}
+        changed = {k for k in new if "#" not in k and k not in ALWAYS and new[k] != base[k]}
         assert changed and all(k.startswith("eval_") for k in changed), (key, changed)
     # the same pairs read from another path change nothing
     new = _plan(validate_tree(_set(base_tree, "data.train.path", str(f["train-copy"]))), tmp_path / "copy")

@@ -12,6 +12,7 @@ from augsbert_ray.pipeline import run_job
 from augsbert_ray.rundir import RunDir
 
 MODELS = ("zero_shot", "gold_only", "cross_encoder", "augsbert")
+ALWAYS = ("gold", "target", "auto", "teacher_check", "ship")  # stages that run every time (cheap checks and loading)
 
 
 def tiny_job(tiny_stsb, tiny_model, run_dir, **sampling):
@@ -61,7 +62,7 @@ def test_reports_all_four_models(finished_run):
     assert any("[silver] labelled" in line for line in lines), "progress is logged"
     assert [s.name for s in metrics.stages] == [
         "gold", "cross_encoder", "eval_cross_encoder", "eval_zero_shot", "gold_only", "eval_gold_only",
-        "teacher_check", "candidates", "silver", "augsbert", "eval_augsbert"]
+        "teacher_check", "candidates", "silver", "augsbert", "eval_augsbert", "ship"]
     assert not metrics.stages_reused and metrics.complete
 
 
@@ -246,7 +247,7 @@ def test_gold_fingerprint_ignores_the_path_data_was_read_from(tmp_path):
     assert {k: v for k, v in plans[0].items() if k != "gold"} == {k: v for k, v in plans[1].items() if k != "gold"}
     write_stsb(second["test"], 20, 99)  # another test set: every model is scored again, none retrained
     third = plan(tiny_job(second, "embedded", tmp_path / "run"))
-    changed = sorted(k for k in third if k not in ("gold", "teacher_check") and third[k] != plans[0][k])
+    changed = sorted(k for k in third if k not in ALWAYS and third[k] != plans[0][k])
     assert changed == ["eval_augsbert", "eval_cross_encoder", "eval_gold_only", "eval_zero_shot"]
 
 

@@ -13,6 +13,7 @@ Ray on the host).
 from __future__ import annotations
 
 import os
+import secrets
 import shutil
 import signal
 import socket
@@ -75,7 +76,10 @@ def other_ray():
     tmp = Path(tempfile.mkdtemp(prefix="aro-", dir="/tmp"))  # short: Ray's socket paths must stay short
     (tmp / "home").mkdir()
     gcs, *ports = _free_ports(7)
-    env = {**os.environ, "HOME": str(tmp / "home"), "PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}"}
+    # Its own HOME holds no token of the user's, so it gets one of its own (Ray's token
+    # authentication needs one to start a head).
+    env = {**os.environ, "HOME": str(tmp / "home"), "PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}",
+           "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": secrets.token_hex(32)}
     env.pop("RAY_ADDRESS", None)
     proc = subprocess.Popen(
         [str(BIN / "ray"), "start", "--head", "--block", "--node-ip-address", "127.0.0.1", "--port", str(gcs),

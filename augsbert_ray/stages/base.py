@@ -218,6 +218,7 @@ class Stage:
     kind: str = "stage"  # what it does, for the report: load, train, evaluate, check, candidates, label
     needs_ray: bool = True
     always: bool = False
+    loads: bool = False  # it reads the job's inputs (gold and target sets): what planning must run
     unit: str = "items"
     version: int = 1  # bump when a stage's code changes what it produces
 
@@ -236,6 +237,11 @@ class Stage:
     def throughput(self, result: dict, seconds: float) -> str:
         """What the stage processed per second of its wall time, as a readable rate ("" if nothing)."""
         return ""
+
+    def fixed_seconds(self, result: dict, seconds: float) -> float | None:
+        """The part of the stage's time that does not grow with its work (starting workers,
+        loading models, checkpoints), where the stage can tell; None where it cannot."""
+        return None
 
     def content_fingerprints(self, out: Path) -> dict[str, str] | None:
         """For ``always`` stages: each output's content fingerprint (else the stage's own)."""

@@ -98,6 +98,7 @@ class Gold(Stage):
     kind = "load"
     needs_ray = False
     always = True
+    loads = True
     unit = "splits"
 
     def __init__(self, kde_labels: bool = False):
@@ -134,6 +135,7 @@ class TargetSets(Stage):
     kind = "load"
     needs_ray = False
     always = True
+    loads = True
     unit = "sets"
 
     def declare(self, cfg) -> Declaration:

@@ -35,12 +35,17 @@ class Silver(Stage):
     def throughput(self, result: dict, seconds: float) -> str:
         return f"{result['labelled'] / seconds:.1f} pairs labelled/s" if seconds else ""
 
+    def fixed_seconds(self, result: dict, seconds: float) -> float | None:
+        return result.get("first_shard_seconds")
+
     def work(self, cfg, results):
         n = results.get("candidates", {}).get("candidates")
         return None if n is None else (n, "pairs", "labelled pair")
 
     def declare(self, cfg) -> Declaration:
-        reads = ["labeling", "cross_encoder.max_length"]
+        # Every labelling key but the calibration, which a later stage applies to the labels.
+        reads = [f"labeling.{k}" for k in type(cfg.labeling).model_fields if k != "calibration"]
+        reads.append("cross_encoder.max_length")
         inputs = {"candidates": "candidates/candidates.parquet", "teacher": "cross_encoder/model"}
         outputs = ["silver.parquet"]
         if selector_of(cfg) is not None:
@@ -50,12 +55,11 @@ class Silver(Stage):
         return Declaration(reads=tuple(reads), inputs=inputs, outputs=tuple(outputs))
 
     def run(self, inputs, settings, env) -> dict:
-        from augsbert_ray.labeling import LabelingReport, ShardStore, label_candidates_file, pool_size
-        from augsbert_ray.runtime import per_worker_cpus
+        from augsbert_ray.labeling import LabelingReport, ShardStore, actor_cpus, label_candidates_file, pool_size
 
         lab = settings.labeling
         actors = pool_size(lab, env.cluster.gpus)  # fixed here, so the CPUs per actor and the pool agree
-        cpus = per_worker_cpus(lab.num_cpus, env.cluster.cpus, actors)
+        cpus = actor_cpus(lab, env.cluster.cpus, actors)
         # Shards are committed under this stage's folder; shards of another block size are stale.
         shards_dir = env.out / "shards"
         store_dir = shards_dir / f"block-{lab.block_size}"
@@ -100,6 +104,7 @@ class Silver(Stage):
             "labelled": labelled,
             "silver": n_silver,
             "pairs_per_s": rate,
+            "first_shard_seconds": report.first_shard_seconds,
             "actors": actors,
             "cpus_per_actor": cpus,
             "precision": lab.precision,
@@ -108,3 +113,59 @@ class Silver(Stage):
             "label_mean": float(labels.mean()) if len(labels) else None,
             "label_hist": np.histogram(labels, bins=10, range=(0, 1))[0].tolist(),
         }
+
+
+def fit_calibration(teacher_scores: np.ndarray, gold_labels: np.ndarray):
+    """An increasing map from the teacher's scores to the gold scale, fitted on dev: isotonic
+    regression of the gold labels on the scores, clipped to [0, 1] (and to the dev scores'
+    range outside it). Returns a function of an array of scores."""
+    from sklearn.isotonic import IsotonicRegression
+
+    iso = IsotonicRegression(y_min=0.0, y_max=1.0, out_of_bounds="clip")
+    iso.fit(np.asarray(teacher_scores, np.float64), np.asarray(gold_labels, np.float64))
+    return lambda scores: iso.predict(np.asarray(scores, np.float64)).astype(np.float32)
+
+
+class Calibrate(Stage):
+    """The silver labels mapped to the gold scale (``labeling.calibration: isotonic``).
+
+    A sigmoid teacher trained with cross-entropy tends to compress its scores towards the
+    middle, so its labels teach the student another scale than gold's. The map is fitted on
+    dev, where the teacher's scores and the gold labels are both known (the teacher's scores
+    there come from its evaluation stage), and applied to every silver label; the report shows
+    the label distribution before and after.
+    """
+
+    name = "calibrate"
+    kind = "label"
+    needs_ray = False
+    unit = "pairs"
+
+    def declare(self, cfg) -> Declaration:
+        return Declaration(reads=("labeling.calibration",),
+                           inputs={"silver": "silver/silver.parquet",
+                                   "teacher": "eval_cross_encoder/predictions.parquet"},
+                           outputs=("silver.parquet",))
+
+    def run(self, inputs, settings, env) -> dict:
+        import pyarrow as pa
+        import pyarrow.compute as pc
+
+        from augsbert_ray.rundir import write_table
+
+        preds = inputs.table("teacher")
+        dev = preds.filter(pc.equal(preds.column("split"), "dev"))
+        mapping = fit_calibration(dev.column("prediction").to_numpy(), dev.column(schema.LABEL).to_numpy())
+        silver = inputs.table("silver")
+        before = silver.column(schema.LABEL).to_numpy()
+        after = mapping(before)
+        silver = silver.set_column(silver.schema.get_field_index(schema.LABEL), schema.LABEL, pa.array(after))
+        write_table(env.out / "silver.parquet", silver, schema.SILVER_SCHEMA)
+        gold = dev.column(schema.LABEL).to_numpy()
+        hist = lambda x: np.histogram(x, bins=10, range=(0, 1))[0].tolist()  # noqa: E731
+        env.log(f"[calibrate] {settings.labeling.calibration} map fitted on {len(gold)} dev pairs: silver label mean "
+                f"{before.mean():.3f} -> {after.mean():.3f} (gold dev {gold.mean():.3f})")
+        return {"method": settings.labeling.calibration, "dev_pairs": len(gold),
+                "before": {"mean": float(before.mean()), "std": float(before.std()), "hist": hist(before)},
+                "after": {"mean": float(after.mean()), "std": float(after.std()), "hist": hist(after)},
+                "gold_dev": {"mean": float(gold.mean()), "std": float(gold.std()), "hist": hist(gold)}}

@@ -20,9 +20,14 @@ from augsbert_ray.evaluation import PRIMARY_METRIC
 from augsbert_ray.stages.base import Declaration, Stage
 from augsbert_ray.schema import PAIR_COLUMNS
 from augsbert_ray.stages.teacher import searched
-from augsbert_ray.training.fit import fit_encoder, hparams, planned_steps, throughput
+from augsbert_ray.training.fit import fit_encoder, fixed_seconds, hparams, planned_steps, throughput
 
 ROLES = ("gold_only", "target_gold", "augsbert")
+
+
+def silver_artifact(cfg) -> str:
+    """The silver labels the student trains on: the teacher's, or their calibrated form."""
+    return "silver/silver.parquet" if cfg.labeling.calibration == "none" else "calibrate/silver.parquet"
 
 
 def mixes_gold(cfg) -> bool:
@@ -36,6 +41,9 @@ class Student(Stage):
 
     def throughput(self, result: dict, seconds: float) -> str:
         return throughput(result.get("train", {}), seconds)
+
+    def fixed_seconds(self, result: dict, seconds: float) -> float | None:
+        return fixed_seconds(result.get("train", {}), seconds)
 
     def work(self, cfg, results):
         if searched(cfg, "bi_encoder") and self.name != "target_gold":
@@ -64,7 +72,7 @@ class Student(Stage):
         elif self.name == "gold_only" or mixes_gold(cfg):
             inputs["gold"] = "gold/train.parquet"
         if self.name == "augsbert":
-            inputs["silver"] = "silver/silver.parquet"
+            inputs["silver"] = silver_artifact(cfg)
             if cfg.target is not None:
                 reads.append("target.mix_source_gold")
         search = searched(cfg, "bi_encoder") and self.name != "target_gold"
@@ -93,7 +101,7 @@ class Student(Stage):
             "bi_encoder", train, inputs.table("dev").select(PAIR_COLUMNS) if search else None,
             recipe={"model": env.base_model(b.model), "max_length": b.max_length, "num_layers": b.num_layers,
                     "objective": b.resolved_objective(task)},
-            hparams=hparams(b, settings.seed, settings.training.precision), training=settings.training,
+            hparams=hparams(b, settings.seed, settings.training), training=settings.training,
             seed_search=settings.seed_search if search else None, searched=search, task=settings.task,
             metric=PRIMARY_METRIC[settings.task], eval_batch_size=settings.evaluation.batch_size if search else 64,
             out=env.out, storage=env.storage, cluster=env.cluster, name=f"bi-encoder-{self.name.replace('_', '-')}",

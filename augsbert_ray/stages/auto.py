@@ -1,0 +1,139 @@
+"""The autopilot (``auto.enabled``): the job's choices made on dev instead of guessed.
+
+What decides whether AugSBERT helps is mostly the user's guesses: the teacher's recipe, the
+sampling strategy, how many neighbours per sentence, whether the teacher's scores need
+mapping to the gold scale. The autopilot tries the combinations in ``auto`` (each teacher
+recipe x strategy x top-k x calibration), in that order, until ``auto.budget_minutes`` is
+spent: for each it runs the stages that setting needs (teacher, candidates, labels,
+calibration) as the job itself would, so every artifact is shared through the stages'
+fingerprints (one teacher per recipe, candidates once per strategy and amount, labels once
+per teacher and candidates), and then trains one short pilot of the student per setting, and
+one on gold alone, as Ray Tune trials (``training.pilots``). The teacher is chosen by what
+the student reaches with its labels, not by its own dev score. The best setting on dev
+becomes the job's, and the job trains it to the end; the report lists every setting with its
+pilot's dev score, what it cost and its fate.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import time
+from dataclasses import dataclass
+
+from augsbert_ray.stages.base import Declaration, Stage
+
+
+@dataclass(frozen=True)
+class Setting:
+    """One combination the autopilot can try."""
+
+    label: str
+    overrides: dict  # dotted key -> value
+
+    def apply(self, cfg):
+        from augsbert_ray.config import validate_tree
+
+        tree = cfg.model_dump(mode="json")
+        for key, value in self.overrides.items():
+            node = tree
+            *head, last = key.split(".")
+            for k in head:
+                node = node[k]
+            node[last] = value
+        tree["auto"]["enabled"] = False  # the setting itself is a plain job
+        return validate_tree(tree)
+
+
+def settings_to_try(auto) -> list[Setting]:
+    """Every combination of ``auto``'s lists, teacher recipes outermost (its most costly part)."""
+    out = []
+    for (epochs, lr), strategy, k, calibration in itertools.product(auto.teacher_recipes, auto.strategies,
+                                                                     auto.top_k, auto.calibration):
+        label = f"teacher {epochs}x{lr:g}, {strategy} top-{k}, calibration {calibration}"
+        out.append(Setting(label, {"cross_encoder.epochs": epochs, "cross_encoder.lr": lr,
+                                   "sampling.strategy": strategy, "sampling.top_k": k,
+                                   "labeling.calibration": calibration}))
+    return out
+
+
+class AutoPilot(Stage):
+    """Tries the settings of ``auto`` with pilots and picks the best on dev (see the module docstring)."""
+
+    name = "auto"
+    kind = "search"
+    always = True  # what it runs is reused through the fingerprints of the stages it runs
+    unit = "settings"
+
+    def declare(self, cfg) -> Declaration:
+        return Declaration(reads=("auto",), outputs=("search.json",))
+
+    def run(self, inputs, settings, env) -> dict:
+        from augsbert_ray.stages.candidates import Candidates, source_of
+        from augsbert_ray.stages.evaluate import Evaluate
+        from augsbert_ray.stages.pilot import Pilot
+        from augsbert_ray.stages.silver import Calibrate, Silver
+        from augsbert_ray.stages.student import Student, mixes_gold, silver_artifact
+        from augsbert_ray.stages.teacher import Teacher
+
+        runner, auto = env.runner, settings.auto
+        runner.ensure_cluster()
+        candidates = settings_to_try(auto)
+        budget = auto.budget_minutes * 60
+        started = time.perf_counter()
+        report = env.reporter(local=True)
+        if report is not None:
+            report.set_total(len(candidates), unit="settings")
+        tried, records = {}, []
+        for setting in candidates:
+            if time.perf_counter() - started > budget:
+                records.append({"setting": setting.label, "overrides": setting.overrides,
+                                "fate": "not tried: the budget was spent", "seconds": 0.0})
+                continue
+            cfg = setting.apply(runner.cfg)
+            child = runner.child(cfg, log_prefix=f"[auto: {setting.label}] ")
+            stages = [Teacher(), Evaluate("cross_encoder")]
+            if cfg.sampling.strategy in ("ss", "bm25+ss") and cfg.sampling.ss_model == "gold_only":
+                stages.append(Student("gold_only"))  # the embedding model of semantic search
+            stages += [Candidates(source_of(cfg)), Silver()]
+            if cfg.labeling.calibration != "none":
+                stages.append(Calibrate())
+            seconds = 0.0
+            for stage in stages:
+                done = child.run(stage)
+                seconds += 0.0 if done.reused else done.seconds
+            key = f"auto/{len(tried)}"
+            runner.artifacts[key] = child.artifacts[silver_artifact(cfg)]
+            tried[setting.label] = key
+            teacher_dev = child.done["eval_cross_encoder"].result["scores"]["dev"]
+            records.append({"setting": setting.label, "overrides": setting.overrides, "fate": "piloted",
+                            "seconds": seconds, "teacher_dev": teacher_dev,
+                            "silver": child.done["silver"].result["silver"]})
+            if report is not None:
+                report.advance(1)
+        pilot_runner = runner.child(runner.cfg, log_prefix="[auto] ")
+        pilots = pilot_runner.run(Pilot(mixes_gold(runner.cfg), silver_sets=tried, fraction_key="auto.pilot_fraction"))
+        scores = {k: v["dev"] for k, v in pilots.result["pilots"].items()}
+        for r in records:
+            if r["setting"] in scores:
+                r["pilot_dev"] = scores[r["setting"]]
+                r["seconds"] += pilots.result["pilots"][r["setting"]]["seconds"]
+        scored = [r for r in records if r.get("pilot_dev") is not None]
+        if not scored:
+            raise RuntimeError("the autopilot could not score any setting (every pilot failed or the budget "
+                               "ran out before the first); raise auto.budget_minutes")
+        best = max(scored, key=lambda r: r["pilot_dev"])
+        best["fate"] = "chosen"
+        for r in scored:
+            if r is not best:
+                r["fate"] = "pilot only"
+        result = {"chosen": best["setting"], "overrides": best["overrides"], "settings": records,
+                  "gold_only_pilot_dev": scores.get("gold only"), "metric": pilots.result["metric"],
+                  "pilot_fraction": auto.pilot_fraction, "budget_minutes": auto.budget_minutes,
+                  "seconds": time.perf_counter() - started,
+                  "predicts_silver_helps": pilots.result["predicts_silver_helps"]}
+        (env.out / "search.json").write_text(json.dumps(result, indent=2), encoding="utf-8")
+        env.log(f"[auto] chose {best['setting']} (pilot dev {best['pilot_dev']:.2f}; gold only "
+                f"{result['gold_only_pilot_dev'] if result['gold_only_pilot_dev'] is None else round(result['gold_only_pilot_dev'], 2)}) "
+                f"of {len(scored)} settings tried in {result['seconds']:.0f} s")
+        return result

@@ -1,0 +1,107 @@
+"""A teacher check that predicts: will the silver labels help the student?
+
+The teacher check before labelling compares the teacher with the gold-only student on dev,
+which did not predict MRPC's loss (the teacher led by +0.51 F1 on dev, and every strategy
+then lost 1.1-1.7 F1). This stage asks the student itself: two pilots (``training.pilots``),
+the student trained for ``evaluation.pilot_fraction`` of its steps on gold alone and on gold +
+silver, both scored on dev. Silver that helps the pilot is predicted to help the full run.
+"""
+
+from __future__ import annotations
+
+import pyarrow as pa
+
+from augsbert_ray import schema
+from augsbert_ray.evaluation import PRIMARY_METRIC
+from augsbert_ray.runtime import per_worker_cpus
+from augsbert_ray.stages.base import Declaration, Stage
+from augsbert_ray.stages.student import silver_artifact
+
+
+def student_training_set(gold: pa.Table | None, silver: pa.Table | None, task: str) -> pa.Table:
+    """What the AugSBERT student trains on: gold (if mixed) + silver (classes at 0.5 for binary tasks)."""
+    parts = [] if gold is None else [gold.select(schema.PAIR_COLUMNS)]
+    if silver is not None:
+        silver = silver.select(schema.PAIR_COLUMNS)
+        if task == "binary":  # the teacher's score becomes a class, as gold's are
+            classes = pa.array(silver.column(schema.LABEL).to_numpy() >= 0.5, pa.float32())
+            silver = silver.set_column(2, silver.schema.field(schema.LABEL), classes)
+        parts.append(silver)
+    return pa.concat_tables(parts)
+
+
+class Pilot(Stage):
+    """Pilots scored on dev: gold only, and AugSBERT's training set with each silver set.
+
+    Args:
+        mix: AugSBERT trains on gold + silver (in-domain; across domains with
+            ``target.mix_source_gold``) rather than silver alone.
+        silver_sets: pilot name -> artifact id of a silver set (the autopilot's candidate
+            settings); None: the job's own silver labels, as "gold + silver" (or "silver").
+        fraction_key: the config key holding the fraction of the steps a pilot trains.
+    """
+
+    name = "pilot"
+    kind = "check"
+    unit = "pilots"
+
+    def __init__(self, mix: bool = True, silver_sets: dict[str, str] | None = None,
+                 fraction_key: str = "evaluation.pilot_fraction"):
+        self.mix = mix
+        self.silver_sets = silver_sets
+        self.fraction_key = fraction_key
+
+    def _fraction(self, settings) -> float:
+        section, key = self.fraction_key.split(".")
+        return getattr(getattr(settings, section), key)
+
+    def declare(self, cfg) -> Declaration:
+        reads = ["seed", "bi_encoder", "training", "task", self.fraction_key, "evaluation.batch_size"]
+        if cfg.target is not None:
+            reads.append("target.mix_source_gold")
+        silver = self.silver_sets if self.silver_sets is not None else {"silver": silver_artifact(cfg)}
+        return Declaration(reads=tuple(reads), inputs={"gold": "gold/train.parquet", "dev": "gold/dev.parquet",
+                                                       **{f"silver:{k}": v for k, v in silver.items()}},
+                           outputs=("pilots.json",))
+
+    def run(self, inputs, settings, env) -> dict:
+        import json
+
+        from augsbert_ray.training.fit import hparams
+        from augsbert_ray.training.pilots import run_pilots
+
+        b, t, task = settings.bi_encoder, settings.training, settings.task
+        mix = self.mix
+        gold = inputs.table("gold")
+        own = self.silver_sets is None
+        names = {"silver": "gold + silver" if mix else "silver"} if own else {k: k for k in self.silver_sets}
+        sets = {"gold only": student_training_set(gold, None, task)}
+        for key, label in names.items():
+            sets[label] = student_training_set(gold if mix else None, inputs.table(f"silver:{key}"), task)
+        metric = PRIMARY_METRIC[task]
+        results = run_pilots(
+            sets, inputs.table("dev"), kind="bi_encoder",
+            recipe={"model": env.base_model(b.model), "max_length": b.max_length, "num_layers": b.num_layers,
+                    "objective": b.resolved_objective(task)},
+            hparams=hparams(b, settings.seed, t), fraction=self._fraction(settings), task=task,
+            metric=metric, cpus_per_trial=per_worker_cpus(t.cpus_per_worker, env.cluster.cpus, 1),
+            gpus_per_trial=1 if t.use_gpu else 0, storage_dir=env.storage, name="pilots",
+            eval_batch_size=settings.evaluation.batch_size)
+        scores = {k: r.dev for k, r in results.items()}
+        gold_dev = scores["gold only"]
+        scored = {k: v for k, v in scores.items() if k != "gold only" and v is not None}
+        best = max(scored, key=lambda k: (scored[k], k)) if scored else None
+        silver_dev = scored.get(best)
+        helps = None if gold_dev is None or silver_dev is None else silver_dev > gold_dev
+        fraction = self._fraction(settings)
+        out = {"metric": metric, "fraction": fraction, "pilots": {k: vars(r) for k, r in results.items()},
+               "gold_only_dev": gold_dev, "best": best, "augsbert_dev": silver_dev, "predicts_silver_helps": helps}
+        (env.out / "pilots.json").write_text(json.dumps(out, indent=2), encoding="utf-8")
+        verdict = {True: "the silver labels help", False: "the silver labels do not help", None: "no prediction"}[helps]
+        env.log(f"[pilot] {metric} on dev after {fraction:.0%} of the steps: gold only {_fmt(gold_dev)}, "
+                + ", ".join(f"{k} {_fmt(v)}" for k, v in scores.items() if k != "gold only") + f": {verdict}")
+        return out
+
+
+def _fmt(x: float | None) -> str:
+    return "n/a" if x is None else f"{x:.2f}"

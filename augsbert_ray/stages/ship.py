@@ -1,0 +1,62 @@
+"""Which bi-encoder the job ships: never a regression against gold only.
+
+AugSBERT does not always help (MRPC: every strategy lost to gold only; the full STSb job
+with its 6-layer student: -0.99). With ``evaluation.shipping: better`` (the default) the job
+ships whichever of the AugSBERT and the gold-only bi-encoder scores better on dev, as
+``models/bi-encoder``, and says which with both scores; ``shipping: augsbert`` ships the
+AugSBERT model whatever its score. Dev decides, so the choice never looks at test.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+
+from augsbert_ray.evaluation import PRIMARY_METRIC
+from augsbert_ray.stages.base import Declaration, Stage
+
+
+def _link_tree(src, dst) -> None:
+    def link(a, b):
+        try:
+            os.link(a, b)
+        except OSError:
+            shutil.copy2(a, b)
+
+    shutil.copytree(src, dst, copy_function=link)
+
+
+class Ship(Stage):
+    name = "ship"
+    kind = "check"
+    needs_ray = False
+    always = True
+    unit = "models"
+
+    def declare(self, cfg) -> Declaration:
+        return Declaration(reads=("evaluation.shipping", "task"),
+                           inputs={"augsbert": "augsbert/model", "augsbert_scores": "eval_augsbert/scores.json",
+                                   "gold_only": "gold_only/model", "gold_only_scores": "eval_gold_only/scores.json"},
+                           outputs=("model", "shipped.json"))
+
+    def run(self, inputs, settings, env) -> dict:
+        metric = PRIMARY_METRIC[settings.task]
+        aug = inputs.json("augsbert_scores")["dev"][metric]
+        gold = inputs.json("gold_only_scores")["dev"][metric]
+        if settings.evaluation.shipping == "augsbert":
+            choice, why = "augsbert", "evaluation.shipping is augsbert"
+        elif aug >= gold:
+            choice, why = "augsbert", f"AugSBERT leads gold only on dev ({aug:.2f} vs {gold:.2f})"
+        else:
+            choice, why = "gold_only", f"gold only leads AugSBERT on dev ({gold:.2f} vs {aug:.2f})"
+        target = env.out / "model"
+        if target.exists():
+            shutil.rmtree(target)
+        _link_tree(inputs.path(choice), target)
+        result = {"shipped": choice, "metric": metric, "augsbert_dev": aug, "gold_only_dev": gold, "why": why,
+                  "policy": settings.evaluation.shipping}
+        (env.out / "shipped.json").write_text(json.dumps(result, indent=2), encoding="utf-8")
+        env.log(f"[ship] models/bi-encoder is the {'AugSBERT' if choice == 'augsbert' else 'gold-only'} "
+                f"bi-encoder: {why}")
+        return result

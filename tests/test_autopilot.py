@@ -1,0 +1,57 @@
+"""The autopilot on tiny data: settings tried with pilots, the best on dev trained to the end,
+every shared artifact made once, and the run directory reused on a re-run."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from augsbert_ray.config import validate_tree
+from augsbert_ray.pipeline import run_job
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
+
+
+def test_the_autopilot_chooses_on_dev_and_trains_the_choice(tmp_path, tiny_stsb, tiny_model, ray_local):
+    cfg = validate_tree({
+        "name": "tiny-auto", "run_dir": str(tmp_path / "run"),
+        "data": {s: {"format": "stsb", "path": str(p)} for s, p in tiny_stsb.items()},
+        "cross_encoder": {"model": tiny_model, "epochs": 1, "batch_size": 8, "lr": 1e-4},
+        "bi_encoder": {"model": tiny_model, "epochs": 1, "batch_size": 8, "lr": 1e-4},
+        "labeling": {"block_size": 64, "micro_batch_size": 16}, "evaluation": {"batch_size": 16},
+        "auto": {"enabled": True, "teacher_recipes": [[1, 1e-4]], "strategies": ["bm25"], "top_k": [1, 2],
+                 "calibration": ["none", "isotonic"], "pilot_fraction": 0.5},
+    })
+    lines = []
+    m = run_job(cfg, log=lines.append)
+    a = m.auto
+    assert [r["setting"] for r in a["settings"]] == [
+        "teacher 1x0.0001, bm25 top-1, calibration none", "teacher 1x0.0001, bm25 top-1, calibration isotonic",
+        "teacher 1x0.0001, bm25 top-2, calibration none", "teacher 1x0.0001, bm25 top-2, calibration isotonic"]
+    scored = {r["setting"]: r["pilot_dev"] for r in a["settings"]}
+    assert all(v is not None for v in scored.values()) and a["gold_only_pilot_dev"] is not None
+    chosen = [r for r in a["settings"] if r["fate"] == "chosen"]
+    assert len(chosen) == 1 and chosen[0]["pilot_dev"] == max(scored.values())
+    # The job then ran the chosen setting: its teacher, candidates and labels are the pilot's own.
+    rd = cfg.resolved_run_dir
+    teachers = list((rd / "stages" / "cross_encoder").iterdir())
+    assert len(teachers) == 1  # one recipe: one teacher for every setting
+    assert len(list((rd / "stages" / "candidates").iterdir())) == 2  # once per amount, whatever the calibration
+    assert len(list((rd / "stages" / "silver").iterdir())) == 2
+    assert {"cross_encoder", "candidates", "silver"} <= set(m.stages_reused)  # made by the search, reused
+    assert m.sampling["top_k"] == chosen[0]["overrides"]["sampling.top_k"]
+    assert ("calibrate" in m.stage_seconds) == (chosen[0]["overrides"]["labeling.calibration"] == "isotonic")
+    # Never a regression against gold only on dev: the shipped model is the better one there.
+    s = m.shipped
+    assert s["shipped"] == ("augsbert" if s["augsbert_dev"] >= s["gold_only_dev"] else "gold_only")
+    assert (rd / "models" / "bi-encoder" / "model.safetensors").exists()
+    summary = (rd / "summary.md").read_text()
+    assert "Autopilot: 4 settings" in summary and "| chosen |" in summary and "Shipped as models/bi-encoder" in summary
+    search = json.loads(next((rd / "stages" / "auto").glob("*/search.json")).read_text())
+    assert search["chosen"] == chosen[0]["setting"]
+    # A re-run does nothing again: every setting's stages and the pilots are reused.
+    lines.clear()
+    again = run_job(cfg, log=lines.append)
+    assert again.auto["chosen"] == a["chosen"] and again.scores == m.scores
+    assert not any("] started" in line and "[auto" in line for line in lines)

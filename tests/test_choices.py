@@ -1,0 +1,92 @@
+"""The job's choices without a cluster: calibrating silver labels, the model shipped, the
+autopilot's settings, the pilots' training sets."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pyarrow as pa
+import pytest
+
+from augsbert_ray import schema
+from augsbert_ray.config import validate_tree
+from augsbert_ray.rundir import RunDir
+
+
+def _cfg(tmp_path, **extra):
+    return validate_tree({"name": "c", "run_dir": str(tmp_path / "run"),
+                          "data": {s: {"format": "stsb", "path": f"{s}.csv"} for s in ("train", "dev", "test")},
+                          **extra})
+
+
+def test_calibration_maps_a_compressed_teacher_onto_the_gold_scale():
+    from augsbert_ray.stages.silver import fit_calibration
+
+    rng = np.random.default_rng(0)
+    gold = rng.uniform(0, 1, 400)
+    teacher = 0.4 + 0.2 * gold + rng.normal(0, 0.01, 400)  # right order, squeezed into [0.4, 0.6]
+    mapping = fit_calibration(teacher, gold)
+    after = mapping(teacher)
+    assert abs(after.mean() - gold.mean()) < 0.02 and after.std() > 3 * teacher.std()
+    grid = np.linspace(0, 1, 50)
+    assert (np.diff(mapping(grid)) >= 0).all()  # increasing: the teacher's ranking is kept
+    assert mapping(np.array([0.0]))[0] >= 0 and mapping(np.array([1.0]))[0] <= 1  # outside dev's range: clipped
+
+
+def _runner(tmp_path, cfg, artifacts: dict):
+    from augsbert_ray.runner import Runner
+    from augsbert_ray.stages.base import Artifact
+
+    runner = Runner(cfg, RunDir(tmp_path / "run"), lambda line: None, publish={"ship": {"model": "models/bi-encoder"}})
+    for aid, path in artifacts.items():
+        runner.artifacts[aid] = Artifact(path, aid)
+    return runner
+
+
+@pytest.mark.parametrize("policy,aug,gold,expected", [("better", 80.0, 82.0, "gold_only"),
+                                                      ("better", 83.0, 82.0, "augsbert"),
+                                                      ("augsbert", 80.0, 82.0, "augsbert")])
+def test_the_job_ships_the_better_model_on_dev(tmp_path, policy, aug, gold, expected):
+    from augsbert_ray.stages import Ship
+
+    artifacts = {}
+    for name, score in (("augsbert", aug), ("gold_only", gold)):
+        model = tmp_path / name
+        model.mkdir()
+        (model / "model.safetensors").write_text(name)
+        scores = tmp_path / f"{name}.json"
+        scores.write_text(json.dumps({"dev": {"spearman": score}, "test": {"spearman": 0.0}}))
+        artifacts[f"{name}/model"], artifacts[f"eval_{name}/scores.json"] = model, scores
+    cfg = _cfg(tmp_path, evaluation={"shipping": policy})
+    done = _runner(tmp_path, cfg, artifacts).run(Ship())
+    assert done.result["shipped"] == expected
+    assert (tmp_path / "run" / "models" / "bi-encoder" / "model.safetensors").read_text() == expected
+    assert done.result["augsbert_dev"] == aug and done.result["gold_only_dev"] == gold
+
+
+def test_the_autopilot_tries_every_combination_teachers_first(tmp_path):
+    from augsbert_ray.stages.auto import settings_to_try
+
+    cfg = _cfg(tmp_path, auto={"enabled": True, "teacher_recipes": [[4, 2e-5], [8, 5e-5]], "strategies": ["bm25"],
+                               "top_k": [3, 10], "calibration": ["none", "isotonic"]})
+    tried = settings_to_try(cfg.auto)
+    assert len(tried) == 8 and [s.overrides["cross_encoder.epochs"] for s in tried] == [4] * 4 + [8] * 4
+    job = tried[-1].apply(cfg)
+    assert (job.cross_encoder.epochs, job.cross_encoder.lr, job.sampling.top_k, job.labeling.calibration) == \
+        (8, 5e-5, 10, "isotonic")
+    assert not job.auto.enabled and job.data == cfg.data  # a plain job of its own
+    with pytest.raises(Exception, match="at least one"):
+        _cfg(tmp_path, auto={"enabled": True, "top_k": []})
+
+
+def test_a_pilots_training_set_is_the_students():
+    from augsbert_ray.stages.pilot import student_training_set
+
+    gold = pa.table({schema.SENTENCE1: ["a"], schema.SENTENCE2: ["b"], schema.LABEL: pa.array([1.0], pa.float32())})
+    silver = pa.table({schema.SENTENCE1: ["c", "d"], schema.SENTENCE2: ["e", "f"],
+                       schema.LABEL: pa.array([0.7, 0.2], pa.float32())})
+    assert student_training_set(gold, silver, "regression").column(schema.LABEL).to_pylist() == \
+        pytest.approx([1.0, 0.7, 0.2])
+    assert student_training_set(gold, silver, "binary").column(schema.LABEL).to_pylist() == [1.0, 1.0, 0.0]
+    assert student_training_set(None, silver, "regression").num_rows == 2  # target silver only
