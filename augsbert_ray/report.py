@@ -119,7 +119,7 @@ def summary_markdown(metrics: RunMetrics | dict) -> str:
     if "augsbert" in scores and "gold_only" in scores and "test" in scores["augsbert"]:
         gain = scores["augsbert"]["test"][metric] - scores["gold_only"]["test"][metric]
         lines += ["", f"AugSBERT vs gold-only on test: {gain:+.2f} points."]
-    if metrics.get("target"):
+    if metrics.get("target") and "test" in metrics["target"]["data"]:  # once the target sets are loaded
         lines += ["", *target_markdown(metrics)]
     tc = metrics.get("teacher_check")
     if tc:
@@ -383,15 +383,18 @@ def target_markdown(metrics: dict) -> list[str]:
     t = metrics["target"]
     m = t["metric"]
     name = "AUC(0.05)" if m == "auc_0.05" else m
-    data = t["data"]
+    data, sampling = t["data"], metrics.get("sampling", {})
+    if "pairs" in data:
+        silver = f"{data['pairs']['pairs']} target pairs labelled by the cross-encoder"
+    elif "silver" in sampling:
+        silver = (f"{sampling['silver']} {sampling['strategy']} pairs of {sampling['sentences']} target corpus "
+                  "sentences labelled by the cross-encoder")
+    else:  # an unfinished run, before the corpus pairs are labelled
+        silver = "target corpus pairs, not labelled yet"
     lines = [
         "## Domain adaptation (target test set)",
         "",
-        f"Target task: {t['task']}; {name} x100 on {data['test']['pairs']} target test pairs. Silver: "
-        + (f"{data['pairs']['pairs']} target pairs" if "pairs" in data else
-           f"{metrics['sampling']['silver']} {metrics['sampling']['strategy']} pairs of "
-           f"{metrics['sampling']['sentences']} target corpus sentences")
-        + " labelled by the cross-encoder"
+        f"Target task: {t['task']}; {name} x100 on {data['test']['pairs']} target test pairs. Silver: {silver}"
         + (" and mixed with the source gold." if t["mix_source_gold"] else " (target silver only)."),
         "",
         f"| model | target test {name} |",

@@ -50,6 +50,7 @@ def _run(job, env, staging) -> tuple[dict, str]:
     return proc.stdout + proc.stderr  # the summary on stdout, the job's progress lines on stderr
 
 
+@pytest.mark.timeout(600)
 def test_run_dir_on_s3_then_resumed_from_another_machine(s3, tiny_model, tmp_path):
     client, env = s3
     stsb = {s: write_stsb(tmp_path / f"sts-{s}.csv", n, seed) for s, n, seed in [("train", 40, 1), ("dev", 20, 2), ("test", 20, 3)]}
