@@ -21,8 +21,20 @@ def shared_data_dir() -> Path:
     return Path(os.environ.get("AUGSBERT_DATA_DIR", REPO.parent / "shared" / "data"))
 
 
+# Test files that run whole jobs or long Ray runs, longest first. They are collected first so
+# that test workers (pytest-xdist, a file per worker) start them early instead of leaving one
+# worker running a long file alone at the end; the order of tests within a file is kept.
+LONGEST_FIRST = ("test_driver_killed.py", "test_pipeline.py", "test_smoke_job.py", "test_autopilot.py",
+                 "test_domain_adaptation.py", "test_seed_search.py", "test_remote_run_dir.py",
+                 "test_job_submission.py", "test_labeling_failure.py", "test_pipeline_binary.py",
+                 "test_node_loss.py", "test_training_failure.py", "test_labeling.py")
+
+
 def pytest_collection_modifyitems(config, items):
-    """Tests marked ``gpu`` need a CUDA GPU: skipped, with the reason, where there is none."""
+    """Long test files first (see LONGEST_FIRST); tests marked ``gpu`` need a CUDA GPU:
+    skipped, with the reason, where there is none."""
+    rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
+    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # stable: a file's order is kept
     gpu_tests = [item for item in items if item.get_closest_marker("gpu")]
     if not gpu_tests:
         return
