@@ -120,6 +120,31 @@ def write_stsb(path: Path, n: int, seed: int) -> Path:
 
 
 @pytest.fixture
+def tiny_cross_encoder(tiny_model, tmp_path) -> str:
+    """A saved cross-encoder checkpoint: its one-logit head is fixed, not drawn at load."""
+    from augsbert_ray.models import load_cross_encoder
+
+    model, tok = load_cross_encoder(tiny_model)
+    out = tmp_path / "tiny-ce"
+    model.save_pretrained(out)
+    tok.save_pretrained(out)
+    return str(out)
+
+
+def free_ports(n: int) -> list[int]:
+    """``n`` distinct TCP ports free on loopback now."""
+    import socket
+
+    socks = [socket.socket() for _ in range(n)]
+    for s in socks:
+        s.bind(("127.0.0.1", 0))
+    ports = [s.getsockname()[1] for s in socks]
+    for s in socks:
+        s.close()
+    return ports
+
+
+@pytest.fixture
 def tiny_stsb(tmp_path) -> dict[str, Path]:
     """Small synthetic STSb-format train/dev/test files."""
     return {

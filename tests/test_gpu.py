@@ -19,13 +19,8 @@ def _pairs(n: int, seed: int) -> tuple[list[str], list[str]]:
 
 
 @pytest.fixture
-def teacher(tiny_model, tmp_path) -> str:
-    from augsbert_ray.models import load_cross_encoder
-
-    model, tok = load_cross_encoder(tiny_model)
-    model.save_pretrained(tmp_path / "ce")
-    tok.save_pretrained(tmp_path / "ce")
-    return str(tmp_path / "ce")
+def teacher(tiny_cross_encoder) -> str:
+    return tiny_cross_encoder
 
 
 def test_bf16_scores_on_the_gpu_rank_as_fp32_on_the_cpu(teacher):

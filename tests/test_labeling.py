@@ -40,16 +40,6 @@ def test_length_sorted_batches_keep_input_order(tiny_model):
     assert len(score_pairs(model, tok, [], [])) == 0
 
 
-@pytest.fixture
-def tiny_cross_encoder(tiny_model, tmp_path):
-    """A saved cross-encoder checkpoint: its one-logit head is fixed, not drawn at load."""
-    model, tok = load_cross_encoder(tiny_model)
-    out = tmp_path / "tiny-ce"
-    model.save_pretrained(out)
-    tok.save_pretrained(out)
-    return str(out)
-
-
 def candidates(s1, s2):
     n = len(s1)
     return pa.table(

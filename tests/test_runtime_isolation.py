@@ -26,7 +26,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO
+from conftest import REPO, free_ports
 
 BIN = Path(sys.executable).parent
 
@@ -60,22 +60,12 @@ ENGINE = textwrap.dedent('''
 ''')
 
 
-def _free_ports(n: int) -> list[int]:
-    socks = [socket.socket() for _ in range(n)]
-    for s in socks:
-        s.bind(("127.0.0.1", 0))
-    ports = [s.getsockname()[1] for s in socks]
-    for s in socks:
-        s.close()
-    return ports
-
-
 @pytest.fixture
 def other_ray():
     """A second Ray on this host, started with ``ray start --head --block``."""
     tmp = Path(tempfile.mkdtemp(prefix="aro-", dir="/tmp"))  # short: Ray's socket paths must stay short
     (tmp / "home").mkdir()
-    gcs, *ports = _free_ports(7)
+    gcs, *ports = free_ports(7)
     # Its own HOME holds no token of the user's, so it gets one of its own (Ray's token
     # authentication needs one to start a head).
     env = {**os.environ, "HOME": str(tmp / "home"), "PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}",

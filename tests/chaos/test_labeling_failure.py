@@ -16,7 +16,6 @@ from augsbert_ray import schema
 from augsbert_ray.config import LabelingConfig
 from augsbert_ray.errors import LabelingError
 from augsbert_ray.labeling import FAULT_ENV, LabelingReport, ShardStore, label_candidates
-from augsbert_ray.models import load_cross_encoder
 
 pytestmark = pytest.mark.slow
 
@@ -39,11 +38,8 @@ def _candidates() -> pa.Table:
 
 
 @pytest.fixture
-def teacher(tiny_model, tmp_path) -> str:
-    model, tok = load_cross_encoder(tiny_model)
-    model.save_pretrained(tmp_path / "ce")
-    tok.save_pretrained(tmp_path / "ce")
-    return str(tmp_path / "ce")
+def teacher(tiny_cross_encoder) -> str:
+    return tiny_cross_encoder
 
 
 def _label(teacher, store=None, report=None, **cfg):

@@ -13,7 +13,6 @@ import os
 import secrets
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -24,21 +23,11 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO
+from conftest import REPO, free_ports
 
 pytestmark = pytest.mark.slow
 
 BIN = Path(sys.executable).parent
-
-
-def _free_ports(n: int) -> list[int]:
-    socks = [socket.socket() for _ in range(n)]
-    for s in socks:
-        s.bind(("127.0.0.1", 0))
-    ports = [s.getsockname()[1] for s in socks]
-    for s in socks:
-        s.close()
-    return ports
 
 
 class Head:
@@ -48,7 +37,7 @@ class Head:
         self.tmp = Path(tempfile.mkdtemp(prefix="arh-", dir="/tmp"))
         self.home = self.tmp / "home"
         self.home.mkdir()
-        gcs, self.dash, agl, agg, met, rte, nm, om = _free_ports(8)
+        gcs, self.dash, agl, agg, met, rte, nm, om = free_ports(8)
         self.address = f"http://127.0.0.1:{self.dash}"
         self.env = {**os.environ, "HOME": str(self.home), "PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}",
                     "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": token}
