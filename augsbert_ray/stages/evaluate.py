@@ -136,7 +136,11 @@ def _predict_bi_encoder(model, splits: dict, batch_size: int, max_length: int, n
     torch.set_num_threads(max(1, int(ray.get_runtime_context().get_assigned_resources().get("CPU", 1))))
     device = "cuda" if torch.cuda.is_available() else "cpu"
     st = load_bi_encoder(model, max_length, num_layers, device=device)
-    return bi_encoder_predictions(st, splits, batch_size)
+    try:
+        return bi_encoder_predictions(st, splits, batch_size)
+    finally:
+        del st
+        _free_gpu_memory()
 
 
 def _predict_cross_encoder(model_dir, splits: dict, batch_size: int, max_length: int) -> dict:
@@ -150,7 +154,23 @@ def _predict_cross_encoder(model_dir, splits: dict, batch_size: int, max_length:
     device = "cuda" if torch.cuda.is_available() else "cpu"
     model, tokenizer = load_cross_encoder(model_dir, device=device)
     model.eval()
-    return cross_encoder_predictions(model, tokenizer, splits, batch_size, max_length, device)
+    try:
+        return cross_encoder_predictions(model, tokenizer, splits, batch_size, max_length, device)
+    finally:
+        del model
+        _free_gpu_memory()
+
+
+def _free_gpu_memory() -> None:
+    """Hands the GPU memory torch cached back to the device: the scoring worker stays alive
+    (see ``runtime.remote_call``) while the next stage trains on the same GPU."""
+    import gc
+
+    import torch
+
+    if torch.cuda.is_available():
+        gc.collect()
+        torch.cuda.empty_cache()
 
 
 class TeacherCheck(Stage):
