@@ -102,7 +102,7 @@ def part_labelling(args, model: Path, out: Path) -> None:
 
     from augsbert_ray.config import LabelingConfig
     from augsbert_ray.labeling import LabelingReport, ShardStore, actor_cpus, label_candidates, pool_size
-    from augsbert_ray.runtime import start_ray
+    from augsbert_ray.runtime import start_ray, stop_ray
     from labeling_speed import candidates
 
     gpu = args.device.startswith("cuda")
@@ -141,6 +141,7 @@ def part_labelling(args, model: Path, out: Path) -> None:
         lines += ["", f"No steady rate: {len(commits)} shard(s) committed, 8 or more needed (raise --pairs)."]
     lines += ["", f"Time to the first labelled shard (the pipeline's fixed cost): {report.first_shard_seconds:.1f} s.",
               f"Command: `python benchmarks/gpu_check.py {' '.join(sys.argv[1:])}`"]
+    stop_ray()  # the job and the tests start their own
     write(out, "labelling", {"pairs_per_s": rows, "first_shard_seconds": report.first_shard_seconds,
                              "pairs": args.pairs, "peer_pairs": args.peer_pairs, "device": device_name(args.device)},
           lines)
@@ -151,7 +152,8 @@ def part_job(args, model: Path, out: Path) -> None:
     from augsbert_ray.pipeline import run_job
 
     gpu = args.device.startswith("cuda")
-    overrides = [f"cross_encoder.model={model}", f"bi_encoder.model={model}", f"run_dir={out / 'job-run'}",
+    run_dir = Path(tempfile.mkdtemp(prefix="gpu-check-job-"))  # outside --out: only the summary is kept there
+    overrides = [f"cross_encoder.model={model}", f"bi_encoder.model={model}", f"run_dir={run_dir}",
                  *(["labeling.num_gpus=1", "training.use_gpu=true"] if gpu else []), *args.job_set]
     cfg = load_job(REPO / "jobs" / "stsb-bm25.yaml", overrides)
     stages: list[dict] = []
@@ -171,11 +173,15 @@ def part_job(args, model: Path, out: Path) -> None:
     lines += ["", f"Stages in all: {sum(s.seconds for s in m.stages):.1f} s.",
               f"Overrides: `{' '.join(overrides)}`."]
     write(out, "job", {"stages": [vars(s) for s in m.stages], "overrides": overrides}, lines)
+    if (run_dir / "summary.md").exists():
+        (out / "job_summary.md").write_text((run_dir / "summary.md").read_text())
 
 
 def part_tests(args, out: Path) -> None:
-    proc = subprocess.run([sys.executable, "-m", "pytest", "-m", "gpu", "-q", "-p", "no:cacheprovider",
-                           "-o", "addopts="], cwd=REPO, capture_output=True, text=True, timeout=900)
+    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}  # the tests start their own Ray
+    env["AUGSBERT_TEST_TOKENIZER"] = str(shape_dir(args.shape))
+    proc = subprocess.run([sys.executable, "-m", "pytest", "tests/test_gpu.py", "-m", "gpu", "-q", "-p", "no:cacheprovider",
+                           "-o", "addopts="], cwd=REPO, env=env, capture_output=True, text=True, timeout=900)
     out.mkdir(parents=True, exist_ok=True)
     (out / "gpu_tests.txt").write_text(proc.stdout + proc.stderr)
     print(proc.stdout[-3000:], flush=True)

@@ -63,7 +63,10 @@ def _tiny_model_master(tmp_path_factory) -> Path:
     from augsbert_ray.models import embedded_model_dir
 
     out = tmp_path_factory.mktemp("tiny-bert")
-    tokenizer = AutoTokenizer.from_pretrained(str(embedded_model_dir(verify=False)))
+    # AUGSBERT_TEST_TOKENIZER: a folder with MiniLM's tokenizer files, for a host without the
+    # embedded model's package (benchmarks/gpu_check.py sets it).
+    tokenizer = AutoTokenizer.from_pretrained(os.environ.get("AUGSBERT_TEST_TOKENIZER")
+                                              or str(embedded_model_dir(verify=False)))
     config = BertConfig(
         vocab_size=tokenizer.vocab_size, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
         intermediate_size=64, max_position_embeddings=256,
@@ -92,7 +95,8 @@ def ray_local():
     for key, value in {**TRAIN_ENV_DEFAULTS, **LOCAL_TRAIN_ENV_DEFAULTS}.items():
         os.environ.setdefault(key, value)
     if not ray.is_initialized():
-        ray.init(**local_ray_options(2), include_dashboard=False, log_to_driver=False)
+        # address="local": a Ray of its own, never one that RAY_ADDRESS or another process names
+        ray.init(address="local", **local_ray_options(2), include_dashboard=False, log_to_driver=False)
     yield ray
     ray.shutdown()
 
