@@ -488,6 +488,19 @@ def per_worker_cpus(configured: float | None, total_cpus: float, workers: int) -
     return max(1.0, float(int(total_cpus // max(1, workers))))
 
 
+def driver_is_the_only_node() -> bool:
+    """Whether the connected Ray cluster is this machine alone: one live node, the driver's.
+    Work that needs no placement (scoring a model on a small evaluation set) can then run in
+    the driver instead of a worker process that must import everything first."""
+    import ray
+
+    try:
+        alive = [n for n in ray.nodes() if n.get("Alive")]
+        return len(alive) == 1 and alive[0]["NodeID"] == ray.get_runtime_context().get_node_id()
+    except Exception:  # noqa: BLE001 - Ray Client, or a state call that failed: run it as a task
+        return False
+
+
 def remote_call(fn, *args, num_cpus: float = 1, num_gpus: float = 0, what: str | None = None, **kwargs):
     """Runs ``fn(*args, **kwargs)`` as a Ray task with the given resources and waits for it.
 

@@ -9,6 +9,7 @@ teacher's scores against gold.
 
 from __future__ import annotations
 
+import contextlib
 import json
 
 import numpy as np
@@ -18,7 +19,7 @@ import pyarrow.parquet as pq
 from augsbert_ray import schema
 from augsbert_ray.errors import TeacherCheckError
 from augsbert_ray.evaluation import PRIMARY_METRIC, TARGET_METRIC, target_metrics, task_metrics
-from augsbert_ray.runtime import per_worker_cpus, remote_call
+from augsbert_ray.runtime import driver_is_the_only_node, per_worker_cpus, remote_call
 from augsbert_ray.stages.base import Declaration, Stage
 
 PAIR_COLUMNS = schema.PAIR_COLUMNS  # (re-exported for callers that score pair tables)
@@ -80,20 +81,29 @@ class Evaluate(Stage):
         sets = {name: inputs.table(name).select(PAIR_COLUMNS)
                 for name in ("dev", "test", "target_test", "target_dev") if name in inputs}
         t = settings.training
-        resources = {"num_cpus": per_worker_cpus(t.cpus_per_worker, env.cluster.cpus, t.num_workers),
-                     "num_gpus": 1 if t.use_gpu else 0,
-                     "what": "scoring a model (training.cpus_per_worker, training.use_gpu)"}
+        cpus = per_worker_cpus(t.cpus_per_worker, env.cluster.cpus, t.num_workers)
         batch = settings.evaluation.batch_size
+        # One machine and no GPU to place the scoring on: score in the driver. A Ray task would
+        # start a worker process that imports transformers (8-10 s on 2 cores) to score a few
+        # thousand pairs, and the driver has the models' files on its own disk.
+        here = not t.use_gpu and driver_is_the_only_node()
+
+        def call(fn, model, *args):
+            if here:
+                return fn(str(model), *args, threads=int(cpus))
+            return remote_call(fn, model, *args, num_cpus=cpus, num_gpus=1 if t.use_gpu else 0,
+                               what="scoring a model (training.cpus_per_worker, training.use_gpu)")
+
+        if self.trained_by is not None:
+            model = inputs.path("model") if here else env.ship(inputs.path("model"))
         if self.encoder == "cross":
-            preds = remote_call(_predict_cross_encoder, env.ship(inputs.path("model")), sets, batch,
-                                settings.cross_encoder.max_length, **resources)
+            preds = call(_predict_cross_encoder, model, sets, batch, settings.cross_encoder.max_length)
         elif self.trained_by is None:
             b = settings.bi_encoder
-            preds = remote_call(_predict_bi_encoder, env.base_model(b.model), sets, batch, b.max_length,
-                                b.num_layers, **resources)
+            preds = call(_predict_bi_encoder, b.model if here else env.base_model(b.model), sets, batch,
+                         b.max_length, b.num_layers)
         else:
-            preds = remote_call(_predict_bi_encoder, env.ship(inputs.path("model")), sets, batch,
-                                settings.bi_encoder.max_length, None, **resources)
+            preds = call(_predict_bi_encoder, model, sets, batch, settings.bi_encoder.max_length, None)
         scores = {}
         gold_sets = {s: sets[s] for s in ("dev", "test") if s in sets}
         if gold_sets:
@@ -125,40 +135,59 @@ def format_scores(scores: dict, task: str, target_task: str | None = None) -> st
     return ", ".join(parts)
 
 
-# Predictions run as Ray tasks (on a GPU node when training uses GPUs); these are their bodies.
-def _predict_bi_encoder(model, splits: dict, batch_size: int, max_length: int, num_layers: int | None) -> dict:
-    import ray
+# Predictions run as Ray tasks (on a GPU node when training uses GPUs), or in the driver on a
+# one-machine CPU cluster (``threads`` given); these are their bodies.
+def _predict_bi_encoder(model, splits: dict, batch_size: int, max_length: int, num_layers: int | None,
+                        threads: int | None = None) -> dict:
     import torch
 
     from augsbert_ray.evaluation import bi_encoder_predictions
     from augsbert_ray.models import load_bi_encoder
 
-    torch.set_num_threads(max(1, int(ray.get_runtime_context().get_assigned_resources().get("CPU", 1))))
-    device = "cuda" if torch.cuda.is_available() else "cpu"
-    st = load_bi_encoder(model, max_length, num_layers, device=device)
-    try:
-        return bi_encoder_predictions(st, splits, batch_size)
-    finally:
-        del st
-        _free_gpu_memory()
+    with _torch_threads(threads):
+        device = "cuda" if threads is None and torch.cuda.is_available() else "cpu"
+        st = load_bi_encoder(model, max_length, num_layers, device=device)
+        try:
+            return bi_encoder_predictions(st, splits, batch_size)
+        finally:
+            del st
+            _free_gpu_memory()
 
 
-def _predict_cross_encoder(model_dir, splits: dict, batch_size: int, max_length: int) -> dict:
-    import ray
+def _predict_cross_encoder(model_dir, splits: dict, batch_size: int, max_length: int,
+                           threads: int | None = None) -> dict:
     import torch
 
     from augsbert_ray.evaluation import cross_encoder_predictions
     from augsbert_ray.models import load_cross_encoder
 
-    torch.set_num_threads(max(1, int(ray.get_runtime_context().get_assigned_resources().get("CPU", 1))))
-    device = "cuda" if torch.cuda.is_available() else "cpu"
-    model, tokenizer = load_cross_encoder(model_dir, device=device)
-    model.eval()
+    with _torch_threads(threads):
+        device = "cuda" if threads is None and torch.cuda.is_available() else "cpu"
+        model, tokenizer = load_cross_encoder(model_dir, device=device)
+        model.eval()
+        try:
+            return cross_encoder_predictions(model, tokenizer, splits, batch_size, max_length, device)
+        finally:
+            del model
+            _free_gpu_memory()
+
+
+@contextlib.contextmanager
+def _torch_threads(threads: int | None):
+    """torch's intra-op threads for one scoring: ``threads`` (in the driver, put back after),
+    or in a Ray task the CPUs it was given."""
+    import torch
+
+    before = torch.get_num_threads()
+    if threads is None:
+        import ray
+
+        threads = int(ray.get_runtime_context().get_assigned_resources().get("CPU", 1))
+    torch.set_num_threads(max(1, threads))
     try:
-        return cross_encoder_predictions(model, tokenizer, splits, batch_size, max_length, device)
+        yield
     finally:
-        del model
-        _free_gpu_memory()
+        torch.set_num_threads(before)
 
 
 def _free_gpu_memory() -> None:
