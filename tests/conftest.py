@@ -24,9 +24,9 @@ def shared_data_dir() -> Path:
 # Test files that run whole jobs or long Ray runs, longest first. They are collected first so
 # that test workers (pytest-xdist, a file per worker) start them early instead of leaving one
 # worker running a long file alone at the end; the order of tests within a file is kept.
-LONGEST_FIRST = ("test_driver_killed.py", "test_pipeline.py", "test_smoke_job.py", "test_autopilot.py",
-                 "test_domain_adaptation.py", "test_seed_search.py", "test_remote_run_dir.py",
-                 "test_job_submission.py", "test_labeling_failure.py", "test_pipeline_binary.py",
+LONGEST_FIRST = ("test_driver_killed.py", "test_smoke_job.py", "test_job_submission.py", "test_pipeline.py",
+                 "test_autopilot.py", "test_domain_adaptation.py", "test_seed_search.py",
+                 "test_labeling_failure.py", "test_pipeline_binary.py",
                  "test_node_loss.py", "test_training_failure.py", "test_labeling.py")
 
 

@@ -1,5 +1,7 @@
-"""A real Ray head (`ray start --head`) on loopback with token authentication, and jobs
-submitted to it with `ray job submit`, as users submit them to their clusters.
+"""A real Ray head (`ray start --head`) on loopback with token authentication, and a job
+submitted to it with `ray job submit`, as users submit them to their clusters, its run
+directory on S3-compatible storage (moto's server on loopback) and then resumed from
+another machine.
 
 The head runs with its own temporary directory, ports and HOME (so no token file of the
 user's is found), and is stopped by ending its `--block` process; other Ray instances on
@@ -24,6 +26,8 @@ from pathlib import Path
 import pytest
 
 from conftest import REPO, free_ports
+
+BUCKET = "augsbert-runs"
 
 pytestmark = pytest.mark.slow
 
@@ -110,26 +114,70 @@ def test_a_submission_without_the_token_is_refused(head, token, tmp_path):
     assert not marker.exists()  # nothing ran
 
 
-@pytest.mark.timeout(900)
-def test_a_job_runs_under_ray_job_submit(head, tiny_stsb, tiny_model, tmp_path):
+@pytest.fixture
+def s3(monkeypatch):
+    pytest.importorskip("moto")
+    import boto3
+    from moto.server import ThreadedMotoServer
+
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0)
+    server.start()
+    host, port = server.get_host_and_port()
+    env = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing", "AWS_DEFAULT_REGION": "us-east-1",
+           "AWS_ENDPOINT_URL": f"http://{host}:{port}"}
+    for k, v in env.items():
+        monkeypatch.setenv(k, v)
+    client = boto3.client("s3")
+    client.create_bucket(Bucket=BUCKET)
+    yield client, env
+    server.stop()
+
+
+def _keys(client, prefix: str) -> set[str]:
+    pages = client.get_paginator("list_objects_v2").paginate(Bucket=BUCKET, Prefix=prefix)
+    return {o["Key"][len(prefix):] for page in pages for o in page.get("Contents", [])}
+
+
+def _metrics(client, prefix: str) -> dict:
+    return json.loads(client.get_object(Bucket=BUCKET, Key=f"{prefix}metrics.json")["Body"].read())
+
+
+def _run_locally(job, env, staging) -> str:
+    """``augsbert run`` on a local Ray of its own (another machine: its own staging directory)."""
+    proc = subprocess.run(
+        [sys.executable, "-m", "augsbert_ray.cli", "run", str(job)], cwd=REPO, capture_output=True, text=True,
+        timeout=900, env={**os.environ, **env, "AUGSBERT_STAGING_DIR": str(staging), "RAY_ADDRESS": ""},
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    return proc.stdout + proc.stderr  # the summary on stdout, the job's progress lines on stderr
+
+
+@pytest.mark.timeout(1200)
+def test_a_submitted_job_keeps_its_run_dir_on_s3_and_another_machine_resumes_it(head, s3, tiny_stsb, tiny_model,
+                                                                                 tmp_path):
     import yaml
 
-    run_dir = tmp_path / "run"
+    client, s3_env = s3
+    uri = f"s3://{BUCKET}/runs/tiny"
     job = tmp_path / "tiny.yaml"
-    # A tiny model and data: this test is about submission, not quality (the smoke job runs the
-    # embedded model end to end in tests/test_smoke_job.py).
+    # A tiny model and data: this test is about submission and storage, not quality (the smoke
+    # job runs the embedded model end to end in tests/test_smoke_job.py).
     job.write_text(yaml.safe_dump({
-        "name": "tiny-submitted", "run_dir": str(run_dir),
+        "name": "tiny-submitted", "run_dir": uri,
         "data": {s: {"format": "stsb", "path": str(p)} for s, p in tiny_stsb.items()},
         "cross_encoder": {"model": tiny_model, "epochs": 1, "batch_size": 8, "lr": 1e-4},
         "bi_encoder": {"model": tiny_model, "epochs": 1, "batch_size": 8, "lr": 1e-4},
         "sampling": {"strategy": "bm25", "top_k": 2}, "labeling": {"block_size": 32, "micro_batch_size": 8},
     }))
+    # The storage's credentials and endpoint travel in the job's runtime environment, as a user
+    # passes them to a cluster; the job stages its files in a folder of its own.
+    runtime_env = json.dumps({"env_vars": {**s3_env, "AUGSBERT_STAGING_DIR": str(tmp_path / "machine-a")}})
     # The head answers HTTP before its job agent is up; on a loaded machine a submission can
     # come too early and get "No available agent" (nothing was started). Then it is resubmitted.
     for attempt in range(10):
         proc = head.ray("job", "submit", "--address", head.address, "--submission-id", f"augsbert-tiny-{attempt}",
-                        "--working-dir", ".", "--", "augsbert", "run", str(job), timeout=800)
+                        "--working-dir", ".", "--runtime-env-json", runtime_env, "--",
+                        "augsbert", "run", str(job), timeout=800)
         out = proc.stdout + proc.stderr
         if "No available agent to submit job" not in out:
             break
@@ -138,12 +186,38 @@ def test_a_job_runs_under_ray_job_submit(head, tiny_stsb, tiny_model, tmp_path):
     status = head.ray("job", "status", "--address", head.address, f"augsbert-tiny-{attempt}")
     assert "succeeded" in (status.stdout + status.stderr).lower()
     # progress and where things are, in the job's log
-    assert f"run directory {run_dir}" in out
+    assert f"run directory {uri}" in out
     for stage in ("cross_encoder", "candidates", "silver", "augsbert"):
         assert f"] {stage} done in" in out  # "[2/12] cross_encoder done in 0:00:19"
-    # the job ran on the submitted-to cluster, not on a Ray of its own
-    metrics = json.loads((run_dir / "metrics.json").read_text())
-    assert metrics["cluster"]["cpus"] == 2
-    for name in ("summary.md", "silver.parquet", "models/bi-encoder-augsbert/model.safetensors",
-                 "models/cross-encoder/model.safetensors"):
-        assert (run_dir / name).exists(), name
+    # Everything on the storage; the job ran on the submitted-to cluster, not on a Ray of its own.
+    keys = _keys(client, "runs/tiny/")
+    for name in ["config.yaml", "metrics.json", "summary.md", "gold/train.parquet", "candidates.parquet",
+                 "silver.parquet", "models/cross-encoder/model.safetensors",
+                 "models/bi-encoder-augsbert/model.safetensors"]:
+        assert name in keys, name
+    markers = {k.split("/")[1]: k for k in keys if k.startswith("stages/") and k.endswith("/done.json")}
+    assert {"augsbert", "silver", "cross_encoder"} <= set(markers)
+    first = _metrics(client, "runs/tiny/")
+    assert first["run_dir"] == uri and first["cluster"]["cpus"] == 2
+    train = next(s for s in first["stages"] if s["name"] == "augsbert")["result"]["train"]
+    assert train["storage_filesystem"] == "s3"  # Ray Train kept its checkpoints on S3 itself
+    assert not [k for k in keys if "/ray/" in k]  # and they are removed once the stage is done
+
+    # Another machine (an empty staging directory, a local Ray) resumes: every stage is found
+    # complete on S3.
+    out = _run_locally(job, s3_env, tmp_path / "machine-b")
+    second = _metrics(client, "runs/tiny/")
+    assert sorted(second["stages_reused"]) == sorted(
+        ["cross_encoder", "eval_cross_encoder", "eval_zero_shot", "gold_only", "eval_gold_only", "candidates",
+         "silver", "augsbert", "eval_augsbert"])
+    assert second["scores"] == first["scores"]
+    assert "fetched" in out
+
+    # A stage whose marker is gone from the storage is redone, and only that stage.
+    client.delete_object(Bucket=BUCKET, Key=f"runs/tiny/{markers['augsbert']}")
+    _run_locally(job, s3_env, tmp_path / "machine-b")
+    third = _metrics(client, "runs/tiny/")
+    assert "augsbert" not in third["stages_reused"] and len(third["stages_reused"]) == 8
+    for split in ("dev", "test"):  # seeded: the same model again, on another machine
+        assert third["scores"]["augsbert"][split]["spearman"] == pytest.approx(
+            first["scores"]["augsbert"][split]["spearman"])
