@@ -100,8 +100,10 @@ def run_pilots(training_sets: dict[str, pa.Table], dev: pa.Table, *, kind: str, 
              "threads": cpus_per_trial, "gpus": gpus_per_trial, "eval_batch_size": eval_batch_size,
              "pilot": ray.tune.grid_search(list(tables)),
              "steps": ray.tune.sample_from(lambda spec: steps[spec.config["pilot"]][0])}
+    # reuse_actors: a trial's actor runs the next trial, so torch and transformers are imported
+    # once per concurrent pilot, not once per pilot (every trial builds its own model and seed).
     tuner = ray.tune.Tuner(trainable, param_space=space,
-                           tune_config=ray.tune.TuneConfig(time_budget_s=time_budget_s),
+                           tune_config=ray.tune.TuneConfig(time_budget_s=time_budget_s, reuse_actors=True),
                            run_config=ray.tune.RunConfig(name=name, storage_path=storage_dir, verbose=0))
     grid = tuner.fit()
     out = {k: PilotResult(k, None, 0, steps[k][1], tables[k].num_rows, 0.0) for k in tables}

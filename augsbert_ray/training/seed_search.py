@@ -182,10 +182,12 @@ def seed_search(
 
     def fit(experiment: str, space: dict, **tune_config) -> list:
         t0 = time.perf_counter()
+        # reuse_actors: a finished trial's actor takes the next seed, so the imports and the
+        # process start are paid once per concurrent trial (each trial seeds its own model).
         tuner = ray.tune.Tuner(
             trainable,
             param_space={**base, **space},
-            tune_config=ray.tune.TuneConfig(**tune_config),
+            tune_config=ray.tune.TuneConfig(reuse_actors=True, **tune_config),
             run_config=ray.tune.RunConfig(name=experiment, storage_path=storage, verbose=0),
         )
         grid = tuner.fit()
