@@ -21,13 +21,30 @@ def shared_data_dir() -> Path:
     return Path(os.environ.get("AUGSBERT_DATA_DIR", REPO.parent / "shared" / "data"))
 
 
-# Test files that run whole jobs or long Ray runs, longest first. They are collected first so
-# that test workers (pytest-xdist, a file per worker) start them early instead of leaving one
-# worker running a long file alone at the end; the order of tests within a file is kept.
-LONGEST_FIRST = ("test_driver_killed.py", "test_smoke_job.py", "test_job_submission.py", "test_pipeline.py",
-                 "test_autopilot.py", "test_domain_adaptation.py", "test_seed_search.py",
-                 "test_labeling_failure.py", "test_pipeline_binary.py",
-                 "test_node_loss.py", "test_training_failure.py", "test_labeling.py")
+# Test files that run whole jobs or long Ray runs, longest first (their times in CI, both
+# tiers). They are collected first so that test workers (pytest-xdist, a file per worker)
+# start them early instead of leaving one worker running a long file alone at the end; the
+# order of tests within a file is kept.
+LONGEST_FIRST = ("test_driver_killed.py", "test_pipeline.py", "test_smoke_job.py", "test_job_submission.py",
+                 "test_domain_adaptation.py", "test_labeling_failure.py", "test_labeling.py", "test_autopilot.py",
+                 "test_node_loss.py", "test_seed_search.py", "test_training_failure.py",
+                 "test_pipeline_binary.py", "test_permanent_errors.py", "test_corpus.py", "test_semantic.py",
+                 "test_scoring.py")
+
+
+def pytest_terminal_summary(terminalreporter):
+    """Each tier's share of the run: its tests' summed times (setup, call and teardown), so
+    that one run of both tiers (.ci/run) still says what each costs."""
+    totals: dict[str, list[float]] = {}
+    for reports in terminalreporter.stats.values():
+        for r in reports:
+            if getattr(r, "when", None) in ("setup", "call", "teardown") and hasattr(r, "duration"):
+                tier = "slow" if "slow" in r.keywords else "default"
+                t = totals.setdefault(tier, [0.0, 0])
+                t[0] += r.duration
+                t[1] += r.when == "call"
+    for tier, (seconds, n) in sorted(totals.items()):
+        terminalreporter.write_line(f"{tier} tier: {n} tests, {seconds:.0f} s of test time summed over workers")
 
 
 def pytest_collection_modifyitems(config, items):
