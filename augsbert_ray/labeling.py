@@ -432,13 +432,20 @@ def _label_shards(pending: dict, finished: set, commit, model_dir, cfg, max_leng
         labelled = _labelled_dataset([p.ref for _, p in sorted(pending.items())], model_dir, cfg, max_length,
                                      cpus_per_actor, actors)
     partial: dict[int, list[pa.Table]] = {}
-    for batch in labelled.iter_batches(batch_size=None, batch_format="pyarrow"):
-        for i in sorted(set(batch.column(SHARD).to_pylist())):
-            if i in finished or i not in pending:
-                raise LabelingError(f"shard {i} came back twice from the actor pool")
-            partial.setdefault(i, []).append(batch.filter(pc.equal(batch.column(SHARD), i)))
-            if sum(t.num_rows for t in partial[i]) >= pending[i].rows:
-                commit(i, _checked_shard(i, pa.concat_tables(partial.pop(i)), pending[i].keys))
+    batches = iter(labelled.iter_batches(batch_size=None, batch_format="pyarrow"))  # a generator
+    try:
+        for batch in batches:
+            for i in sorted(set(batch.column(SHARD).to_pylist())):
+                if i in finished or i not in pending:
+                    raise LabelingError(f"shard {i} came back twice from the actor pool")
+                partial.setdefault(i, []).append(batch.filter(pc.equal(batch.column(SHARD), i)))
+                if sum(t.num_rows for t in partial[i]) >= pending[i].rows:
+                    commit(i, _checked_shard(i, pa.concat_tables(partial.pop(i)), pending[i].keys))
+    finally:
+        # Closing the iterator shuts the pipeline down at once. After a failure, the error's
+        # traceback would otherwise keep it open, and the pool's surviving actors would hold
+        # their CPUs and GPUs until garbage collection: the next stage would wait for them.
+        batches.close()
 
 
 def _checked_shard(i: int, labelled: pa.Table, keys: tuple[np.ndarray, np.ndarray]) -> pa.Table:

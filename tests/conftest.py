@@ -10,6 +10,8 @@ import json
 import os
 import random
 import shutil
+import time
+import warnings
 from pathlib import Path
 
 import pytest
@@ -102,20 +104,48 @@ def tiny_model(_tiny_model_master, tmp_path) -> str:
     return str(dst)
 
 
-@pytest.fixture(scope="session")
-def ray_local():
-    """One local Ray for the whole session (starting one costs seconds)."""
+def _start_local_ray():
     import ray
 
     from augsbert_ray.runtime import LOCAL_TRAIN_ENV_DEFAULTS, TRAIN_ENV_DEFAULTS, local_ray_options
 
     for key, value in {**TRAIN_ENV_DEFAULTS, **LOCAL_TRAIN_ENV_DEFAULTS}.items():
         os.environ.setdefault(key, value)
+    # address="local": a Ray of its own, never one that RAY_ADDRESS or another process names
+    ray.init(address="local", **local_ray_options(2), include_dashboard=False, log_to_driver=False)
+
+
+@pytest.fixture(scope="session")
+def ray_local():
+    """One local Ray for the whole session (starting one costs seconds)."""
+    import ray
+
     if not ray.is_initialized():
-        # address="local": a Ray of its own, never one that RAY_ADDRESS or another process names
-        ray.init(address="local", **local_ray_options(2), include_dashboard=False, log_to_driver=False)
+        _start_local_ray()
     yield ray
     ray.shutdown()
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _ray_left_as_found(request):
+    """After each test file, the session's Ray must have all its CPUs free again: an actor that
+    a test file left alive (a failed pool's actor, say) would make a later file's training
+    wait for it until that file's time limit. Such a Ray is restarted, and the file named."""
+    import sys
+
+    yield
+    ray = sys.modules.get("ray")
+    if ray is None or not ray.is_initialized():
+        return
+    deadline = time.monotonic() + 10
+    while ray.available_resources().get("CPU", 0) < ray.cluster_resources().get("CPU", 0):
+        if time.monotonic() > deadline:
+            warnings.warn(f"the session's Ray still had CPUs held after {request.node.nodeid} "
+                          f"({ray.available_resources()}); restarted it", stacklevel=1)
+            ray.shutdown()
+            _start_local_ray()
+            return
+        time.sleep(0.5)
 
 
 SUBJECTS = ["A man", "A woman", "The dog", "A child", "The chef", "A cat", "Two boys", "The pilot"]
