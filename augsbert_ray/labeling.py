@@ -442,9 +442,9 @@ def _label_shards(pending: dict, finished: set, commit, model_dir, cfg, max_leng
                 if sum(t.num_rows for t in partial[i]) >= pending[i].rows:
                     commit(i, _checked_shard(i, pa.concat_tables(partial.pop(i)), pending[i].keys))
     finally:
-        # Closing the iterator shuts the pipeline down at once. After a failure, the error's
-        # traceback would otherwise keep it open, and the pool's surviving actors would hold
-        # their CPUs and GPUs until garbage collection: the next stage would wait for them.
+        # Closing the generator runs Ray Data's clean-up (its own finally shuts the executor
+        # and its actor pool down) now; after a failure the error's traceback keeps the
+        # generator alive, and that clean-up would wait for garbage collection.
         batches.close()
 
 

@@ -23,8 +23,8 @@ def shared_data_dir() -> Path:
     return Path(os.environ.get("AUGSBERT_DATA_DIR", REPO.parent / "shared" / "data"))
 
 
-# Test files that run whole jobs or long Ray runs, longest first (their times in CI, both
-# tiers). They are collected first so that test workers (pytest-xdist, a file per worker)
+# Test files that run whole jobs or long Ray runs, roughly longest first (from CI's
+# --durations, both tiers). They are collected first so that test workers (pytest-xdist, a file per worker)
 # start them early instead of leaving one worker running a long file alone at the end; the
 # order of tests within a file is kept.
 LONGEST_FIRST = ("test_driver_killed.py", "test_pipeline.py", "test_smoke_job.py", "test_job_submission.py",
