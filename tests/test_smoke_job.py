@@ -1,5 +1,8 @@
 """The shipped smoke job, end to end as a person runs it: `augsbert run` in a terminal (a
-pseudo-terminal), the real MiniLM, a real STSb slice, a local Ray.
+pseudo-terminal), the real MiniLM, a real STSb slice, a local Ray. The job's slice is made
+smaller on the command line, as a person would for a first look (100 pairs per split, one
+teacher epoch): what is checked is that every stage runs with the embedded model and what
+the person sees, not the scores' precision.
 
 What the person sees is checked, not only what the job writes: the stage list, every bar
 finished, none of Ray's own messages, and the summary table at the end; then
@@ -26,6 +29,8 @@ ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]|\x1b[()][AB0-2]|\x1b[=>]")
 RAY_NOISE = ["Active & requested resources", "Queued blocks", "Checkpoint successfully created",
              "Reporting training result", "has constructor arguments", "Token authentication",
              "multiple active Ray instances", "logging_progress", "streaming_executor"]
+
+SMALLER = ["data.subsample.train=100", "data.subsample.dev=100", "data.subsample.test=100", "cross_encoder.epochs=1"]
 
 
 def _run_in_terminal(args: list[str], env: dict, timeout: float) -> tuple[int, str]:
@@ -65,7 +70,7 @@ def test_smoke_job_in_a_terminal(tmp_path, data_dir):
     run_dir = tmp_path / "smoke"
     env = {**os.environ, "AUGSBERT_DATA_DIR": str(data_dir), "TERM": "xterm-256color", "COLUMNS": "120"}
     rc, raw = _run_in_terminal([sys.executable, "-m", "augsbert_ray.cli", "run", "jobs/smoke.yaml",
-                                f"run_dir={run_dir}"], env, timeout=1400)
+                                f"run_dir={run_dir}", *SMALLER], env, timeout=1400)
     text = ANSI.sub("", raw)
     assert rc == 0, text[-4000:]
     assert "\x1b[" in raw  # a terminal gets the drawn display, not plain lines
