@@ -78,11 +78,14 @@ class Head:
                               text=True, timeout=timeout)
 
     def stop(self) -> None:
-        self.proc.send_signal(signal.SIGTERM)  # `ray start --block` stops the processes it started
+        """`ray start --block` stops the processes it started on SIGTERM; if it has not within
+        a few seconds, its process group (a throwaway cluster) is killed."""
+        self.proc.send_signal(signal.SIGTERM)
         try:
-            self.proc.wait(timeout=60)
+            self.proc.wait(timeout=5)
         except subprocess.TimeoutExpired:
             os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait(timeout=30)
         shutil.rmtree(self.tmp, ignore_errors=True)
 
 
@@ -203,21 +206,20 @@ def test_a_submitted_job_keeps_its_run_dir_on_s3_and_another_machine_resumes_it(
     assert train["storage_filesystem"] == "s3"  # Ray Train kept its checkpoints on S3 itself
     assert not [k for k in keys if "/ray/" in k]  # and they are removed once the stage is done
 
-    # Another machine (an empty staging directory, a local Ray) resumes: every stage is found
-    # complete on S3.
+    # Another machine (an empty staging directory, a local Ray) resumes the run, whose
+    # augsbert stage has lost its marker and its model on the storage: every other stage is
+    # found complete on S3 and reused, and that one stage is trained again, to the same model
+    # (seeded).
+    model_key = f"runs/tiny/{markers['augsbert'].rsplit('/', 1)[0]}/model/model.safetensors"
+    first_model = client.get_object(Bucket=BUCKET, Key=model_key)["Body"].read()
+    for key in (f"runs/tiny/{markers['augsbert']}", model_key):
+        client.delete_object(Bucket=BUCKET, Key=key)
     out = _run_locally(job, s3_env, tmp_path / "machine-b")
     second = _metrics(client, "runs/tiny/")
     assert sorted(second["stages_reused"]) == sorted(
         ["cross_encoder", "eval_cross_encoder", "eval_zero_shot", "gold_only", "eval_gold_only", "candidates",
-         "silver", "augsbert", "eval_augsbert"])
+         "silver", "eval_augsbert"])
+    assert "fetched" in out and "] augsbert done in" in out
+    assert markers["augsbert"] in _keys(client, "runs/tiny/")
+    assert client.get_object(Bucket=BUCKET, Key=model_key)["Body"].read() == first_model
     assert second["scores"] == first["scores"]
-    assert "fetched" in out
-
-    # A stage whose marker is gone from the storage is redone, and only that stage.
-    client.delete_object(Bucket=BUCKET, Key=f"runs/tiny/{markers['augsbert']}")
-    _run_locally(job, s3_env, tmp_path / "machine-b")
-    third = _metrics(client, "runs/tiny/")
-    assert "augsbert" not in third["stages_reused"] and len(third["stages_reused"]) == 8
-    for split in ("dev", "test"):  # seeded: the same model again, on another machine
-        assert third["scores"]["augsbert"][split]["spearman"] == pytest.approx(
-            first["scores"]["augsbert"][split]["spearman"])
