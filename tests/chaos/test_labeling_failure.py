@@ -37,9 +37,16 @@ def _candidates() -> pa.Table:
     )
 
 
-@pytest.fixture
-def teacher(tiny_cross_encoder) -> str:
-    return tiny_cross_encoder
+@pytest.fixture(scope="module")
+def teacher(_tiny_model_master, tmp_path_factory) -> str:
+    """One tiny cross-encoder for the file, so that one fault-free labelling serves every test."""
+    from augsbert_ray.models import load_cross_encoder
+
+    model, tok = load_cross_encoder(str(_tiny_model_master))
+    out = tmp_path_factory.mktemp("teacher") / "tiny-ce"
+    model.save_pretrained(out)
+    tok.save_pretrained(out)
+    return str(out)
 
 
 def _label(teacher, store=None, report=None, **cfg):
@@ -47,8 +54,16 @@ def _label(teacher, store=None, report=None, **cfg):
     return label_candidates(_candidates(), teacher, cfg, max_length=32, cpus_per_actor=1, store=store, report=report)
 
 
-def test_a_killed_labelling_actor_loses_and_doubles_nothing(ray_local, teacher, tmp_path, monkeypatch):
-    clean = _label(teacher)
+@pytest.fixture(scope="module")
+def clean(ray_local, teacher) -> pa.Table:
+    """The fault-free labelling that every faulty run must equal, row for row."""
+    import os
+
+    assert FAULT_ENV not in os.environ
+    return _label(teacher)
+
+
+def test_a_killed_labelling_actor_loses_and_doubles_nothing(ray_local, teacher, clean, tmp_path, monkeypatch):
     flag = tmp_path / "fault-fired"
     monkeypatch.setenv(FAULT_ENV, json.dumps({"after_batches": 2, "flag": str(flag)}))
     report = LabelingReport()
@@ -60,8 +75,7 @@ def test_a_killed_labelling_actor_loses_and_doubles_nothing(ray_local, teacher, 
     assert len(keys) == len(set(keys)) == N_PAIRS
 
 
-def test_exhausted_restarts_fail_clearly_and_a_rerun_labels_only_the_rest(ray_local, teacher, tmp_path, monkeypatch):
-    clean = _label(teacher)
+def test_exhausted_restarts_fail_clearly_and_a_rerun_labels_only_the_rest(ray_local, teacher, clean, tmp_path, monkeypatch):
     store = ShardStore(tmp_path / "shards")
     monkeypatch.setenv(FAULT_ENV, json.dumps({"after_batches": 3, "flag": str(tmp_path / "flag")}))
     with pytest.raises(LabelingError) as err:
@@ -77,8 +91,7 @@ def test_exhausted_restarts_fail_clearly_and_a_rerun_labels_only_the_rest(ray_lo
     assert again.equals(clean)
 
 
-def test_a_new_pool_labels_what_a_failed_pool_left(ray_local, teacher, tmp_path, monkeypatch):
-    clean = _label(teacher)
+def test_a_new_pool_labels_what_a_failed_pool_left(ray_local, teacher, clean, tmp_path, monkeypatch):
     monkeypatch.setenv(FAULT_ENV, json.dumps({"after_batches": 3, "flag": str(tmp_path / "flag")}))
     report = LabelingReport()
     lines = []
