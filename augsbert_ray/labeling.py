@@ -400,12 +400,16 @@ def _label(shards, done: dict | None, model_dir, cfg, max_length, cpus_per_actor
 
     attempt = 0
     while pending:
+        failure = None
         try:
             _label_shards(pending, finished, commit, model_dir, cfg, max_length, cpus_per_actor, actors)
         except LabelingError:
             raise
         except Exception as e:  # actor restarts or task retries exhausted, a lost actor, the pool failed
-            why = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
+            failure = e
+        if failure is not None:  # handled out here: within the except clause, see _release_failed_pool
+            _release_failed_pool(failure)
+            why = f"{type(failure).__name__}: {str(failure).splitlines()[0] if str(failure) else ''}"
             if attempt < cfg.pool_retries:
                 attempt += 1
                 log(f"[silver] the actor pool failed ({why[:300]}); a new pool labels the {len(pending)} shards "
@@ -416,11 +420,30 @@ def _label(shards, done: dict | None, model_dir, cfg, max_length, cpus_per_actor
             raise LabelingError(
                 f"labelling failed with {len(pending)} of {len(digests)} shards not labelled (labeling.max_restarts="
                 f"{cfg.max_restarts}, max_task_retries={cfg.max_task_retries}, pool_retries={cfg.pool_retries})"
-                f"{where}: {why}") from e
+                f"{where}: {why}") from failure
         if pending:
             raise LabelingError(f"shards {sorted(pending)} came back incomplete from the actor pool")
     report.seconds = time.perf_counter() - t0
     return len(digests)
+
+
+def _release_failed_pool(error: BaseException) -> None:
+    """Lets Ray end a failed pool's surviving actors now. The error's traceback holds, in its
+    frames' local variables and in reference cycles, handles to the pool's actors, and an actor
+    lives (holding its CPUs or GPU) while a handle does: until the next full garbage collection,
+    which an idle driver may not run for minutes. A new pool would find those CPUs taken.
+    Clearing the frames' locals and collecting the cycles drops the handles; the error keeps
+    its message and where it was raised. Call it after the except clause that caught the error
+    has ended: while the error is being handled, its frames are not released."""
+    import gc
+    import traceback
+
+    seen: set[int] = set()
+    while error is not None and id(error) not in seen:
+        seen.add(id(error))
+        traceback.clear_frames(error.__traceback__)
+        error = error.__cause__ or error.__context__
+    gc.collect()
 
 
 def _label_shards(pending: dict, finished: set, commit, model_dir, cfg, max_length, cpus_per_actor,
