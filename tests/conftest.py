@@ -140,8 +140,11 @@ def _ray_left_as_found(request):
     deadline = time.monotonic() + 10
     while ray.available_resources().get("CPU", 0) < ray.cluster_resources().get("CPU", 0):
         if time.monotonic() > deadline:
+            from ray._private import state  # the actors' table from the GCS (no dashboard here)
+
+            alive = sorted(a["ActorClassName"] for a in state.actors().values() if a["State"] != "DEAD")
             warnings.warn(f"the session's Ray still had CPUs held after {request.node.nodeid} "
-                          f"({ray.available_resources()}); restarted it", stacklevel=1)
+                          f"({ray.available_resources()}; actors alive: {alive}); restarted it", stacklevel=1)
             ray.shutdown()
             _start_local_ray()
             return
