@@ -127,10 +127,9 @@ def test_a_killed_driver_redoes_only_what_was_in_flight(tiny_stsb, tiny_model, t
     assert not list(run_dir.glob("stages/silver/*/shards"))  # shards removed once silver.parquet is complete
 
     # The third run resumes the interrupted training from its checkpoint: the same model as
-    # the fault-free run, bit for bit.
-    proc = _run(job, tmp_path / "chaos3.log")
-    assert proc.wait(timeout=900) == 0, (tmp_path / "chaos3.log").read_text()[-3000:]
-    log = (tmp_path / "chaos3.log").read_text()
-    assert "[bi-encoder-augsbert] resumed from the checkpoint at step" in log
+    # the fault-free run, bit for bit. (In this process, on the session's Ray: where the
+    # re-run's driver runs is not the point, and it saves a Ray start.)
+    third = run_job(validate_tree(yaml.safe_load(job.read_text())), log=lambda line: None)
+    assert third.stage("augsbert").result["train"]["resumed_from_step"] > 0
     weights = "model/model.safetensors"
     assert (_folder(run_dir, "augsbert") / weights).read_bytes() == (_folder(clean_dir, "augsbert") / weights).read_bytes()
