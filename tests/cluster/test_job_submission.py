@@ -21,6 +21,7 @@ import tempfile
 import time
 import urllib.error
 import urllib.request
+import warnings
 from pathlib import Path
 
 import pytest
@@ -66,6 +67,24 @@ class Head:
                 time.sleep(1)
         raise RuntimeError("the Ray head did not come up in 120 s")
 
+    def replace_if_exited(self) -> bool:
+        """Starts a new head in place of one whose `ray start --block` has exited (it exits,
+        taking the whole head down, when any of its processes dies, as one can on a loaded
+        machine); warns with its output, which names the process. Returns whether it did."""
+        if self.proc.poll() is None:
+            return False
+        out = _read_available(self.proc.stdout)
+        warnings.warn(f"the Ray head exited (status {self.proc.returncode}); starting another. Its output:\n"
+                      f"{out[-3000:]}", stacklevel=2)
+        self.proc.stdout.close()
+        try:
+            os.killpg(self.proc.pid, signal.SIGKILL)  # whatever of it is left
+        except ProcessLookupError:
+            pass
+        shutil.rmtree(self.tmp, ignore_errors=True)
+        self.__init__(self.token)
+        return True
+
     def get(self, path: str, token: str | None) -> int:
         req = urllib.request.Request(self.address + path)
         if token is not None:
@@ -87,6 +106,19 @@ class Head:
             os.killpg(self.proc.pid, signal.SIGKILL)
             self.proc.wait(timeout=30)
         shutil.rmtree(self.tmp, ignore_errors=True)
+
+
+def _read_available(stream, wait_s: float = 2.0) -> str:
+    """What a pipe holds now (never blocks on a pipe a surviving child still holds open)."""
+    import select
+
+    chunks, fd = [], stream.fileno()
+    while select.select([fd], [], [], wait_s)[0]:
+        data = os.read(fd, 65536)
+        if not data:
+            break
+        chunks.append(data)
+    return b"".join(chunks).decode(errors="replace")
 
 
 @pytest.fixture(scope="module")
@@ -177,11 +209,16 @@ def test_a_submitted_job_keeps_its_run_dir_on_s3_and_another_machine_resumes_it(
     runtime_env = json.dumps({"env_vars": {**s3_env, "AUGSBERT_STAGING_DIR": str(tmp_path / "machine-a")}})
     # The head answers HTTP before its job agent is up; on a loaded machine a submission can
     # come too early and get "No available agent" (nothing was started). Then it is resubmitted.
+    # A head found gone (before the job or during it) is replaced once, with a warning.
+    replaced = head.replace_if_exited()
     for attempt in range(10):
         proc = head.ray("job", "submit", "--address", head.address, "--submission-id", f"augsbert-tiny-{attempt}",
                         "--working-dir", ".", "--runtime-env-json", runtime_env, "--",
                         "augsbert", "run", str(job), timeout=800)
         out = proc.stdout + proc.stderr
+        if not replaced and head.replace_if_exited():
+            replaced = True
+            continue
         if "No available agent to submit job" not in out:
             break
         time.sleep(10)
