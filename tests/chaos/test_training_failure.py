@@ -41,8 +41,15 @@ def test_a_killed_training_worker_resumes_from_its_checkpoint(ray_local, tiny_mo
     # Resumed, not restarted: from the latest checkpoint Ray Train had registered when the
     # worker died (step 8, or step 4 if the report at step 8 was still in flight).
     assert stats["steps"] == 18 and stats["resumed_from_step"] in (4, 8)
+    from ray._private import state  # the GCS's actor table (no dashboard in tests)
+
+    before = set(state.actors())
     clean = _train(tiny_model, tmp_path, "clean")
     assert clean["resumed_from_step"] == 0
+    # The run started none of the Ray Train helpers it has no use for: a dataset manager (no
+    # datasets are passed) and, on this one-node Ray, a placement-group cleaner.
+    started = {a["ActorClassName"].rsplit(".", 1)[-1] for k, a in state.actors().items() if k not in before}
+    assert "RayTrainWorker" in started and not started & {"DatasetManager", "PlacementGroupCleaner"}, started
     a = load_file(tmp_path / "faulty" / "model.safetensors")
     b = load_file(tmp_path / "clean" / "model.safetensors")
     assert a.keys() == b.keys() and all((a[k] == b[k]).all() for k in a)  # the same model as without the fault
