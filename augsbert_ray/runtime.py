@@ -82,8 +82,9 @@ class ClusterResources:
 # process, per training run) has nothing to watch. A local Ray's log monitor (it carries the
 # workers' output to the driver) scans for new log files 10 times a second until there are
 # 1,000 of them, a scan that grows with every worker process the job has started: twice a
-# second is soon enough for a new worker's first line and takes less than half the CPU (idle,
-# with 260 log files: 2.3 CPU-s a minute, 1.0 at twice a second). Users' own settings win.
+# second is soon enough for a new worker's first line and takes half the CPU (idle, after 60
+# one-call tasks: 2.9 CPU-s a minute, 1.4 at twice a second; benchmarks/train_overhead.py).
+# Users' own settings win.
 TRAIN_ENV_DEFAULTS = {"RAY_TRAIN_HEALTH_CHECK_INTERVAL_S": "0.5"}
 LOCAL_TRAIN_ENV_DEFAULTS = {"RAY_TRAIN_ENABLE_PREEMPTION_WATCHER": "0", "RAY_LOG_MONITOR_MANY_FILES_THRESHOLD": "0"}
 
