@@ -27,7 +27,7 @@ class PilotResult:
     """One pilot: its dev score after ``steps`` of the ``total_steps`` of a full run."""
 
     name: str
-    dev: float | None  # None: the pilot did not end (time budget, or it failed)
+    dev: float | None  # None: the pilot did not end (time budget, or it failed), or its score is undefined
     steps: int
     total_steps: int
     train_pairs: int
@@ -42,8 +42,8 @@ def pilot_steps(n_pairs: int, hparams: dict, fraction: float) -> tuple[int, int]
     return min(total, max(1, math.ceil(fraction * total))), total
 
 
-def _pilot(config: dict, tables: dict, dev: pa.Table) -> None:
-    """One pilot as a Tune function trainable: train ``config["steps"]``, score dev, report."""
+def _pilot(config: dict, tables: dict, dev: pa.Table, steps: dict) -> None:
+    """One pilot as a Tune function trainable: train ``steps[config["pilot"]]``, score dev, report."""
     import ray.tune
     import torch
 
@@ -58,7 +58,7 @@ def _pilot(config: dict, tables: dict, dev: pa.Table) -> None:
     trainer = PairTrainer(recipe, *schema.pair_lists(data), HParams(**config["hparams"]), device=device,
                           log=lambda line: None, name=config["pilot"])
     t0 = time.perf_counter()
-    trainer.run(until=config["steps"])
+    trainer.run(until=steps[config["pilot"]])
     preds = recipe.predict(trainer.module, *schema.pair_lists(dev)[:2], config["eval_batch_size"])
     score = task_metrics(config["task"], {"dev": preds}, {"dev": dev})["dev"][config["metric"]]
     ray.tune.report({"pilot": config["pilot"], "dev": score, "steps": trainer.step, "total_steps": trainer.total,
@@ -82,7 +82,8 @@ def run_pilots(training_sets: dict[str, pa.Table], dev: pa.Table, *, kind: str, 
         time_budget_s: pilots still running after this long are stopped (no score).
 
     Returns:
-        name -> ``PilotResult`` (``dev`` None for a pilot that did not end).
+        name -> ``PilotResult`` (``dev`` None for a pilot that did not end or whose score is
+        undefined: a model that scored every dev pair the same).
     """
     import ray.tune
 
@@ -94,12 +95,12 @@ def run_pilots(training_sets: dict[str, pa.Table], dev: pa.Table, *, kind: str, 
     tables = {k: t.select(columns) for k, t in training_sets.items()}
     steps = {k: pilot_steps(t.num_rows, hparams, fraction) for k, t in tables.items()}
     trainable = ray.tune.with_resources(
-        ray.tune.with_parameters(_pilot, tables=tables, dev=dev.select(columns)),
+        ray.tune.with_parameters(_pilot, tables=tables, dev=dev.select(columns),
+                                 steps={k: v[0] for k, v in steps.items()}),
         {"cpu": cpus_per_trial, "gpu": gpus_per_trial})
     space = {"kind": kind, "recipe": recipe, "hparams": hparams, "task": task, "metric": metric,
              "threads": cpus_per_trial, "gpus": gpus_per_trial, "eval_batch_size": eval_batch_size,
-             "pilot": ray.tune.grid_search(list(tables)),
-             "steps": ray.tune.sample_from(lambda spec: steps[spec.config["pilot"]][0])}
+             "pilot": ray.tune.grid_search(list(tables))}
     # reuse_actors: a trial's actor runs the next trial, so torch and transformers are imported
     # once per concurrent pilot, not once per pilot (every trial builds its own model and seed).
     tuner = ray.tune.Tuner(trainable, param_space=space,
@@ -110,6 +111,7 @@ def run_pilots(training_sets: dict[str, pa.Table], dev: pa.Table, *, kind: str, 
     for r in grid:
         if r.error is None and r.metrics and "dev" in r.metrics:
             m = r.metrics
-            out[m["pilot"]] = PilotResult(m["pilot"], float(m["dev"]), int(m["steps"]), int(m["total_steps"]),
+            dev = None if math.isnan(float(m["dev"])) else float(m["dev"])  # NaN: it scored every pair the same
+            out[m["pilot"]] = PilotResult(m["pilot"], dev, int(m["steps"]), int(m["total_steps"]),
                                           tables[m["pilot"]].num_rows, float(m["seconds"]))
     return out
