@@ -27,10 +27,33 @@ GREATER_IS_BETTER = True
 
 
 def spearman100(pred: np.ndarray, gold: np.ndarray) -> float:
-    """Spearman rank correlation x 100 (the STS convention)."""
+    """Spearman rank correlation x 100 (the STS convention).
+
+    NaN where it is undefined: every prediction (or every gold label) the same, as from a
+    model that collapsed to one output (``undefined_scores`` names such splits).
+    """
     if len(pred) < 2:
         raise ValueError("Spearman needs at least two pairs")
+    pred, gold = np.asarray(pred, dtype=np.float64), np.asarray(gold, dtype=np.float64)
+    if np.all(pred == pred[0]) or np.all(gold == gold[0]):
+        return float("nan")
     return float(spearmanr(pred, gold).statistic * 100)
+
+
+def undefined_scores(scores: dict, metric: str, preds: dict) -> list[str]:
+    """One reason per split whose ``metric`` is NaN, e.g. "dev: the model gave all 1500 pairs the
+    same score (0.5)"; empty when every score is defined."""
+    out = []
+    for split, row in scores.items():
+        value = row.get(metric)
+        if value is None or not np.isnan(value):
+            continue
+        p = np.asarray(preds.get(split, []), dtype=np.float64)
+        if len(p) and np.all(p == p[0]):
+            out.append(f"{split}: the model gave all {len(p)} pairs the same score ({p[0]:.4g})")
+        else:
+            out.append(f"{split}: {metric} is undefined")
+    return out
 
 
 def f1_accuracy(pred_positive: np.ndarray, gold: np.ndarray) -> tuple[float, float]:

@@ -15,6 +15,21 @@ def test_spearman100_matches_scipy():
         spearman100(a[:1], b[:1])
 
 
+def test_spearman_of_a_collapsed_model_is_nan_and_named():
+    import warnings
+
+    from augsbert_ray.evaluation import undefined_scores
+
+    gold = np.linspace(0, 1, 20)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no scipy warning: the engine names the cause itself
+        assert np.isnan(spearman100(np.full(20, 0.5), gold))
+        assert np.isnan(spearman100(gold, np.full(20, 0.5)))
+    scores = {"dev": {"spearman": float("nan")}, "test": {"spearman": 40.0}}
+    reasons = undefined_scores(scores, "spearman", {"dev": np.full(20, 0.5), "test": gold})
+    assert reasons == ["dev: the model gave all 20 pairs the same score (0.5)"]
+
+
 class FakeEncoder:
     """Embeds a sentence as a fixed vector, to check the cosine bookkeeping."""
 

@@ -187,6 +187,13 @@ def test_teacher_check_stops_when_asked(tmp_path):
     stopping = cfg.model_copy(update={"evaluation": cfg.evaluation.model_copy(update={"teacher_check": "stop"})})
     with pytest.raises(TeacherCheckError, match="not better"):
         check(stopping, 70.0, 80.0, lines)
+    # A model that scored every dev pair the same has an undefined score (NaN): such a teacher fails.
+    check(cfg, float("nan"), 70.0, lines)
+    assert "WARNING" in lines[-2] and "undefined" in lines[-2]
+    with pytest.raises(TeacherCheckError, match="undefined"):
+        check(stopping, float("nan"), 70.0, lines)
+    check(stopping, 70.0, float("nan"), lines)
+    assert "WARNING" not in lines[-2] and "gold-only bi-encoder's spearman on dev is undefined" in lines[-2]
 
 
 def test_carve_dev_is_seeded_and_disjoint():

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 
 import numpy as np
 import pyarrow as pa
@@ -18,7 +19,7 @@ import pyarrow.parquet as pq
 
 from augsbert_ray import schema
 from augsbert_ray.errors import TeacherCheckError
-from augsbert_ray.evaluation import PRIMARY_METRIC, TARGET_METRIC, target_metrics, task_metrics
+from augsbert_ray.evaluation import PRIMARY_METRIC, TARGET_METRIC, target_metrics, task_metrics, undefined_scores
 from augsbert_ray.runtime import driver_is_the_only_node, per_worker_cpus, remote_call
 from augsbert_ray.stages.base import Declaration, Stage
 
@@ -122,6 +123,9 @@ class Evaluate(Stage):
         }), env.out / "predictions.parquet")
         target_task = (settings.target.task or settings.task) if target_sets else None
         env.log(f"[{self.model}] {format_scores(scores, settings.task, target_task)}")
+        for reason in undefined_scores({s: scores[s] for s in gold_sets}, PRIMARY_METRIC[settings.task], preds):
+            env.log(f"[{self.model}] WARNING: {reason}; its {PRIMARY_METRIC[settings.task]} is undefined (NaN): "
+                    "the model has collapsed to one output (a failed training, or a learning rate too high)")
         return {"scores": scores}
 
 
@@ -229,14 +233,21 @@ class TeacherCheck(Stage):
         bi = inputs.json("student")["dev"][metric]
         result = {"metric": metric, "cross_encoder_dev": ce, "gold_only_dev": bi, "gap": ce - bi}
         (env.out / "check.json").write_text(json.dumps(result), encoding="utf-8")
-        if ce <= bi:
+        # NaN: a model that scored every dev pair the same. A teacher like that never passes.
+        if math.isnan(ce) or (not math.isnan(bi) and ce <= bi):
             message = (f"the cross-encoder ({metric} {ce:.2f} on dev) is not better than the gold-only bi-encoder "
                        f"({bi:.2f}); its silver labels are unlikely to help")
+            if math.isnan(ce):
+                message = (f"the cross-encoder's {metric} on dev is undefined (it gave every pair the same score); "
+                           "its silver labels carry nothing to learn")
             if settings.evaluation.teacher_check == "stop":
                 raise TeacherCheckError(
                     f"{message}. Stopping before labelling (evaluation.teacher_check=stop); try a stronger "
                     "teacher (cross_encoder.model / epochs / lr) or set evaluation.teacher_check=warn")
             env.log(f"[teacher_check] WARNING: {message}")
+        elif math.isnan(bi):
+            env.log(f"[teacher_check] the gold-only bi-encoder's {metric} on dev is undefined (it gave every pair "
+                    f"the same score); the cross-encoder's is {ce:.2f}")
         else:
             env.log(f"[teacher_check] cross-encoder leads the gold-only bi-encoder by {ce - bi:+.2f} {metric} on dev")
         return result

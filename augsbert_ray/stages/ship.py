@@ -10,6 +10,7 @@ AugSBERT model whatever its score. Dev decides, so the choice never looks at tes
 from __future__ import annotations
 
 import json
+import math
 import os
 import shutil
 
@@ -46,6 +47,10 @@ class Ship(Stage):
         gold = inputs.json("gold_only_scores")["dev"][metric]
         if settings.evaluation.shipping == "augsbert":
             choice, why = "augsbert", "evaluation.shipping is augsbert"
+        elif math.isnan(aug) or math.isnan(gold):  # a model that scored every dev pair the same
+            choice = "gold_only" if math.isnan(aug) and not math.isnan(gold) else "augsbert"
+            undefined = " and ".join(n for n, v in (("AugSBERT's", aug), ("gold only's", gold)) if math.isnan(v))
+            why = f"{undefined} dev {metric} is undefined (every pair scored the same)"
         elif aug >= gold:
             choice, why = "augsbert", f"AugSBERT leads gold only on dev ({aug:.2f} vs {gold:.2f})"
         else:
