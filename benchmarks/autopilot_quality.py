@@ -11,7 +11,7 @@ helps or not, on dev) can be checked against the end result on test.
 
     python benchmarks/autopilot_quality.py --jobs jobs/stsb-1k-student2.yaml --seeds 1 2
     python benchmarks/autopilot_quality.py --jobs jobs/mrpc-bm25.yaml --set bi_encoder.num_layers=2 \\
-        --set auto.top_k=[3] --audit
+        --set auto.top_k=[3] --default-pilot --audit
 """
 
 from __future__ import annotations
@@ -52,6 +52,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--seeds", nargs="+", type=int, default=[1, 2], help="the bi-encoder's seeds (bi_encoder.seed)")
     p.add_argument("--set", dest="extra", action="append", default=[], metavar="KEY=VALUE")
     p.add_argument("--audit", action="store_true", help="also train every setting tried to the end")
+    p.add_argument("--default-pilot", action="store_true",
+                   help="run the default run with evaluation.pilot, so its pilot's prediction is checked too")
     p.add_argument("--root", type=Path, default=Path("runs/autopilot-quality"))
     p.add_argument("--out", default="benchmarks/results/autopilot_quality")
     args = p.parse_args(argv)
@@ -63,7 +65,7 @@ def main(argv: list[str] | None = None) -> int:
         for seed in args.seeds:
             run_dir = args.root / Path(job).stem
             base = [*args.extra, f"bi_encoder.seed={seed}", f"run_dir={run_dir}"]
-            default, default_wall = run(job, base, run_dir)
+            default, default_wall = run(job, base + (["evaluation.pilot=true"] if args.default_pilot else []), run_dir)
             auto, auto_wall = run(job, base + ["auto.enabled=true"], run_dir)
             metric = auto["primary_metric"]
             shipped = auto["shipped"]["shipped"]
@@ -90,10 +92,13 @@ def main(argv: list[str] | None = None) -> int:
                 "shipped_test": auto["scores"][shipped]["test"][metric],
                 "gap_closed_default": gap_closed(default, "augsbert"),
                 "gap_closed_shipped": gap_closed(auto, shipped),
-                "chosen": auto["auto"]["chosen"],
+                "chosen": auto["auto"]["chosen"], "pilot_fraction": auto["auto"]["pilot_fraction"],
                 "pilot_predicts_helps": auto["auto"]["predicts_silver_helps"],
                 "augsbert_beats_gold_on_test": auto["scores"]["augsbert"]["test"][metric]
                 > auto["scores"]["gold_only"]["test"][metric],
+                "default_pilot_predicts_helps": (default.get("pilot") or {}).get("predicts_silver_helps"),
+                "default_beats_gold_on_test": default["scores"]["augsbert"]["test"][metric]
+                > default["scores"]["gold_only"]["test"][metric],
                 "default_run_s": single_run_seconds(default), "auto_run_s": single_run_seconds(auto),
                 "auto_wall_s": auto_wall, "default_wall_s": default_wall, "audit": audit,
             }
@@ -122,6 +127,22 @@ def main(argv: list[str] | None = None) -> int:
                   f"{all(r['shipped_test'] >= r['gold_only'] for r in rs)}; the autopilot run took "
                   f"{np.mean([r['auto_run_s'] for r in rs]) / np.mean([r['default_run_s'] for r in rs]):.1f}x a "
                   "default run's stage time."]
+    checks = [(r["pilot_predicts_helps"], r["augsbert_beats_gold_on_test"]) for r in rows
+              if r["pilot_predicts_helps"] is not None]
+    checks += [(r["default_pilot_predicts_helps"], r["default_beats_gold_on_test"]) for r in rows
+               if r["default_pilot_predicts_helps"] is not None]
+    checks += [(a["predicted_helps"], a["test_delta"] > 0) for r in rows for a in r["audit"]
+               if a["setting"] != r["chosen"]]  # the chosen one is counted above
+    if checks:
+        lines += ["", f"The pilots (gold + silver against gold alone, on dev, after {rows[0]['pilot_fraction']:.0%} of "
+                  f"the steps) predicted whether AugSBERT beats gold only on test for "
+                  f"{sum(p == t for p, t in checks)} of {len(checks)} settings trained to the end "
+                  "(the autopilot's choice per run" + (", the default run's setting" if args.default_pilot else "")
+                  + (", and every audited setting" if args.audit else "") + ")."]
+        if args.default_pilot:
+            lines += ["", "| job | seed | default run: pilot said helps / AugSBERT beat gold on test |", "|---|---:|---|"]
+            lines += [f"| {r['job']} | {r['seed']} | {r['default_pilot_predicts_helps']} / "
+                      f"{r['default_beats_gold_on_test']} |" for r in rows]
     audits = [a for r in rows for a in r["audit"]]
     if audits:
         lines += ["", f"Audit: the pilots predicted the sign of AugSBERT - gold only on test for "
