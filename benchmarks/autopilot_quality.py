@@ -34,6 +34,18 @@ def run(job: str, overrides: list[str], log_dir: Path) -> tuple[dict, float]:
     return m.to_dict(), time.perf_counter() - t0
 
 
+def setting_label(job: str, overrides: list[str]) -> str:
+    """The job's own setting, named as the autopilot names the settings it tries."""
+    from augsbert_ray.config import load_job
+    from augsbert_ray.stages.auto import settings_to_try
+
+    cfg = load_job(job, overrides)
+    c = cfg.cross_encoder
+    own = cfg.auto.model_copy(update={"teacher_recipes": [(c.epochs, c.lr)], "strategies": [cfg.sampling.strategy],
+                                      "top_k": [cfg.sampling.top_k], "calibration": [cfg.labeling.calibration]})
+    return settings_to_try(own)[0].label
+
+
 def single_run_seconds(m: dict) -> float:
     """What the run's stages took when they were first run (reused stages keep their time)."""
     return float(sum(m["stage_seconds"].values()))
@@ -96,6 +108,7 @@ def main(argv: list[str] | None = None) -> int:
                 "pilot_predicts_helps": auto["auto"]["predicts_silver_helps"],
                 "augsbert_beats_gold_on_test": auto["scores"]["augsbert"]["test"][metric]
                 > auto["scores"]["gold_only"]["test"][metric],
+                "default_setting": setting_label(job, base),
                 "default_pilot_predicts_helps": (default.get("pilot") or {}).get("predicts_silver_helps"),
                 "default_beats_gold_on_test": default["scores"]["augsbert"]["test"][metric]
                 > default["scores"]["gold_only"]["test"][metric],
@@ -130,7 +143,8 @@ def main(argv: list[str] | None = None) -> int:
     checks = [(r["pilot_predicts_helps"], r["augsbert_beats_gold_on_test"]) for r in rows
               if r["pilot_predicts_helps"] is not None]
     checks += [(r["default_pilot_predicts_helps"], r["default_beats_gold_on_test"]) for r in rows
-               if r["default_pilot_predicts_helps"] is not None]
+               if r["default_pilot_predicts_helps"] is not None
+               and r["default_setting"] != r["chosen"]]  # the same setting and pilot: counted once
     checks += [(a["predicted_helps"], a["test_delta"] > 0) for r in rows for a in r["audit"]
                if a["setting"] != r["chosen"]]  # the chosen one is counted above
     if checks:
