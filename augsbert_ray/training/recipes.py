@@ -21,6 +21,21 @@ from augsbert_ray.training.objectives import (
 )
 
 
+@contextmanager
+def _no_save_bars():
+    """Without transformers' "Writing model shards" bar: a save runs in a Ray worker, whose
+    output reaches the terminal late, below the job's own progress display."""
+    from transformers.utils import logging as hf_logging
+
+    was = hf_logging.is_progress_bar_enabled()
+    hf_logging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        if was:
+            hf_logging.enable_progress_bar()
+
+
 class Recipe(Protocol):
     def build(self, device: str) -> torch.nn.Module: ...
 
@@ -96,7 +111,8 @@ class BiEncoderRecipe:
         return OBJECTIVES[self.objective](a, b, labels)
 
     def save(self, module, out_dir: str) -> None:
-        unwrap(module).st.save(out_dir, safe_serialization=True)
+        with _no_save_bars():
+            unwrap(module).st.save(out_dir, safe_serialization=True)
 
     def lengths(self, s1: list[str], s2: list[str]) -> np.ndarray:
         """Each pair's padded length in a batch: both sentences go through one forward pass,
@@ -145,7 +161,8 @@ class CrossEncoderRecipe:
         return cross_encoder_loss(module(**enc).logits, labels)
 
     def save(self, module, out_dir: str) -> None:
-        unwrap(module).save_pretrained(out_dir, safe_serialization=True)
+        with _no_save_bars():
+            unwrap(module).save_pretrained(out_dir, safe_serialization=True)
         self._tokenizer.save_pretrained(out_dir)
 
     def lengths(self, s1: list[str], s2: list[str]) -> np.ndarray:

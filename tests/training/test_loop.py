@@ -151,15 +151,20 @@ def test_train_pairs_learns_and_is_reproducible(tiny_model, kind):
     assert any(not torch.equal(first[k], third[k]) for k in first if first[k].is_floating_point())
 
 
-def test_bi_encoder_save_loads_in_sentence_transformers(tiny_model, tmp_path):
+def test_bi_encoder_save_loads_in_sentence_transformers(tiny_model, tmp_path, capfd):
     from sentence_transformers import SentenceTransformer
+    from transformers.utils import logging as hf_logging
 
     s1, s2, labels = _toy_pairs(8)
     recipe = make_recipe("bi_encoder", model=tiny_model, max_length=32)
     module, _ = train_pairs(recipe, s1, s2, labels, HParams(epochs=1, lr=1e-3, batch_size=4, warmup_ratio=0.0, seed=0),
                             log=lambda _: None)
     out = tmp_path / "bi"
+    capfd.readouterr()
     recipe.save(module, str(out))
+    # No "Writing model shards" bar (in a Ray worker it reaches the terminal late), and the
+    # setting is as it was.
+    assert "Writing model shards" not in capfd.readouterr().err and hf_logging.is_progress_bar_enabled()
     loaded = SentenceTransformer(str(out), device="cpu")
     module.eval()
     expected = module.st.encode(s1, convert_to_numpy=True)
