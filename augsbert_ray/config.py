@@ -287,6 +287,10 @@ class EvaluationConfig(_Strict):
     # (two short Ray Tune trials). Off by default; the autopilot always runs pilots.
     pilot: bool = False
     pilot_fraction: float = Field(0.2, gt=0, le=1)
+    # The pilots predict "helps" (or "does not help") only when this share of the paired
+    # bootstrap's samples of the gain on dev lies above (or below) 0: a smaller lead is within
+    # what dev's size can tell apart, and the pilot makes no prediction.
+    pilot_confidence: float = Field(0.9, gt=0, lt=1)
     # Which bi-encoder the job ships as models/bi-encoder: the better of AugSBERT and gold-only
     # by their dev score (better; the report says which, with both scores), or AugSBERT
     # whatever its score (augsbert).

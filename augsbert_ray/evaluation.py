@@ -139,6 +139,47 @@ def binary_metrics(preds: dict[str, np.ndarray], golds: dict[str, np.ndarray]) -
 
 TASK_METRICS = {"regression": regression_metrics, "binary": binary_metrics}
 
+
+def _dev_score(task: str, pred: np.ndarray, gold: np.ndarray) -> float:
+    """The primary metric on one set as dev is scored: Spearman, or F1 at the set's best threshold."""
+    if task == "regression":
+        return spearman100(pred, gold)
+    return f1_accuracy(pred >= best_f1_threshold(pred, gold), gold)[0]
+
+
+def paired_bootstrap(task: str, pred_a: np.ndarray, pred_b: np.ndarray, gold: np.ndarray, *,
+                     resamples: int = 1000, confidence: float = 0.9, seed: int = 0) -> dict:
+    """How sure a difference between two models' scores on one labelled set is.
+
+    Both models' predictions are resampled together (the same pairs, drawn with replacement,
+    as Koehn (2004) does for translation), each sample is scored as the set itself is (for
+    binary tasks the F1 threshold is chosen again on each sample, as dev's is), and the
+    ``confidence`` interval of score(b) - score(a) is read from the samples' percentiles.
+
+    Returns:
+        ``{"difference", "low", "high", "resamples", "confidence"}``; ``low`` above 0 means b
+        is better than a beyond what the set's size can tell apart, ``high`` below 0 worse.
+        Samples on which a score is undefined (a constant sample) are left out.
+    """
+    pred_a, pred_b = np.asarray(pred_a, dtype=np.float64), np.asarray(pred_b, dtype=np.float64)
+    gold = np.asarray(gold, dtype=np.float64)
+    if not len(pred_a) == len(pred_b) == len(gold):
+        raise ValueError(f"paired predictions must cover the same pairs: {len(pred_a)}, {len(pred_b)} and "
+                         f"{len(gold)} labels")
+    if not 0 < confidence < 1:
+        raise ValueError(f"confidence must be in (0, 1), got {confidence}")
+    rng = np.random.default_rng(seed)
+    diffs = []
+    for _ in range(resamples):
+        i = rng.integers(0, len(gold), len(gold))
+        diffs.append(_dev_score(task, pred_b[i], gold[i]) - _dev_score(task, pred_a[i], gold[i]))
+    diffs = np.asarray(diffs)
+    diffs = diffs[~np.isnan(diffs)]
+    tail = (1 - confidence) / 2 * 100
+    low, high = (float(x) for x in np.percentile(diffs, [tail, 100 - tail])) if len(diffs) else (np.nan, np.nan)
+    return {"difference": _dev_score(task, pred_b, gold) - _dev_score(task, pred_a, gold), "low": low, "high": high,
+            "resamples": int(len(diffs)), "confidence": confidence}
+
 # The number that matters on a domain-adaptation target: binary targets are ranked by
 # AUC(0.05) (the paper's metric there), which needs no threshold and so no target dev set.
 TARGET_METRIC = {"regression": "spearman", "binary": "auc_0.05"}

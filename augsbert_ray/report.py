@@ -129,8 +129,8 @@ def summary_markdown(metrics: RunMetrics | dict) -> str:
         )
     pilot = metrics.get("pilot")
     if pilot:
-        verdict = {True: "the silver labels help", False: "the silver labels do not help",
-                   None: "no prediction"}[pilot["predicts_silver_helps"]]
+        verdict = pilot.get("verdict") or {True: "the silver labels help", False: "the silver labels do not help",
+                                           None: "no prediction"}[pilot["predicts_silver_helps"]]
         scores = ", ".join(f"{k} {v['dev']:.2f}" if v["dev"] is not None else f"{k} n/a"
                            for k, v in pilot["pilots"].items())
         lines.append(f"Pilot (the student after {pilot['fraction']:.0%} of its steps, {metric} on dev): {scores}: "
@@ -195,7 +195,8 @@ def auto_markdown(a: dict) -> list[str]:
     lines = [f"Autopilot: {len(a['settings'])} settings, pilots of {a['pilot_fraction']:.0%} of the student's steps "
              f"scored on dev ({m}); gold only: "
              + (f"{a['gold_only_pilot_dev']:.2f}" if a["gold_only_pilot_dev"] is not None else "n/a")
-             + f". Chose {a['chosen']}; {a['seconds']:.0f} s of the {a['budget_minutes']:g}-minute budget.", "",
+             + f". Chose {a['chosen']}; {a['seconds']:.0f} s of the {a['budget_minutes']:g}-minute budget."
+             + (f" Best silver pilot against gold only: {a['pilot_verdict']}." if a.get("pilot_verdict") else ""), "",
              f"| setting | teacher dev {m} | silver pairs | pilot dev {m} | cost, s | fate |",
              "|---|---:|---:|---:|---:|---|"]
     for r in a["settings"]:

@@ -48,6 +48,12 @@ def test_the_autopilot_chooses_on_dev_and_trains_the_choice(tmp_path, tiny_stsb,
     assert (rd / "models" / "bi-encoder" / "model.safetensors").exists()
     summary = (rd / "summary.md").read_text()
     assert "Autopilot: 4 settings" in summary and "| chosen |" in summary and "Shipped as models/bi-encoder" in summary
+    # The pilots' verdict: the best setting's pilot against gold only, paired on dev's pairs.
+    gain = a["pilot_gain"]
+    assert gain["resamples"] > 0 and gain["low"] <= gain["difference"] <= gain["high"]
+    assert gain["difference"] == pytest.approx(max(scored.values()) - a["gold_only_pilot_dev"])
+    assert a["predicts_silver_helps"] == (True if gain["low"] > 0 else False if gain["high"] < 0 else None)
+    assert f"Best silver pilot against gold only: {a['pilot_verdict']}." in summary
     search = json.loads(next((rd / "stages" / "auto").glob("*/search.json")).read_text())
     assert search["chosen"] == chosen[0]["setting"]
     # A re-run does nothing again: every setting's stages and the pilots are reused.

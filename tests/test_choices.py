@@ -96,3 +96,15 @@ def test_a_pilots_training_set_is_the_students():
         pytest.approx([1.0, 0.7, 0.2])
     assert student_training_set(gold, silver, "binary").column(schema.LABEL).to_pylist() == [1.0, 1.0, 0.0]
     assert student_training_set(None, silver, "regression").num_rows == 2  # target silver only
+
+
+@pytest.mark.parametrize("low,high,helps,words", [(0.4, 3.0, True, "the silver labels help"),
+                                                 (-3.0, -0.1, False, "the silver labels do not help"),
+                                                 (-1.2, 2.1, None, "within what dev can tell apart")])
+def test_the_pilot_predicts_only_outside_dev_noise(low, high, helps, words):
+    from augsbert_ray.stages.pilot import pilot_verdict
+
+    gain = {"difference": (low + high) / 2, "low": low, "high": high, "confidence": 0.9, "resamples": 1000}
+    got, verdict = pilot_verdict(gain)
+    assert got is helps and words in verdict and "90% interval" in verdict
+    assert pilot_verdict(None) == (None, "no prediction (a pilot has no score)")

@@ -131,7 +131,8 @@ class AutoPilot(Stage):
                   "gold_only_pilot_dev": scores.get("gold only"), "metric": pilots.result["metric"],
                   "pilot_fraction": auto.pilot_fraction, "budget_minutes": auto.budget_minutes,
                   "seconds": time.perf_counter() - started,
-                  "predicts_silver_helps": pilots.result["predicts_silver_helps"]}
+                  "predicts_silver_helps": pilots.result["predicts_silver_helps"],
+                  "pilot_verdict": pilots.result["verdict"], "pilot_gain": pilots.result["gain"]}
         (env.out / "search.json").write_text(json.dumps(result, indent=2), encoding="utf-8")
         env.log(f"[auto] chose {best['setting']} (pilot dev {best['pilot_dev']:.2f}; gold only "
                 f"{result['gold_only_pilot_dev'] if result['gold_only_pilot_dev'] is None else round(result['gold_only_pilot_dev'], 2)}) "

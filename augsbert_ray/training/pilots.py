@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass, field
 
 import pyarrow as pa
 
@@ -32,6 +32,15 @@ class PilotResult:
     total_steps: int
     train_pairs: int
     seconds: float
+    # Its prediction for every dev pair, in dev's order (for comparing pilots pair by pair); not
+    # part of ``record()``.
+    preds: tuple[float, ...] | None = field(default=None, repr=False, compare=False)
+
+    def record(self) -> dict:
+        """The pilot as a report records it (without its predictions)."""
+        out = asdict(self)
+        del out["preds"]
+        return out
 
 
 def pilot_steps(n_pairs: int, hparams: dict, fraction: float) -> tuple[int, int]:
@@ -62,7 +71,7 @@ def _pilot(config: dict, tables: dict, dev: pa.Table, steps: dict) -> None:
     preds = recipe.predict(trainer.module, *schema.pair_lists(dev)[:2], config["eval_batch_size"])
     score = task_metrics(config["task"], {"dev": preds}, {"dev": dev})["dev"][config["metric"]]
     ray.tune.report({"pilot": config["pilot"], "dev": score, "steps": trainer.step, "total_steps": trainer.total,
-                     "seconds": time.perf_counter() - t0})
+                     "seconds": time.perf_counter() - t0, "preds": [float(x) for x in preds]})
 
 
 def run_pilots(training_sets: dict[str, pa.Table], dev: pa.Table, *, kind: str, recipe: dict, hparams: dict,
@@ -83,7 +92,8 @@ def run_pilots(training_sets: dict[str, pa.Table], dev: pa.Table, *, kind: str, 
 
     Returns:
         name -> ``PilotResult`` (``dev`` None for a pilot that did not end or whose score is
-        undefined: a model that scored every dev pair the same).
+        undefined: a model that scored every dev pair the same; ``preds`` None for one that did
+        not end).
     """
     import ray.tune
 
@@ -113,5 +123,6 @@ def run_pilots(training_sets: dict[str, pa.Table], dev: pa.Table, *, kind: str, 
             m = r.metrics
             dev = None if math.isnan(float(m["dev"])) else float(m["dev"])  # NaN: it scored every pair the same
             out[m["pilot"]] = PilotResult(m["pilot"], dev, int(m["steps"]), int(m["total_steps"]),
-                                          tables[m["pilot"]].num_rows, float(m["seconds"]))
+                                          tables[m["pilot"]].num_rows, float(m["seconds"]),
+                                          tuple(float(x) for x in m["preds"]))
     return out
