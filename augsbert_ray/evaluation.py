@@ -180,6 +180,7 @@ def paired_bootstrap(task: str, pred_a: np.ndarray, pred_b: np.ndarray, gold: np
     return {"difference": _dev_score(task, pred_b, gold) - _dev_score(task, pred_a, gold), "low": low, "high": high,
             "resamples": int(len(diffs)), "confidence": confidence}
 
+
 # The number that matters on a domain-adaptation target: binary targets are ranked by
 # AUC(0.05) (the paper's metric there), which needs no threshold and so no target dev set.
 TARGET_METRIC = {"regression": "spearman", "binary": "auc_0.05"}
