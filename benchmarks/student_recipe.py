@@ -1,0 +1,202 @@
+"""The student's recipe: gold-only and AugSBERT bi-encoders for variants of how the student trains.
+
+A job's silver labels are fixed once its teacher has labelled them; what the student does with
+them (learning rate, epochs, batch size, calibrated labels, how much gold weighs against
+silver) is cheap to vary. From a finished run directory's gold pairs and silver labels, trains
+the job's student once per variant and seed, on gold alone and on gold + silver, with the
+engine's own training loop (in-process, no Ray: one process per trial, several at a time, so
+a GPU host runs many small students at once), and writes each trial's dev and test scores and
+the share of the gap to the teacher (on test) that AugSBERT closes.
+
+    python benchmarks/student_recipe.py --run-dir runs/stsb-1k-student2 --model embedded \\
+        --num-layers 2 --silver 1=efe4287c9b8ecf47 --silver 2=355fbeb735ebf9c0 \\
+        --variant base: --variant lr5e-5:lr=5e-5 --variant iso:calibration=isotonic
+
+A variant is ``NAME:key=value,...`` with keys ``lr``, ``epochs``, ``batch_size``,
+``warmup_ratio``, ``calibration`` (none or isotonic: the silver labels mapped to the gold scale
+on the teacher's dev predictions, as ``labeling.calibration`` does) and ``gold_repeat`` (gold
+pairs appear this many times in AugSBERT's training set). ``--silver SEED=FINGERPRINT`` names
+the silver stage each seed uses (a seed's semantic-search candidates depend on its gold-only
+student); each trial writes its line to ``--out``.jsonl as soon as it ends.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import multiprocessing as mp
+import os
+import sys
+import time
+from pathlib import Path
+
+KEYS = {"lr": float, "epochs": int, "batch_size": int, "warmup_ratio": float, "calibration": str, "gold_repeat": int}
+
+
+def parse_variant(text: str, base: dict) -> tuple[str, dict]:
+    """``NAME:key=value,...`` -> (name, settings over ``base``); unknown keys are named."""
+    name, _, rest = text.partition(":")
+    if not name:
+        raise SystemExit(f"--variant {text!r}: a name is needed before ':'")
+    settings = dict(base)
+    for item in filter(None, rest.split(",")):
+        key, _, value = item.partition("=")
+        if key not in KEYS or not value:
+            raise SystemExit(f"--variant {text!r}: '{item}' is not key=value with a key in {sorted(KEYS)}")
+        settings[key] = KEYS[key](value)
+    if settings["calibration"] not in ("none", "isotonic"):
+        raise SystemExit(f"--variant {text!r}: calibration must be none or isotonic")
+    return name, settings
+
+
+def _pairs(table):
+    from augsbert_ray import schema
+
+    return (table.column(schema.SENTENCE1).to_pylist(), table.column(schema.SENTENCE2).to_pylist(),
+            table.column(schema.LABEL).to_numpy().astype("float32"))
+
+
+def trial(spec: dict) -> dict:
+    """Trains one student (gold only, or gold + silver) and scores it on dev and test."""
+    import numpy as np
+    import pyarrow.parquet as pq
+    import torch
+    from scipy.stats import spearmanr
+
+    from augsbert_ray.evaluation import cosine_scores
+    from augsbert_ray.training.loop import HParams, train_pairs
+    from augsbert_ray.training.recipes import BiEncoderRecipe, unwrap
+
+    torch.set_num_threads(spec["threads"])
+    run = Path(spec["run_dir"])
+    s = spec["settings"]
+    s1, s2, y = _pairs(pq.read_table(run / "gold" / "train.parquet"))
+    s1, s2, y = list(s1), list(s2), list(y)
+    if spec["silver"]:
+        a, b, ys = _pairs(pq.read_table(run / "stages" / "silver" / spec["silver"] / "silver.parquet"))
+        if s["calibration"] == "isotonic":
+            from augsbert_ray.stages.silver import fit_calibration
+
+            dev = pq.read_table(spec["teacher_predictions"]).to_pandas()
+            dev = dev[dev["split"] == "dev"]
+            ys = fit_calibration(dev["prediction"].to_numpy(), dev["label"].to_numpy())(ys)
+        s1, s2, y = s1 * s["gold_repeat"] + a, s2 * s["gold_repeat"] + b, y * s["gold_repeat"] + list(ys)
+    hp = HParams(epochs=s["epochs"], lr=s["lr"], batch_size=s["batch_size"], warmup_ratio=s["warmup_ratio"],
+                 seed=spec["seed"], length_grouping=50)
+    recipe = BiEncoderRecipe(model=spec["model"], max_length=128, num_layers=spec["num_layers"])
+    t0 = time.perf_counter()
+    module, stats = train_pairs(recipe, s1, s2, np.asarray(y, "float32"), hp, device=spec["device"],
+                                log=lambda line: None, name=spec["name"])
+    seconds = time.perf_counter() - t0
+    scores = {}
+    for split in ("dev", "test"):
+        a, b, gold = _pairs(pq.read_table(run / "gold" / f"{split}.parquet"))
+        with torch.no_grad():
+            pred = cosine_scores(unwrap(module).st, a, b, 128)
+        scores[split] = float(spearmanr(pred, gold).statistic * 100)
+    return {"variant": spec["variant"], "seed": spec["seed"], "silver": bool(spec["silver"]), "settings": s,
+            "train_pairs": len(y), "steps": stats["steps"], "seconds": round(seconds, 1), **scores}
+
+
+def _run(spec: dict) -> dict:
+    try:
+        return trial(spec)
+    except Exception as e:  # one failed trial is reported, the others go on
+        return {"variant": spec["variant"], "seed": spec["seed"], "silver": bool(spec["silver"]), "error": repr(e)}
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--run-dir", type=Path, required=True, help="a finished run of the job (gold/ and stages/)")
+    p.add_argument("--model", default="embedded", help="the student's base model (name or path)")
+    p.add_argument("--num-layers", type=int, help="keep the model's first N layers (the job's bi_encoder.num_layers)")
+    p.add_argument("--silver", action="append", required=True, metavar="SEED=FINGERPRINT",
+                   help="the silver stage (a folder under stages/silver) each seed's AugSBERT trains on")
+    p.add_argument("--variant", action="append", default=[], metavar="NAME:key=value,...")
+    p.add_argument("--lr", type=float, default=2e-5)
+    p.add_argument("--epochs", type=int, default=1)
+    p.add_argument("--batch-size", type=int, default=16)
+    p.add_argument("--teacher-test", type=float, help="the teacher's test score x100 (default: the run's)")
+    p.add_argument("--device", default="cpu", help="cpu or cuda")
+    p.add_argument("--procs", type=int, default=1, help="trials at a time")
+    p.add_argument("--threads", type=int, default=1, help="torch threads per trial")
+    p.add_argument("--out", default="benchmarks/results/student_recipe")
+    args = p.parse_args(argv)
+
+    from augsbert_ray.models import resolve_model
+
+    base = {"lr": args.lr, "epochs": args.epochs, "batch_size": args.batch_size, "warmup_ratio": 0.1,
+            "calibration": "none", "gold_repeat": 1}
+    variants = dict(parse_variant(v, base) for v in (args.variant or ["base:"]))
+    silver = dict(item.split("=", 1) for item in args.silver)
+    teacher_dir = next((args.run_dir / "stages" / "eval_cross_encoder").iterdir())
+    teacher_test = args.teacher_test
+    if teacher_test is None:
+        teacher_test = json.loads((teacher_dir / "scores.json").read_text())["test"]["spearman"]
+    common = {"run_dir": str(args.run_dir), "model": resolve_model(args.model), "num_layers": args.num_layers,
+              "device": args.device, "threads": args.threads,
+              "teacher_predictions": str(teacher_dir / "predictions.parquet")}
+    specs, gold_keys = [], set()
+    for name, s in variants.items():
+        for seed, fp in silver.items():
+            specs.append({**common, "variant": name, "settings": s, "seed": int(seed), "silver": fp, "name": name})
+            # Gold only depends on the optimisation settings alone: one trial per distinct set.
+            key = (s["lr"], s["epochs"], s["batch_size"], s["warmup_ratio"], int(seed))
+            if key not in gold_keys:
+                gold_keys.add(key)
+                specs.append({**common, "variant": name, "settings": {**s, "calibration": "none", "gold_repeat": 1},
+                              "seed": int(seed), "silver": None, "name": f"{name} gold only"})
+    specs.sort(key=lambda sp: sp["silver"] is None)  # the long trials first
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    rows, t0 = [], time.perf_counter()
+    with mp.get_context("spawn").Pool(args.procs) as pool, open(out.with_suffix(".jsonl"), "a") as log:
+        for r in pool.imap_unordered(_run, specs):
+            rows.append(r)
+            log.write(json.dumps(r) + "\n")
+            log.flush()
+            print(f"[{time.perf_counter() - t0:6.0f}s] {len(rows)}/{len(specs)} {json.dumps(r)}", flush=True)
+
+    gold = {(r["settings"]["lr"], r["settings"]["epochs"], r["settings"]["batch_size"],
+             r["settings"]["warmup_ratio"], r["seed"]): r for r in rows if not r["silver"] and "error" not in r}
+    lines = [f"# Student recipe: {args.run_dir.name}", "",
+             f"Spearman x100 on dev and test; the gap is the teacher ({teacher_test:.2f} on test) minus gold only "
+             "trained with the same settings.", "",
+             "| variant | settings | seed | gold only dev / test | AugSBERT dev / test | gap closed (test) | train s |",
+             "|---|---|---:|---|---|---:|---:|"]
+    for r in sorted((r for r in rows if r["silver"]), key=lambda r: (list(variants).index(r["variant"]), r["seed"])):
+        if "error" in r:
+            lines.append(f"| {r['variant']} | | {r['seed']} | | failed: {r['error']} | | |")
+            continue
+        s = r["settings"]
+        g = gold.get((s["lr"], s["epochs"], s["batch_size"], s["warmup_ratio"], r["seed"]))
+        closed = (r["test"] - g["test"]) / (teacher_test - g["test"]) * 100 if g else float("nan")
+        r["gap_closed"] = closed
+        desc = ", ".join(f"{k} {v}" for k, v in s.items())
+        lines.append(f"| {r['variant']} | {desc} | {r['seed']} | {g['dev']:.2f} / {g['test']:.2f} | "
+                     f"{r['dev']:.2f} / {r['test']:.2f} | {closed:.1f}% | {r['seconds']:.0f} |" if g else
+                     f"| {r['variant']} | {desc} | {r['seed']} | | {r['dev']:.2f} / {r['test']:.2f} | | {r['seconds']:.0f} |")
+    lines.append("")
+    for name in variants:
+        closed = [r["gap_closed"] for r in rows if r.get("variant") == name and r["silver"] and "gap_closed" in r]
+        if closed:
+            lines.append(f"- {name}: mean gap closed {sum(closed) / len(closed):.1f}% over {len(closed)} seed(s)")
+    lines.append("")
+    try:
+        from augsbert_ray.report import provenance
+
+        import torch
+
+        gpu = torch.cuda.get_device_name() if args.device.startswith("cuda") else ""
+        lines += provenance("benchmarks/student_recipe.py", argv, machine=gpu)
+    except Exception as e:  # the table matters more than its footer
+        lines.append(f"(provenance unavailable: {e!r})")
+    out.with_suffix(".md").write_text("\n".join(lines), encoding="utf-8")
+    out.with_suffix(".json").write_text(json.dumps({"teacher_test": teacher_test, "rows": rows}, indent=2))
+    print("\n".join(lines))
+    return 0
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    sys.exit(main())
