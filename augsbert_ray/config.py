@@ -164,11 +164,23 @@ class BiEncoderConfig(_Strict):
     # Seed of the bi-encoders' initialisation and data order; null: the job's seed. A seed
     # sweep over this key reuses the cross-encoder and (except semantic search) the candidates.
     seed: int | None = None
+    # How many times each gold pair appears in AugSBERT's training set (gold + silver; its
+    # pilot's too). Silver pairs often outnumber gold 20 to 1; repeating the gold keeps the
+    # labels the student can trust from being drowned out. Only AugSBERT reads it: a change
+    # reuses the gold-only bi-encoder, the candidates and the silver labels.
+    # benchmarks/results/student_recipe_stsb1k.md measures 1, 3, 5 and 10.
+    gold_repeat: int = Field(1, gt=0)
 
     def resolved_objective(self, task: str) -> str:
-        if self.objective != "auto":
-            return self.objective
-        return "softmax" if task == "binary" else "cosine"
+        return resolved_objective(self.objective, task)
+
+
+def resolved_objective(objective: str, task: str) -> str:
+    """The bi-encoder's objective: ``objective`` unless auto, which is cosine for regression
+    and softmax over (u, v, |u-v|) for binary tasks (SBERT)."""
+    if objective != "auto":
+        return objective
+    return "softmax" if task == "binary" else "cosine"
 
 
 class FaissConfig(_Strict):

@@ -87,7 +87,7 @@ def test_the_autopilot_tries_every_combination_teachers_first(tmp_path):
 
 
 def test_a_pilots_training_set_is_the_students():
-    from augsbert_ray.stages.pilot import student_training_set
+    from augsbert_ray.stages.student import student_training_set
 
     gold = pa.table({schema.SENTENCE1: ["a"], schema.SENTENCE2: ["b"], schema.LABEL: pa.array([1.0], pa.float32())})
     silver = pa.table({schema.SENTENCE1: ["c", "d"], schema.SENTENCE2: ["e", "f"],
@@ -96,6 +96,10 @@ def test_a_pilots_training_set_is_the_students():
         pytest.approx([1.0, 0.7, 0.2])
     assert student_training_set(gold, silver, "binary").column(schema.LABEL).to_pylist() == [1.0, 1.0, 0.0]
     assert student_training_set(None, silver, "regression").num_rows == 2  # target silver only
+    # gold_repeat: each gold pair that many times beside the silver; alone, gold is not repeated
+    assert student_training_set(gold, silver, "regression", 3).column(schema.SENTENCE1).to_pylist() == \
+        ["a", "a", "a", "c", "d"]
+    assert student_training_set(gold, None, "regression", 3).num_rows == 1
 
 
 @pytest.mark.parametrize("low,high,helps,words", [(0.4, 3.0, True, "the silver labels help"),

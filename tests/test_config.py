@@ -171,7 +171,7 @@ def test_a_section_given_twice_is_an_error_naming_both_lines(tmp_path):
 
 @pytest.mark.parametrize(("text", "key", "hint"), [
     ("bi_encoder: {epochz: 2}\n", "bi_encoder.epochz", "did you mean 'epochs'? (valid keys under bi_encoder: "
-                                                       "batch_size, epochs, lr, "),
+                                                       "batch_size, epochs, gold_repeat, lr, "),
     ("samplng: {top_k: 2}\n", "samplng", "did you mean 'sampling'? (valid keys: auto, bi_encoder, cross_encoder, data,"),
     ("sampling: {faiss: {nlist: 3}}\n", "sampling.faiss.nlist", "did you mean 'ivf_nlist'?"),
     ("bi_encoder: {zzz: 2}\n", "bi_encoder.zzz", "unknown key (valid keys under bi_encoder: batch_size,"),

@@ -251,6 +251,10 @@ MUST = [
     ("ss", "evaluation.shipping=augsbert", set()),  # which model is shipped: decided every run, trains nothing
     ("ss", "auto.budget_minutes=5", set()),  # the autopilot is off: nothing reads it
     ("ss", "evaluation.pilot=true", {"pilot"}),  # a check beside the job: nothing else changes
+    # gold's weight in AugSBERT's training set: the gold-only model, so the semantic-search
+    # candidates and their labels, stay
+    ("ss", "bi_encoder.gold_repeat=3", {"augsbert", "eval_augsbert"}),
+    ("adaptation", "bi_encoder.gold_repeat=3", set()),  # target silver alone: no gold to repeat
     ("ss", "training.length_grouping=0", {"cross_encoder", "eval_cross_encoder", "gold_only", "eval_gold_only",
                                           "silver", "augsbert", "eval_augsbert"}),
 ]

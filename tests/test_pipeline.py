@@ -164,6 +164,23 @@ def test_a_rerun_reuses_finished_stages_and_a_changed_setting_trains_from_scratc
     assert _sha256(rd / "models/bi-encoder-augsbert/model.safetensors") == first["augsbert"]  # republished
 
 
+def test_gold_repeat_retrains_only_augsbert_on_gold_repeated(finished_run, tmp_path):
+    import shutil
+
+    cfg, _, metrics, _ = finished_run
+    rd = tmp_path / "run"
+    shutil.copytree(cfg.resolved_run_dir, rd)
+    changed = cfg.model_copy(update={"run_dir": str(rd),
+                                     "bi_encoder": cfg.bi_encoder.model_copy(update={"gold_repeat": 3})})
+    again = run_job(changed, log=lambda line: None)
+    assert {"gold_only", "candidates", "silver"} <= set(again.stages_reused)
+    assert "augsbert" not in again.stages_reused
+    silver, gold = metrics.sampling["silver"], metrics.data["train"]
+    assert metrics.stage("augsbert").result["train_pairs"] == silver + gold
+    assert again.stage("augsbert").result["train_pairs"] == silver + 3 * gold
+    assert again.scores["gold_only"] == metrics.scores["gold_only"]
+
+
 def test_teacher_check_stops_when_asked(tmp_path):
     from augsbert_ray.errors import TeacherCheckError
     from augsbert_ray.runner import Runner

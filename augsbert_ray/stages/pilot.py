@@ -22,19 +22,7 @@ from augsbert_ray import schema
 from augsbert_ray.evaluation import PRIMARY_METRIC
 from augsbert_ray.runtime import per_worker_cpus
 from augsbert_ray.stages.base import Declaration, Stage
-from augsbert_ray.stages.student import silver_artifact
-
-
-def student_training_set(gold: pa.Table | None, silver: pa.Table | None, task: str) -> pa.Table:
-    """What the AugSBERT student trains on: gold (if mixed) + silver (classes at 0.5 for binary tasks)."""
-    parts = [] if gold is None else [gold.select(schema.PAIR_COLUMNS)]
-    if silver is not None:
-        silver = silver.select(schema.PAIR_COLUMNS)
-        if task == "binary":  # the teacher's score becomes a class, as gold's are
-            classes = pa.array(silver.column(schema.LABEL).to_numpy() >= 0.5, pa.float32())
-            silver = silver.set_column(2, silver.schema.field(schema.LABEL), classes)
-        parts.append(silver)
-    return pa.concat_tables(parts)
+from augsbert_ray.stages.student import silver_artifact, student_training_set
 
 
 class Pilot(Stage):
@@ -86,7 +74,8 @@ class Pilot(Stage):
         names = {"silver": "gold + silver" if mix else "silver"} if own else {k: k for k in self.silver_sets}
         sets = {"gold only": student_training_set(gold, None, task)}
         for key, label in names.items():
-            sets[label] = student_training_set(gold if mix else None, inputs.table(f"silver:{key}"), task)
+            sets[label] = student_training_set(gold if mix else None, inputs.table(f"silver:{key}"), task,
+                                               b.gold_repeat)
         metric = PRIMARY_METRIC[task]
         results = run_pilots(
             sets, inputs.table("dev"), kind="bi_encoder",

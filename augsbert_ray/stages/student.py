@@ -16,6 +16,7 @@ import numpy as np
 import pyarrow as pa
 
 from augsbert_ray import schema
+from augsbert_ray.config import resolved_objective
 from augsbert_ray.evaluation import PRIMARY_METRIC
 from augsbert_ray.stages.base import Declaration, Stage
 from augsbert_ray.schema import PAIR_COLUMNS
@@ -28,6 +29,32 @@ ROLES = ("gold_only", "target_gold", "augsbert")
 def silver_artifact(cfg) -> str:
     """The silver labels the student trains on: the teacher's, or their calibrated form."""
     return "silver/silver.parquet" if cfg.labeling.calibration == "none" else "calibrate/silver.parquet"
+
+
+def student_training_set(gold: pa.Table | None, silver: pa.Table | None, task: str,
+                         gold_repeat: int = 1) -> pa.Table:
+    """What a bi-encoder trains on: the gold pairs (each ``gold_repeat`` times when silver joins
+    them) and the silver pairs, whose scores become classes at 0.5 for binary tasks."""
+    if gold is None and silver is None:
+        raise ValueError("a training set needs gold or silver pairs")
+    parts = [] if gold is None else [gold.select(PAIR_COLUMNS)] * (gold_repeat if silver is not None else 1)
+    if silver is not None:
+        silver = silver.select(PAIR_COLUMNS)
+        if task == "binary":  # the teacher's score becomes a class, as gold's are
+            classes = pa.array(silver.column(schema.LABEL).to_numpy() >= 0.5, pa.float32())
+            silver = silver.set_column(2, silver.schema.field(schema.LABEL), classes)
+        parts.append(silver)
+    return pa.concat_tables(parts)
+
+
+def bi_encoder_reads(uses_gold_repeat: bool) -> list[str]:
+    """The ``bi_encoder`` keys a stage depends on: the whole section where it trains on gold +
+    silver, else every key but ``gold_repeat`` (so changing it keeps the gold-only model)."""
+    from augsbert_ray.config import BiEncoderConfig
+
+    if uses_gold_repeat:
+        return ["bi_encoder"]
+    return [f"bi_encoder.{k}" for k in BiEncoderConfig.model_fields if k != "gold_repeat"]
 
 
 def mixes_gold(cfg) -> bool:
@@ -54,7 +81,10 @@ class Student(Stage):
             n = results.get("gold", {}).get("train")
         else:
             silver = results.get("silver", {}).get("silver")
-            n = None if silver is None else silver + (results["gold"]["train"] if mixes_gold(cfg) else 0)
+            if silver is None:
+                n = None
+            else:
+                n = silver + (results["gold"]["train"] * cfg.bi_encoder.gold_repeat if mixes_gold(cfg) else 0)
         return None if not n else (planned_steps(cfg.bi_encoder, n, cfg.training), "steps", "bi_encoder step")
 
     def __init__(self, role: str):
@@ -64,7 +94,8 @@ class Student(Stage):
 
     def declare(self, cfg) -> Declaration:
         # Which task's objective it trains with: the source task, or the target's for the upper bound.
-        reads = ["seed", "bi_encoder", "training", "task", "seed_search.enabled", "seed_search.targets"]
+        mixed = self.name == "augsbert" and mixes_gold(cfg)
+        reads = ["seed", *bi_encoder_reads(mixed), "training", "task", "seed_search.enabled", "seed_search.targets"]
         inputs = {}
         if self.name == "target_gold":
             reads.append("target.task")
@@ -84,23 +115,16 @@ class Student(Stage):
     def run(self, inputs, settings, env) -> dict:
         b = settings.bi_encoder
         task = (settings.target.task or settings.task) if self.name == "target_gold" else settings.task
-        parts = []
-        if "gold" in inputs:
-            parts.append(inputs.table("gold").select(PAIR_COLUMNS))
-        if "target_pairs" in inputs:
-            parts.append(inputs.table("target_pairs").select(PAIR_COLUMNS))
-        if "silver" in inputs:
-            silver = inputs.table("silver").select(PAIR_COLUMNS)
-            if settings.task == "binary":  # the teacher's score becomes a class, as gold's are
-                classes = pa.array(silver.column(schema.LABEL).to_numpy() >= 0.5, pa.float32())
-                silver = silver.set_column(2, silver.schema.field(schema.LABEL), classes)
-            parts.append(silver)
-        train = pa.concat_tables(parts)
+        gold = inputs.table("target_pairs" if "target_pairs" in inputs else "gold") if (
+            "gold" in inputs or "target_pairs" in inputs) else None
+        silver = inputs.table("silver") if "silver" in inputs else None
+        repeat = b.gold_repeat if silver is not None and gold is not None else 1
+        train = student_training_set(gold, silver, settings.task, repeat)
         search = "dev" in inputs
         stats = fit_encoder(
             "bi_encoder", train, inputs.table("dev").select(PAIR_COLUMNS) if search else None,
             recipe={"model": env.base_model(b.model), "max_length": b.max_length, "num_layers": b.num_layers,
-                    "objective": b.resolved_objective(task)},
+                    "objective": resolved_objective(b.objective, task)},
             hparams=hparams(b, settings.seed, settings.training), training=settings.training,
             seed_search=settings.seed_search if search else None, searched=search, task=settings.task,
             metric=PRIMARY_METRIC[settings.task], eval_batch_size=settings.evaluation.batch_size if search else 64,
