@@ -16,8 +16,6 @@ lead that size is within what 408 pairs can tell apart.
 
 from __future__ import annotations
 
-import pyarrow as pa
-
 from augsbert_ray import schema
 from augsbert_ray.evaluation import PRIMARY_METRIC
 from augsbert_ray.runtime import per_worker_cpus
