@@ -77,9 +77,10 @@ def trial(spec: dict) -> dict:
         if s["calibration"] == "isotonic":
             from augsbert_ray.stages.silver import fit_calibration
 
-            dev = pq.read_table(spec["teacher_predictions"]).to_pandas()
-            dev = dev[dev["split"] == "dev"]
-            ys = fit_calibration(dev["prediction"].to_numpy(), dev["label"].to_numpy())(ys)
+            pred = pq.read_table(spec["teacher_predictions"])
+            dev = np.asarray(pred.column("split").to_pylist()) == "dev"
+            fitted = fit_calibration(pred.column("prediction").to_numpy()[dev], pred.column("label").to_numpy()[dev])
+            ys = fitted(ys)
         s1, s2, y = s1 * s["gold_repeat"] + a, s2 * s["gold_repeat"] + b, y * s["gold_repeat"] + list(ys)
     hp = HParams(epochs=s["epochs"], lr=s["lr"], batch_size=s["batch_size"], warmup_ratio=s["warmup_ratio"],
                  seed=spec["seed"], length_grouping=50)
