@@ -16,7 +16,7 @@ import numpy as np
 import pyarrow as pa
 
 from augsbert_ray import schema
-from augsbert_ray.config import resolved_objective
+from augsbert_ray.config import BiEncoderConfig, resolved_objective
 from augsbert_ray.evaluation import PRIMARY_METRIC
 from augsbert_ray.stages.base import Declaration, Stage
 from augsbert_ray.schema import PAIR_COLUMNS
@@ -50,8 +50,6 @@ def student_training_set(gold: pa.Table | None, silver: pa.Table | None, task: s
 def bi_encoder_reads(uses_gold_repeat: bool) -> list[str]:
     """The ``bi_encoder`` keys a stage depends on: the whole section where it trains on gold +
     silver, else every key but ``gold_repeat`` (so changing it keeps the gold-only model)."""
-    from augsbert_ray.config import BiEncoderConfig
-
     if uses_gold_repeat:
         return ["bi_encoder"]
     return [f"bi_encoder.{k}" for k in BiEncoderConfig.model_fields if k != "gold_repeat"]
@@ -115,8 +113,7 @@ class Student(Stage):
     def run(self, inputs, settings, env) -> dict:
         b = settings.bi_encoder
         task = (settings.target.task or settings.task) if self.name == "target_gold" else settings.task
-        gold = inputs.table("target_pairs" if "target_pairs" in inputs else "gold") if (
-            "gold" in inputs or "target_pairs" in inputs) else None
+        gold = next((inputs.table(k) for k in ("target_pairs", "gold") if k in inputs), None)
         silver = inputs.table("silver") if "silver" in inputs else None
         repeat = b.gold_repeat if silver is not None and gold is not None else 1
         train = student_training_set(gold, silver, settings.task, repeat)
