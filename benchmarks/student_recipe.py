@@ -3,10 +3,11 @@
 A job's silver labels are fixed once its teacher has labelled them; what the student does with
 them (learning rate, epochs, batch size, calibrated labels, how much gold weighs against
 silver) is cheap to vary. From a finished run directory's gold pairs and silver labels, trains
-the job's student once per variant and seed, on gold alone and on gold + silver, with the
-engine's own training loop (in-process, no Ray: one process per trial, several at a time, so
-a GPU host runs many small students at once), and writes each trial's dev and test scores and
-the share of the gap to the teacher (on test) that AugSBERT closes.
+the job's student (a regression job's: cosine loss, Spearman) once per variant and seed, on
+gold alone and on gold + silver as the job's stages build them, with the engine's own
+training loop (in-process, no Ray: one process per trial, several at a time, so a GPU host
+runs many small students at once), and writes each trial's dev and test scores and the share
+of the gap to the teacher (on test) that AugSBERT closes.
 
     python benchmarks/student_recipe.py --run-dir runs/stsb-1k-student2 --model embedded \\
         --num-layers 2 --silver 1=efe4287c9b8ecf47 --silver 2=355fbeb735ebf9c0 \\
@@ -59,34 +60,39 @@ def _pairs(table):
 def trial(spec: dict) -> dict:
     """Trains one student (gold only, or gold + silver) and scores it on dev and test."""
     import numpy as np
+    import pyarrow as pa
     import pyarrow.parquet as pq
     import torch
     from scipy.stats import spearmanr
 
+    from augsbert_ray import schema
     from augsbert_ray.evaluation import cosine_scores
+    from augsbert_ray.stages.student import student_training_set
     from augsbert_ray.training.loop import HParams, train_pairs
     from augsbert_ray.training.recipes import BiEncoderRecipe, unwrap
 
     torch.set_num_threads(spec["threads"])
     run = Path(spec["run_dir"])
     s = spec["settings"]
-    s1, s2, y = _pairs(pq.read_table(run / "gold" / "train.parquet"))
-    s1, s2, y = list(s1), list(s2), list(y)
+    silver = None
     if spec["silver"]:
-        a, b, ys = _pairs(pq.read_table(run / "stages" / "silver" / spec["silver"] / "silver.parquet"))
+        silver = pq.read_table(run / "stages" / "silver" / spec["silver"] / "silver.parquet")
         if s["calibration"] == "isotonic":
             from augsbert_ray.stages.silver import fit_calibration
 
             pred = pq.read_table(spec["teacher_predictions"])
             dev = np.asarray(pred.column("split").to_pylist()) == "dev"
             fitted = fit_calibration(pred.column("prediction").to_numpy()[dev], pred.column("label").to_numpy()[dev])
-            ys = fitted(ys)
-        s1, s2, y = s1 * s["gold_repeat"] + a, s2 * s["gold_repeat"] + b, y * s["gold_repeat"] + list(ys)
+            i = silver.schema.get_field_index(schema.LABEL)
+            silver = silver.set_column(i, silver.schema.field(i), pa.array(fitted(silver.column(i).to_numpy())))
+    # The training set exactly as the job's AugSBERT (or gold-only) stage builds it.
+    train = student_training_set(pq.read_table(run / "gold" / "train.parquet"), silver, "regression", s["gold_repeat"])
+    s1, s2, y = _pairs(train)
     hp = HParams(epochs=s["epochs"], lr=s["lr"], batch_size=s["batch_size"], warmup_ratio=s["warmup_ratio"],
                  seed=spec["seed"], length_grouping=50)
     recipe = BiEncoderRecipe(model=spec["model"], max_length=128, num_layers=spec["num_layers"])
     t0 = time.perf_counter()
-    module, stats = train_pairs(recipe, s1, s2, np.asarray(y, "float32"), hp, device=spec["device"],
+    module, stats = train_pairs(recipe, s1, s2, y, hp, device=spec["device"],
                                 log=lambda line: None, name=spec["name"])
     seconds = time.perf_counter() - t0
     scores = {}
