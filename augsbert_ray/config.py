@@ -328,6 +328,10 @@ class AutoConfig(_Strict):
     strategies: list[Strategy] = ["bm25", "bm25+ss"]
     top_k: list[PositiveInt] = [3, 10]  # neighbours per sentence tried (bm25, ss, bm25+ss)
     calibration: list[Literal["none", "isotonic"]] = ["none", "isotonic"]
+    # How many times AugSBERT's training set counts each gold pair (bi_encoder.gold_repeat),
+    # tried with every setting above; null: the job's own value only. Only the pilots differ:
+    # the teachers, candidates and labels are shared, and the gold-only pilot is the same.
+    gold_repeat: list[PositiveInt] | None = None
     pilot_fraction: float = Field(0.2, gt=0, le=1)  # of the student's training steps
 
     @model_validator(mode="after")
@@ -335,6 +339,8 @@ class AutoConfig(_Strict):
         for name in ("teacher_recipes", "strategies", "top_k", "calibration"):
             if not getattr(self, name):
                 raise ValueError(f"{name}: give at least one to try")
+        if self.gold_repeat is not None and not self.gold_repeat:
+            raise ValueError("gold_repeat: give at least one to try, or null for the job's own")
         for epochs, lr in self.teacher_recipes:
             if not lr > 0:
                 raise ValueError(f"teacher_recipes: the learning rate of ({epochs}, {lr}) must be above 0")

@@ -42,7 +42,8 @@ def setting_label(job: str, overrides: list[str]) -> str:
     cfg = load_job(job, overrides)
     c = cfg.cross_encoder
     own = cfg.auto.model_copy(update={"teacher_recipes": [(c.epochs, c.lr)], "strategies": [cfg.sampling.strategy],
-                                      "top_k": [cfg.sampling.top_k], "calibration": [cfg.labeling.calibration]})
+                                      "top_k": [cfg.sampling.top_k], "calibration": [cfg.labeling.calibration],
+                                      "gold_repeat": cfg.auto.gold_repeat and [cfg.bi_encoder.gold_repeat]})
     return settings_to_try(own)[0].label
 
 

@@ -1,5 +1,6 @@
-"""The autopilot on tiny data: settings tried with pilots, the best on dev trained to the end,
-every shared artifact made once, and the run directory reused on a re-run."""
+"""The autopilot on tiny data: settings tried with pilots (gold's weight among them), the best
+on dev trained to the end, every shared artifact made once, and the run directory reused on a
+re-run."""
 
 from __future__ import annotations
 
@@ -21,14 +22,18 @@ def test_the_autopilot_chooses_on_dev_and_trains_the_choice(tmp_path, tiny_stsb,
         "bi_encoder": {"model": tiny_model, "epochs": 1, "batch_size": 8, "lr": 1e-4},
         "labeling": {"block_size": 64, "micro_batch_size": 16}, "evaluation": {"batch_size": 16},
         "auto": {"enabled": True, "teacher_recipes": [[1, 1e-4]], "strategies": ["bm25"], "top_k": [1, 2],
-                 "calibration": ["none", "isotonic"], "pilot_fraction": 0.5},
+                 "calibration": ["none", "isotonic"], "gold_repeat": [1, 2], "pilot_fraction": 0.5},
     })
     lines = []
     m = run_job(cfg, log=lines.append)
     a = m.auto
     assert [r["setting"] for r in a["settings"]] == [
-        "teacher 1x0.0001, bm25 top-1, calibration none", "teacher 1x0.0001, bm25 top-1, calibration isotonic",
-        "teacher 1x0.0001, bm25 top-2, calibration none", "teacher 1x0.0001, bm25 top-2, calibration isotonic"]
+        f"teacher 1x0.0001, bm25 top-{k}, calibration {c}, gold x{r}"
+        for k in (1, 2) for c in ("none", "isotonic") for r in (1, 2)]
+    # Gold's weight changes only the pilot: gold counted twice beside the same silver.
+    gold = m.data["train"]
+    for x1, x2 in zip(a["settings"][::2], a["settings"][1::2]):
+        assert x2["silver"] == x1["silver"] and x2["pilot_train_pairs"] - x1["pilot_train_pairs"] == gold
     scored = {r["setting"]: r["pilot_dev"] for r in a["settings"]}
     assert all(v is not None for v in scored.values()) and a["gold_only_pilot_dev"] is not None
     chosen = [r for r in a["settings"] if r["fate"] == "chosen"]
@@ -41,13 +46,14 @@ def test_the_autopilot_chooses_on_dev_and_trains_the_choice(tmp_path, tiny_stsb,
     assert len(list((rd / "stages" / "silver").iterdir())) == 2
     assert {"cross_encoder", "candidates", "silver"} <= set(m.stages_reused)  # made by the search, reused
     assert m.sampling["top_k"] == chosen[0]["overrides"]["sampling.top_k"]
+    assert m.stage("augsbert").result["train_pairs"] == chosen[0]["pilot_train_pairs"]  # gold repeated as chosen
     assert ("calibrate" in m.stage_seconds) == (chosen[0]["overrides"]["labeling.calibration"] == "isotonic")
     # Never a regression against gold only on dev: the shipped model is the better one there.
     s = m.shipped
     assert s["shipped"] == ("augsbert" if s["augsbert_dev"] >= s["gold_only_dev"] else "gold_only")
     assert (rd / "models" / "bi-encoder" / "model.safetensors").exists()
     summary = (rd / "summary.md").read_text()
-    assert "Autopilot: 4 settings" in summary and "| chosen |" in summary and "Shipped as models/bi-encoder" in summary
+    assert "Autopilot: 8 settings" in summary and "| chosen |" in summary and "Shipped as models/bi-encoder" in summary
     # The pilots' verdict: the best setting's pilot against gold only, paired on dev's pairs.
     gain = a["pilot_gain"]
     assert gain["resamples"] > 0 and gain["low"] <= gain["difference"] <= gain["high"]

@@ -82,8 +82,27 @@ def test_the_autopilot_tries_every_combination_teachers_first(tmp_path):
     assert (job.cross_encoder.epochs, job.cross_encoder.lr, job.sampling.top_k, job.labeling.calibration) == \
         (8, 5e-5, 10, "isotonic")
     assert not job.auto.enabled and job.data == cfg.data  # a plain job of its own
+    assert all("bi_encoder.gold_repeat" not in s.overrides and "gold x" not in s.label for s in tried)
     with pytest.raises(Exception, match="at least one"):
         _cfg(tmp_path, auto={"enabled": True, "top_k": []})
+    with pytest.raises(Exception, match="gold_repeat: give at least one"):
+        _cfg(tmp_path, auto={"enabled": True, "gold_repeat": []})
+
+
+def test_the_autopilot_tries_gold_repeat_innermost(tmp_path):
+    from augsbert_ray.stages.auto import settings_to_try
+
+    cfg = _cfg(tmp_path, auto={"enabled": True, "teacher_recipes": [[4, 2e-5]], "strategies": ["bm25"],
+                               "top_k": [3, 10], "calibration": ["none"], "gold_repeat": [1, 3]})
+    tried = settings_to_try(cfg.auto)
+    assert [s.label for s in tried] == [
+        "teacher 4x2e-05, bm25 top-3, calibration none, gold x1", "teacher 4x2e-05, bm25 top-3, calibration none, gold x3",
+        "teacher 4x2e-05, bm25 top-10, calibration none, gold x1", "teacher 4x2e-05, bm25 top-10, calibration none, gold x3"]
+    jobs = [s.apply(cfg) for s in tried]
+    assert [j.bi_encoder.gold_repeat for j in jobs] == [1, 3, 1, 3]
+    assert [j.sampling.top_k for j in jobs] == [3, 3, 10, 10]
+    with pytest.raises(Exception, match="greater than 0"):
+        _cfg(tmp_path, auto={"enabled": True, "gold_repeat": [0]})
 
 
 def test_a_pilots_training_set_is_the_students():

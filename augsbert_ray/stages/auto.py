@@ -2,13 +2,16 @@
 
 What decides whether AugSBERT helps is mostly the user's guesses: the teacher's recipe, the
 sampling strategy, how many neighbours per sentence, whether the teacher's scores need
-mapping to the gold scale. The autopilot tries the combinations in ``auto`` (each teacher
-recipe x strategy x top-k x calibration), in that order, until ``auto.budget_minutes`` is
-spent: for each it runs the stages that setting needs (teacher, candidates, labels,
-calibration) as the job itself would, so every artifact is shared through the stages'
-fingerprints (one teacher per recipe, candidates once per strategy and amount, labels once
-per teacher and candidates), and then trains one short pilot of the student per setting, and
-one on gold alone, as Ray Tune trials (``training.pilots``). The teacher is chosen by what
+mapping to the gold scale, how much gold weighs beside the silver. The autopilot tries the
+combinations in ``auto`` (each teacher recipe x strategy x top-k x calibration x gold
+repeat), in that order, until ``auto.budget_minutes`` is spent: for each it runs the stages
+that setting needs (teacher, candidates, labels, calibration) as the job itself would, so
+every artifact is shared through the stages' fingerprints (one teacher per recipe,
+candidates once per strategy and amount, labels once per teacher and candidates; settings
+that differ only in gold repeat share them all), and then trains one short pilot of the
+student per setting, and one on gold alone, as Ray Tune trials (``training.pilots``). A
+setting's pilot trains on its own training set (gold repeated as it says, then its silver)
+for the same fraction of its own run's steps. The teacher is chosen by what
 the student reaches with its labels, not by its own dev score. The best setting on dev
 becomes the job's, and the job trains it to the end; the report lists every setting with its
 pilot's dev score, what it cost and its fate.
@@ -46,14 +49,19 @@ class Setting:
 
 
 def settings_to_try(auto) -> list[Setting]:
-    """Every combination of ``auto``'s lists, teacher recipes outermost (its most costly part)."""
+    """Every combination of ``auto``'s lists, teacher recipes outermost (its most costly part)
+    and gold's weight innermost (it changes only the pilot)."""
     out = []
-    for (epochs, lr), strategy, k, calibration in itertools.product(auto.teacher_recipes, auto.strategies,
-                                                                     auto.top_k, auto.calibration):
+    repeats = auto.gold_repeat or [None]  # None: the job's own bi_encoder.gold_repeat
+    for (epochs, lr), strategy, k, calibration, repeat in itertools.product(
+            auto.teacher_recipes, auto.strategies, auto.top_k, auto.calibration, repeats):
         label = f"teacher {epochs}x{lr:g}, {strategy} top-{k}, calibration {calibration}"
-        out.append(Setting(label, {"cross_encoder.epochs": epochs, "cross_encoder.lr": lr,
-                                   "sampling.strategy": strategy, "sampling.top_k": k,
-                                   "labeling.calibration": calibration}))
+        overrides = {"cross_encoder.epochs": epochs, "cross_encoder.lr": lr, "sampling.strategy": strategy,
+                     "sampling.top_k": k, "labeling.calibration": calibration}
+        if repeat is not None:
+            label += f", gold x{repeat}"
+            overrides["bi_encoder.gold_repeat"] = repeat
+        out.append(Setting(label, overrides))
     return out
 
 
@@ -84,7 +92,7 @@ class AutoPilot(Stage):
         report = env.reporter(local=True)
         if report is not None:
             report.set_total(len(candidates), unit="settings")
-        tried, records = {}, []
+        tried, gold_repeat, records = {}, {}, []
         for setting in candidates:
             if time.perf_counter() - started > budget:
                 records.append({"setting": setting.label, "overrides": setting.overrides,
@@ -105,6 +113,8 @@ class AutoPilot(Stage):
             key = f"auto/{len(tried)}"
             runner.artifacts[key] = child.artifacts[silver_artifact(cfg)]
             tried[setting.label] = key
+            if "bi_encoder.gold_repeat" in setting.overrides:  # searched; otherwise the job's own
+                gold_repeat[setting.label] = cfg.bi_encoder.gold_repeat
             teacher_dev = child.done["eval_cross_encoder"].result["scores"]["dev"]
             records.append({"setting": setting.label, "overrides": setting.overrides, "fate": "piloted",
                             "seconds": seconds, "teacher_dev": teacher_dev,
@@ -112,12 +122,15 @@ class AutoPilot(Stage):
             if report is not None:
                 report.advance(1)
         pilot_runner = runner.child(runner.cfg, log_prefix="[auto] ")
-        pilots = pilot_runner.run(Pilot(mixes_gold(runner.cfg), silver_sets=tried, fraction_key="auto.pilot_fraction"))
+        pilots = pilot_runner.run(Pilot(mixes_gold(runner.cfg), silver_sets=tried, gold_repeat=gold_repeat,
+                                        fraction_key="auto.pilot_fraction"))
         scores = {k: v["dev"] for k, v in pilots.result["pilots"].items()}
         for r in records:
             if r["setting"] in scores:
+                pilot = pilots.result["pilots"][r["setting"]]
                 r["pilot_dev"] = scores[r["setting"]]
-                r["seconds"] += pilots.result["pilots"][r["setting"]]["seconds"]
+                r["seconds"] += pilot["seconds"]
+                r["pilot_train_pairs"] = pilot["train_pairs"]
         scored = [r for r in records if r.get("pilot_dev") is not None]
         if not scored:
             raise RuntimeError("the autopilot could not score any setting (every pilot failed or the budget "

@@ -31,6 +31,8 @@ class Pilot(Stage):
             ``target.mix_source_gold``) rather than silver alone.
         silver_sets: pilot name -> artifact id of a silver set (the autopilot's candidate
             settings); None: the job's own silver labels, as "gold + silver" (or "silver").
+        gold_repeat: pilot name -> how many times its training set counts each gold pair
+            (the autopilot's settings); a pilot not named: ``bi_encoder.gold_repeat``.
         fraction_key: the config key holding the fraction of the steps a pilot trains.
     """
 
@@ -39,9 +41,10 @@ class Pilot(Stage):
     unit = "pilots"
 
     def __init__(self, mix: bool = True, silver_sets: dict[str, str] | None = None,
-                 fraction_key: str = "evaluation.pilot_fraction"):
+                 gold_repeat: dict[str, int] | None = None, fraction_key: str = "evaluation.pilot_fraction"):
         self.mix = mix
         self.silver_sets = silver_sets
+        self.gold_repeat = dict(gold_repeat or {})
         self.fraction_key = fraction_key
 
     def _fraction(self, settings) -> float:
@@ -56,7 +59,8 @@ class Pilot(Stage):
         silver = self.silver_sets if self.silver_sets is not None else {"silver": silver_artifact(cfg)}
         return Declaration(reads=tuple(reads), inputs={"gold": "gold/train.parquet", "dev": "gold/dev.parquet",
                                                        **{f"silver:{k}": v for k, v in silver.items()}},
-                           outputs=("pilots.json",))
+                           outputs=("pilots.json",),
+                           extra={"gold_repeat": self.gold_repeat} if self.gold_repeat else None)
 
     def run(self, inputs, settings, env) -> dict:
         import json
@@ -73,7 +77,7 @@ class Pilot(Stage):
         sets = {"gold only": student_training_set(gold, None, task)}
         for key, label in names.items():
             sets[label] = student_training_set(gold if mix else None, inputs.table(f"silver:{key}"), task,
-                                               b.gold_repeat)
+                                               self.gold_repeat.get(key, b.gold_repeat))
         metric = PRIMARY_METRIC[task]
         results = run_pilots(
             sets, inputs.table("dev"), kind="bi_encoder",
