@@ -140,21 +140,24 @@ def binary_metrics(preds: dict[str, np.ndarray], golds: dict[str, np.ndarray]) -
 TASK_METRICS = {"regression": regression_metrics, "binary": binary_metrics}
 
 
-def _dev_score(task: str, pred: np.ndarray, gold: np.ndarray) -> float:
-    """The primary metric on one set as dev is scored: Spearman, or F1 at the set's best threshold."""
+def _set_score(task: str, pred: np.ndarray, gold: np.ndarray, threshold: float | None = None) -> float:
+    """The primary metric on one set: Spearman, or F1 at ``threshold`` (None: the set's best, as
+    dev is scored)."""
     if task == "regression":
         return spearman100(pred, gold)
-    return f1_accuracy(pred >= best_f1_threshold(pred, gold), gold)[0]
+    return f1_accuracy(pred >= (best_f1_threshold(pred, gold) if threshold is None else threshold), gold)[0]
 
 
 def paired_bootstrap(task: str, pred_a: np.ndarray, pred_b: np.ndarray, gold: np.ndarray, *,
-                     resamples: int = 1000, confidence: float = 0.9, seed: int = 0) -> dict:
+                     resamples: int = 1000, confidence: float = 0.9, seed: int = 0,
+                     thresholds: tuple[float, float] | None = None) -> dict:
     """How sure a difference between two models' scores on one labelled set is.
 
     Both models' predictions are resampled together (the same pairs, drawn with replacement,
-    as Koehn (2004) does for translation), each sample is scored as the set itself is (for
-    binary tasks the F1 threshold is chosen again on each sample, as dev's is), and the
-    ``confidence`` interval of score(b) - score(a) is read from the samples' percentiles.
+    as Koehn (2004) does for translation), each sample is scored as the set itself is, and the
+    ``confidence`` interval of score(b) - score(a) is read from the samples' percentiles. For
+    binary tasks the F1 threshold is chosen again on each sample, as dev's is, unless
+    ``thresholds`` (a's, b's) fixes them, as a test set is scored at the thresholds dev chose.
 
     Returns:
         ``{"difference", "low", "high", "resamples", "confidence"}``; ``low`` above 0 means b
@@ -168,17 +171,18 @@ def paired_bootstrap(task: str, pred_a: np.ndarray, pred_b: np.ndarray, gold: np
                          f"{len(gold)} labels")
     if not 0 < confidence < 1:
         raise ValueError(f"confidence must be in (0, 1), got {confidence}")
+    ta, tb = thresholds or (None, None)
     rng = np.random.default_rng(seed)
     diffs = []
     for _ in range(resamples):
         i = rng.integers(0, len(gold), len(gold))
-        diffs.append(_dev_score(task, pred_b[i], gold[i]) - _dev_score(task, pred_a[i], gold[i]))
+        diffs.append(_set_score(task, pred_b[i], gold[i], tb) - _set_score(task, pred_a[i], gold[i], ta))
     diffs = np.asarray(diffs)
     diffs = diffs[~np.isnan(diffs)]
     tail = (1 - confidence) / 2 * 100
     low, high = (float(x) for x in np.percentile(diffs, [tail, 100 - tail])) if len(diffs) else (np.nan, np.nan)
-    return {"difference": _dev_score(task, pred_b, gold) - _dev_score(task, pred_a, gold), "low": low, "high": high,
-            "resamples": int(len(diffs)), "confidence": confidence}
+    return {"difference": _set_score(task, pred_b, gold, tb) - _set_score(task, pred_a, gold, ta), "low": low,
+            "high": high, "resamples": int(len(diffs)), "confidence": confidence}
 
 
 # The number that matters on a domain-adaptation target: binary targets are ranked by

@@ -5,7 +5,9 @@ directory per job, so the seeds share the teacher, candidates and labels): the s
 trained for ``evaluation.pilot_fraction`` of its steps on gold alone and on gold + silver,
 both scored on dev, and the paired bootstrap's interval of the gain. The job then trains both
 to the end; the table sets the pilot's verdict (helps, does not help, or no prediction when
-the gain is within what dev can tell apart) against AugSBERT - gold only on test.
+the gain is within what dev can tell apart) against AugSBERT - gold only on test, with the
+same bootstrap's interval on test (each model at the F1 threshold dev chose for it): a
+difference inside it is one the test set itself cannot tell from chance.
 
     python benchmarks/pilot_check.py --jobs jobs/stsb-1k-student2.yaml jobs/mrpc-bm25.yaml \\
         --seeds 1 2 --set bi_encoder.num_layers=2
@@ -18,6 +20,27 @@ import json
 import sys
 import time
 from pathlib import Path
+
+
+def test_gain(m: dict, seed: int) -> dict:
+    """The paired bootstrap's interval of AugSBERT - gold only on test, from the run's saved
+    predictions (``eval_*/predictions.parquet``), each model at its own dev threshold."""
+    import pyarrow.compute as pc
+    import pyarrow.parquet as pq
+
+    from augsbert_ray.evaluation import paired_bootstrap
+
+    fps = {s["name"]: s["fingerprint"] for s in m["stages"]}
+    preds, thresholds = {}, {}
+    for model in ("gold_only", "augsbert"):
+        table = pq.read_table(Path(m["run_dir"]) / "stages" / f"eval_{model}" / fps[f"eval_{model}"][:16] / "predictions.parquet")
+        test = table.filter(pc.equal(table["split"], "test"))
+        preds[model] = (test["prediction"].to_numpy(), test["label"].to_numpy())
+        thresholds[model] = m["scores"][model]["test"].get("threshold")
+    (gold_pred, labels), (aug_pred, aug_labels) = preds["gold_only"], preds["augsbert"]
+    assert (labels == aug_labels).all(), "the two models' test predictions are not of the same pairs"
+    fixed = None if m["task"] == "regression" else (thresholds["gold_only"], thresholds["augsbert"])
+    return paired_bootstrap(m["task"], gold_pred, aug_pred, labels, seed=seed, thresholds=fixed)
 
 
 def outcome(predicted: bool | None, delta: float) -> str:
@@ -55,7 +78,8 @@ def main(argv: list[str] | None = None) -> int:
                    "pilot_gold_dev": pilot["gold_only_dev"], "pilot_silver_dev": pilot["augsbert_dev"],
                    "gain": gain, "verdict": pilot["verdict"], "predicts_helps": pilot["predicts_silver_helps"],
                    "dev_pairs": m["data"].get("dev"), "gold_only_test": gold, "augsbert_test": aug,
-                   "test_delta": aug - gold, "outcome": outcome(pilot["predicts_silver_helps"], aug - gold),
+                   "test_delta": aug - gold, "test_gain": test_gain(m, seed),
+                   "outcome": outcome(pilot["predicts_silver_helps"], aug - gold),
                    "shipped": m["shipped"]["shipped"], "pilot_seconds": m["stage_seconds"].get("pilot"),
                    "run_seconds": sum(m["stage_seconds"].values()), "wall_s": wall}
             rows.append(row)
@@ -65,23 +89,26 @@ def main(argv: list[str] | None = None) -> int:
     lines = ["# The pilot's verdict against the end result", "",
              "Pilots: the student after a fraction of its steps on gold alone and on gold + silver, scored on dev; "
              "the interval is the paired bootstrap's for the gain (gold + silver - gold only). Test: both "
-             "bi-encoders trained to the end. Scores x100.", "",
+             "bi-encoders trained to the end, the difference with the same bootstrap's interval on test. "
+             "Scores x100.", "",
              "| job | seed | pilot dev: gold only / gold + silver | gain (interval) | verdict | "
-             "test: gold only / AugSBERT (difference) | outcome | pilot, s | run, s |",
-             "|---|---:|---|---|---|---|---|---:|---:|"]
+             "test: gold only / AugSBERT | test difference (interval) | outcome | pilot, s | run, s |",
+             "|---|---:|---|---|---|---|---|---|---:|---:|"]
+    span = lambda g: f"{g['difference']:+.2f} ({g['low']:+.2f} to {g['high']:+.2f})" if g else "n/a"  # noqa: E731
     for r in rows:
-        g = r["gain"]
-        interval = f"{g['difference']:+.2f} ({g['low']:+.2f} to {g['high']:+.2f})" if g else "n/a"
         verdict = {True: "helps", False: "does not help", None: "no prediction"}[r["predicts_helps"]]
         lines.append(f"| {r['job']} | {r['seed']} | {fmt(r['pilot_gold_dev'])} / {fmt(r['pilot_silver_dev'])} | "
-                     f"{interval} | {verdict} | {r['gold_only_test']:.2f} / {r['augsbert_test']:.2f} "
-                     f"({r['test_delta']:+.2f}) | {r['outcome']} | {r['pilot_seconds'] or 0:.0f} | "
+                     f"{span(r['gain'])} | {verdict} | {r['gold_only_test']:.2f} / {r['augsbert_test']:.2f} | "
+                     f"{span(r['test_gain'])} | {r['outcome']} | {r['pilot_seconds'] or 0:.0f} | "
                      f"{r['run_seconds']:.0f} |")
     counts = {k: sum(r["outcome"] == k for r in rows) for k in ("right", "wrong", "abstained")}
     confidence = next((r["gain"]["confidence"] for r in rows if r["gain"]), None)
+    clear = [r for r in rows if r["test_gain"]["low"] > 0 or r["test_gain"]["high"] < 0]
     lines += ["", f"Over {len(rows)} runs the pilot was right {counts['right']} times, wrong {counts['wrong']} "
               f"times, and made no prediction {counts['abstained']} times"
-              + (f" ({confidence:.0%} intervals)" if confidence else "") + ".", "",
+              + (f" ({confidence:.0%} intervals)" if confidence else "") + f". On test, the 90% interval of "
+              f"{len(clear)} of the {len(rows)} differences excludes 0 (the test set tells those from chance); "
+              f"the pilot made no prediction on {sum(r['outcome'] == 'abstained' for r in clear)} of those.", "",
               *provenance("benchmarks/pilot_check.py", argv)]
     write_result(args.out, lines, {"rows": rows, "runs": raw})
     print("\n".join(lines))

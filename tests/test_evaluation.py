@@ -160,6 +160,20 @@ def test_paired_bootstrap_tells_a_real_gain_from_dev_noise():
     assert paired_bootstrap("binary", a, b, labels) == small  # seeded: the same interval again
 
 
+def test_paired_bootstrap_at_fixed_thresholds_scores_as_test_is():
+    from augsbert_ray.evaluation import f1_accuracy, paired_bootstrap
+
+    rng = np.random.default_rng(1)
+    labels = (rng.uniform(0, 1, 600) < 0.68).astype(float)
+    a = labels + rng.normal(0, 0.6, 600)
+    # The same scores: chosen again on each sample they tie; a's threshold from another set,
+    # too high for this one, costs a its F1 on every sample, and the interval says so.
+    assert paired_bootstrap("binary", a, a, labels)["high"] == 0
+    fixed = paired_bootstrap("binary", a, a, labels, thresholds=(1.5, 0.5))
+    want = f1_accuracy(a >= 0.5, labels)[0] - f1_accuracy(a >= 1.5, labels)[0]
+    assert fixed["difference"] == pytest.approx(want) and 0 < fixed["low"] < want < fixed["high"]
+
+
 def test_paired_bootstrap_needs_paired_predictions():
     from augsbert_ray.evaluation import paired_bootstrap
 
