@@ -131,10 +131,10 @@ def summary_markdown(metrics: RunMetrics | dict) -> str:
     if pilot:
         verdict = pilot.get("verdict") or {True: "the silver labels help", False: "the silver labels do not help",
                                            None: "no prediction"}[pilot["predicts_silver_helps"]]
-        scores = ", ".join(f"{k} {v['dev']:.2f}" if v["dev"] is not None else f"{k} n/a"
-                           for k, v in pilot["pilots"].items())
-        lines.append(f"Pilot (the student after {pilot['fraction']:.0%} of its steps, {metric} on dev): {scores}: "
-                     f"{verdict}.")
+        arms = pilot.get("scores") or {k: v["dev"] for k, v in pilot["pilots"].items()}
+        scores = ", ".join(f"{k} {v:.2f}" if v is not None else f"{k} n/a" for k, v in arms.items())
+        lines.append(f"Pilot (the student after {pilot['fraction']:.0%} of its steps, {metric} on "
+                     f"{pilot.get('scored_on', 'dev')}): {scores}: {verdict}.")
     shipped = metrics.get("shipped")
     if shipped:
         which = "AugSBERT" if shipped["shipped"] == "augsbert" else "gold-only"

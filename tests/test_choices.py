@@ -121,6 +121,37 @@ def test_a_pilots_training_set_is_the_students():
     assert student_training_set(gold, None, "regression", 3).num_rows == 1
 
 
+def test_fold_pilots_hold_out_each_gold_pair_once_and_its_sentences_silver():
+    from augsbert_ray.stages.pilot import fold_sets
+
+    n = 10
+    gold = pa.table({schema.SENTENCE1: [f"a{i}" for i in range(n)], schema.SENTENCE2: [f"b{i}" for i in range(n)],
+                     schema.LABEL: pa.array([i / n for i in range(n)], pa.float32())})
+    # silver: each gold pair itself (as BM25 would find it), and a pair of two other gold sentences
+    silver = pa.table({schema.SENTENCE1: [f"a{i}" for i in range(n)] + [f"b{i}" for i in range(n)],
+                       schema.SENTENCE2: [f"b{i}" for i in range(n)] + [f"a{(i + 1) % n}" for i in range(n)],
+                       schema.LABEL: pa.array([0.5] * (2 * n), pa.float32())})
+    sets, evals, held = fold_sets(gold, {"gold + silver": (silver, 2)}, "regression", True, 3, seed=7)
+    held_s1 = [s for t in held for s in t.column(schema.SENTENCE1).to_pylist()]
+    assert sorted(held_s1) == sorted(f"a{i}" for i in range(n))  # every gold pair held out exactly once
+    assert [t.num_rows for t in held] in ([4, 3, 3], [3, 4, 3], [3, 3, 4])
+    for f, out in enumerate(held):
+        name, gold_name = f"gold + silver, fold {f + 1}", f"gold only, fold {f + 1}"
+        assert evals[name] is out and evals[gold_name] is out
+        unseen = set(out.column(schema.SENTENCE1).to_pylist()) | set(out.column(schema.SENTENCE2).to_pylist())
+        train = sets[name]
+        trained = set(train.column(schema.SENTENCE1).to_pylist()) | set(train.column(schema.SENTENCE2).to_pylist())
+        assert not trained & unseen and not set(sets[gold_name].column(schema.SENTENCE1).to_pylist()) & unseen
+        assert sets[gold_name].num_rows == n - out.num_rows
+        kept = sum(1 for a, b in zip(silver.column(schema.SENTENCE1).to_pylist(),
+                                     silver.column(schema.SENTENCE2).to_pylist()) if a not in unseen and b not in unseen)
+        assert train.num_rows == 2 * (n - out.num_rows) + kept  # gold twice, then the silver left
+    again = fold_sets(gold, {"gold + silver": (silver, 2)}, "regression", True, 3, seed=7)[2]
+    assert all(a.equals(b) for a, b in zip(again, held))  # seeded
+    with pytest.raises(ValueError, match="12 folds need at least 12 gold training pairs"):
+        fold_sets(gold, {}, "regression", True, 12, seed=7)
+
+
 @pytest.mark.parametrize("low,high,helps,words", [(0.4, 3.0, True, "the silver labels help"),
                                                  (-3.0, -0.1, False, "the silver labels do not help"),
                                                  (-1.2, 2.1, None, "within what dev can tell apart")])

@@ -141,6 +141,22 @@ def test_seed_search_settings_are_checked(search, message):
         validate_tree(tree)
 
 
+@pytest.mark.parametrize("evaluation,target,message", [
+    ({"pilot_folds": 1}, None, "evaluation.pilot_folds: 1 fold would hold out every gold pair"),
+    ({"pilot_folds": -2}, None, "greater than or equal to 0"),
+    ({"pilot_folds": 5}, {"pairs": {"format": "stsb", "path": "p.csv"}, "test": {"format": "stsb", "path": "q.csv"}},
+     "a domain-adaptation job's pilots are scored on dev"),
+])
+def test_pilot_folds_are_checked(evaluation, target, message):
+    src = {"format": "stsb", "path": "t.csv"}
+    tree = {"name": "x", "data": {"train": src, "dev": src, "test": src}, "evaluation": evaluation}
+    if target is not None:
+        tree["target"] = target
+    with pytest.raises(ConfigError, match=message):
+        validate_tree(tree)
+    validate_tree({**tree, "evaluation": {"pilot_folds": 5}, "target": None})
+
+
 def test_seed_list_counts_from_the_encoders_seed():
     from augsbert_ray.config import SeedSearchConfig
 

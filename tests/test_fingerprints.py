@@ -251,6 +251,7 @@ MUST = [
     ("ss", "evaluation.shipping=augsbert", set()),  # which model is shipped: decided every run, trains nothing
     ("ss", "auto.budget_minutes=5", set()),  # the autopilot is off: nothing reads it
     ("ss", "evaluation.pilot=true", {"pilot"}),  # a check beside the job: nothing else changes
+    ("ss", "evaluation.pilot_folds=3", set()),  # the pilot is off: nothing reads how it is scored
     # gold's weight in AugSBERT's training set: the gold-only model, so the semantic-search
     # candidates and their labels, stay
     ("ss", "bi_encoder.gold_repeat=3", {"augsbert", "eval_augsbert"}),

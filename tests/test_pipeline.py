@@ -181,6 +181,37 @@ def test_gold_repeat_retrains_only_augsbert_on_gold_repeated(finished_run, tmp_p
     assert again.scores["gold_only"] == metrics.scores["gold_only"]
 
 
+def test_the_pilot_scored_on_dev_then_on_folds_of_the_gold_pairs(finished_run, tmp_path):
+    import shutil
+
+    cfg, _, metrics, _ = finished_run
+    rd = tmp_path / "run"
+    shutil.copytree(cfg.resolved_run_dir, rd)
+    checked = validate_tree({**cfg.model_dump(mode="json"), "run_dir": str(rd),
+                             "evaluation": {**cfg.evaluation.model_dump(mode="json"), "pilot": True}})
+    on_dev = run_job(checked, log=lambda line: None)
+    assert {s for s in on_dev.stage_seconds if s not in on_dev.stages_reused} - set(ALWAYS) == {"pilot"}
+    p = on_dev.pilot
+    assert p["scored_on"] == "dev" and p["folds"] == 0 and set(p["pilots"]) == {"gold only", "gold + silver"}
+    assert p["scores"] == {k: v["dev"] for k, v in p["pilots"].items()}  # one pilot per arm: its dev score
+    folded = validate_tree({**checked.model_dump(mode="json"),
+                            "evaluation": {**checked.evaluation.model_dump(mode="json"), "pilot_folds": 3}})
+    again = run_job(folded, log=lambda line: None)
+    assert {s for s in again.stage_seconds if s not in again.stages_reused} - set(ALWAYS) == {"pilot"}
+    p, gold, silver = again.pilot, metrics.data["train"], metrics.sampling["silver"]
+    assert p["folds"] == 3 and p["scored_on"] == f"3 folds of the gold training pairs ({gold})"
+    names = [f"{arm}, fold {f}" for arm in ("gold only", "gold + silver") for f in (1, 2, 3)]
+    assert sorted(p["pilots"]) == sorted(names) and all(p["pilots"][n]["dev"] is not None for n in names)
+    # Each fold's pilots train on the other two folds' gold; the silver ones also without the
+    # silver pairs that hold a held-out sentence.
+    assert [p["pilots"][f"gold only, fold {f}"]["train_pairs"] for f in (1, 2, 3)] == [gold * 2 // 3] * 3
+    for f in (1, 2, 3):
+        assert gold * 2 // 3 < p["pilots"][f"gold + silver, fold {f}"]["train_pairs"] < gold * 2 // 3 + silver
+    gain = p["gain"]  # both arms on all 48 held-out pairs at once
+    assert gain["difference"] == pytest.approx(p["scores"]["gold + silver"] - p["scores"]["gold only"])
+    assert f"on 3 folds of the gold training pairs ({gold})" in (rd / "summary.md").read_text()
+
+
 def test_teacher_check_stops_when_asked(tmp_path):
     from augsbert_ray.errors import TeacherCheckError
     from augsbert_ray.runner import Runner

@@ -51,8 +51,9 @@ def pilot_steps(n_pairs: int, hparams: dict, fraction: float) -> tuple[int, int]
     return min(total, max(1, math.ceil(fraction * total))), total
 
 
-def _pilot(config: dict, tables: dict, dev: pa.Table, steps: dict) -> None:
-    """One pilot as a Tune function trainable: train ``steps[config["pilot"]]``, score dev, report."""
+def _pilot(config: dict, tables: dict, dev: pa.Table | dict, steps: dict) -> None:
+    """One pilot as a Tune function trainable: train ``steps[config["pilot"]]``, score its dev
+    set (``dev``, or ``dev[pilot]`` for a pilot with its own), report."""
     import ray.tune
     import torch
 
@@ -63,6 +64,8 @@ def _pilot(config: dict, tables: dict, dev: pa.Table, steps: dict) -> None:
     torch.set_num_threads(max(1, int(config["threads"])))
     device = "cuda" if config["gpus"] and torch.cuda.is_available() else "cpu"
     data = tables[config["pilot"]]
+    if isinstance(dev, dict):
+        dev = dev[config["pilot"]]
     recipe = make_recipe(config["kind"], **config["recipe"])
     trainer = PairTrainer(recipe, *schema.pair_lists(data), HParams(**config["hparams"]), device=device,
                           log=lambda line: None, name=config["pilot"])
@@ -74,7 +77,8 @@ def _pilot(config: dict, tables: dict, dev: pa.Table, steps: dict) -> None:
                      "seconds": time.perf_counter() - t0, "preds": [float(x) for x in preds]})
 
 
-def run_pilots(training_sets: dict[str, pa.Table], dev: pa.Table, *, kind: str, recipe: dict, hparams: dict,
+def run_pilots(training_sets: dict[str, pa.Table], dev: pa.Table | dict[str, pa.Table], *, kind: str,
+               recipe: dict, hparams: dict,
                fraction: float, task: str, metric: str, cpus_per_trial: float, gpus_per_trial: float,
                storage_dir: str, name: str, eval_batch_size: int = 64,
                time_budget_s: float | None = None) -> dict[str, PilotResult]:
@@ -82,7 +86,8 @@ def run_pilots(training_sets: dict[str, pa.Table], dev: pa.Table, *, kind: str, 
 
     Args:
         training_sets: pilot name -> its training pairs (``sentence1``, ``sentence2``, ``label``).
-        dev: the pairs every pilot is scored on.
+        dev: the pairs every pilot is scored on, or pilot name -> the pairs that pilot is scored
+            on (held-out folds).
         kind, recipe, hparams: what is trained, as for ``ray_trainer.train_on_ray``.
         fraction: of a full run's steps that a pilot trains.
         task, metric: how dev is scored (greater is better).
@@ -104,9 +109,9 @@ def run_pilots(training_sets: dict[str, pa.Table], dev: pa.Table, *, kind: str, 
     columns = [schema.SENTENCE1, schema.SENTENCE2, schema.LABEL]
     tables = {k: t.select(columns) for k, t in training_sets.items()}
     steps = {k: pilot_steps(t.num_rows, hparams, fraction) for k, t in tables.items()}
+    dev = {k: d.select(columns) for k, d in dev.items()} if isinstance(dev, dict) else dev.select(columns)
     trainable = ray.tune.with_resources(
-        ray.tune.with_parameters(_pilot, tables=tables, dev=dev.select(columns),
-                                 steps={k: v[0] for k, v in steps.items()}),
+        ray.tune.with_parameters(_pilot, tables=tables, dev=dev, steps={k: v[0] for k, v in steps.items()}),
         {"cpu": cpus_per_trial, "gpu": gpus_per_trial})
     space = {"kind": kind, "recipe": recipe, "hparams": hparams, "task": task, "metric": metric,
              "threads": cpus_per_trial, "gpus": gpus_per_trial, "eval_batch_size": eval_batch_size,
