@@ -3,14 +3,18 @@
 For each job and bi-encoder seed, the job runs with ``evaluation.pilot=true`` (one run
 directory per job, so the seeds share the teacher, candidates and labels): the student
 trained for ``evaluation.pilot_fraction`` of its steps on gold alone and on gold + silver,
-both scored on dev, and the paired bootstrap's interval of the gain. The job then trains both
-to the end; the table sets the pilot's verdict (helps, does not help, or no prediction when
-the gain is within what dev can tell apart) against AugSBERT - gold only on test, with the
-same bootstrap's interval on test (each model at the F1 threshold dev chose for it): a
-difference inside it is one the test set itself cannot tell from chance.
+both scored on dev (with ``--set evaluation.pilot_folds=5``, on 5 folds of the gold training
+pairs), and the paired bootstrap's interval of the gain. The job then trains both to the
+end; the table sets the pilot's verdict (helps, does not help, or no prediction when the gain
+is within what the pilots were scored on can tell apart) against AugSBERT - gold only on
+test, with the same bootstrap's interval on test (each model at the F1 threshold dev chose
+for it): where that interval spans 0, the test set itself cannot tell the difference from
+chance.
 
     python benchmarks/pilot_check.py --jobs jobs/stsb-1k-student2.yaml jobs/mrpc-bm25.yaml \\
         --seeds 1 2 --set bi_encoder.num_layers=2
+    python benchmarks/pilot_check.py --jobs jobs/mrpc-bm25.yaml --set bi_encoder.num_layers=2 \\
+        --set evaluation.pilot_folds=5
 """
 
 from __future__ import annotations
@@ -75,6 +79,7 @@ def main(argv: list[str] | None = None) -> int:
             gold, aug = m["scores"]["gold_only"]["test"][metric], m["scores"]["augsbert"]["test"][metric]
             gain = pilot["gain"] or {}
             row = {"job": Path(job).stem, "seed": seed, "metric": metric, "fraction": pilot["fraction"],
+                   "scored_on": pilot.get("scored_on", "dev"),
                    "pilot_gold_dev": pilot["gold_only_dev"], "pilot_silver_dev": pilot["augsbert_dev"],
                    "gain": gain, "verdict": pilot["verdict"], "predicts_helps": pilot["predicts_silver_helps"],
                    "dev_pairs": m["data"].get("dev"), "gold_only_test": gold, "augsbert_test": aug,
@@ -87,17 +92,19 @@ def main(argv: list[str] | None = None) -> int:
             print(json.dumps(row, default=str), flush=True)
     fmt = lambda x: "n/a" if x is None else f"{x:.2f}"  # noqa: E731
     lines = ["# The pilot's verdict against the end result", "",
-             "Pilots: the student after a fraction of its steps on gold alone and on gold + silver, scored on dev; "
+             "Pilots: the student after a fraction of its steps on gold alone and on gold + silver, scored on dev "
+             "(or on folds of the gold training pairs, each predicted by pilots trained without it); "
              "the interval is the paired bootstrap's for the gain (gold + silver - gold only). Test: both "
              "bi-encoders trained to the end, the difference with the same bootstrap's interval on test. "
              "Scores x100.", "",
-             "| job | seed | pilot dev: gold only / gold + silver | gain (interval) | verdict | "
+             "| job | seed | pilots scored on | pilot: gold only / gold + silver | gain (interval) | verdict | "
              "test: gold only / AugSBERT | test difference (interval) | outcome | pilot, s | run, s |",
-             "|---|---:|---|---|---|---|---|---|---:|---:|"]
+             "|---|---:|---|---|---|---|---|---|---|---:|---:|"]
     span = lambda g: f"{g['difference']:+.2f} ({g['low']:+.2f} to {g['high']:+.2f})" if g else "n/a"  # noqa: E731
     for r in rows:
         verdict = {True: "helps", False: "does not help", None: "no prediction"}[r["predicts_helps"]]
-        lines.append(f"| {r['job']} | {r['seed']} | {fmt(r['pilot_gold_dev'])} / {fmt(r['pilot_silver_dev'])} | "
+        lines.append(f"| {r['job']} | {r['seed']} | {r['scored_on']} | {fmt(r['pilot_gold_dev'])} / "
+                     f"{fmt(r['pilot_silver_dev'])} | "
                      f"{span(r['gain'])} | {verdict} | {r['gold_only_test']:.2f} / {r['augsbert_test']:.2f} | "
                      f"{span(r['test_gain'])} | {r['outcome']} | {r['pilot_seconds'] or 0:.0f} | "
                      f"{r['run_seconds']:.0f} |")
