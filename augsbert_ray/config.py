@@ -340,6 +340,11 @@ class AutoConfig(_Strict):
     # the teachers, candidates and labels are shared, and the gold-only pilot is the same.
     gold_repeat: list[PositiveInt] | None = None
     pilot_fraction: float = Field(0.2, gt=0, le=1)  # of the student's training steps
+    # The job's own setting (its teacher recipe, strategy, top_k, calibration) is tried first,
+    # and another replaces it only when that one's pilot beats it on dev beyond what dev can
+    # tell apart (the paired bootstrap at evaluation.pilot_confidence). false: the best pilot
+    # wins, however small its lead, and the job's own setting is tried only if in the grid.
+    keep_job_setting: bool = True
 
     @model_validator(mode="after")
     def _check(self) -> "AutoConfig":

@@ -195,13 +195,15 @@ def auto_markdown(a: dict) -> list[str]:
     lines = [f"Autopilot: {len(a['settings'])} settings, pilots of {a['pilot_fraction']:.0%} of the student's steps "
              f"scored on dev ({m}); gold only: "
              + (f"{a['gold_only_pilot_dev']:.2f}" if a["gold_only_pilot_dev"] is not None else "n/a")
-             + f". Chose {a['chosen']}; {a['seconds']:.0f} s of the {a['budget_minutes']:g}-minute budget."
+             + f". Chose {a['chosen']}" + (f": {a['why']}" if a.get("why") else "")
+             + f"; {a['seconds']:.0f} s of the {a['budget_minutes']:g}-minute budget."
              + (f" Best silver pilot against gold only: {a['pilot_verdict']}." if a.get("pilot_verdict") else ""), "",
              f"| setting | teacher dev {m} | silver pairs | pilot dev {m} | cost, s | fate |",
              "|---|---:|---:|---:|---:|---|"]
     for r in a["settings"]:
         teacher = r.get("teacher_dev", {}).get(m)
-        lines.append(f"| {r['setting']} | {'' if teacher is None else f'{teacher:.2f}'} | {r.get('silver', '')} | "
+        own = " (the job's own)" if r.get("job_setting") else ""
+        lines.append(f"| {r['setting']}{own} | {'' if teacher is None else f'{teacher:.2f}'} | {r.get('silver', '')} | "
                      f"{'' if r.get('pilot_dev') is None else format(r['pilot_dev'], '.2f')} | {r['seconds']:.0f} | "
                      f"{r['fate']} |")
     return lines

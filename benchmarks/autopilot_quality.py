@@ -37,14 +37,9 @@ def run(job: str, overrides: list[str], log_dir: Path) -> tuple[dict, float]:
 def setting_label(job: str, overrides: list[str]) -> str:
     """The job's own setting, named as the autopilot names the settings it tries."""
     from augsbert_ray.config import load_job
-    from augsbert_ray.stages.auto import settings_to_try
+    from augsbert_ray.stages.auto import job_setting
 
-    cfg = load_job(job, overrides)
-    c = cfg.cross_encoder
-    own = cfg.auto.model_copy(update={"teacher_recipes": [(c.epochs, c.lr)], "strategies": [cfg.sampling.strategy],
-                                      "top_k": [cfg.sampling.top_k], "calibration": [cfg.labeling.calibration],
-                                      "gold_repeat": cfg.auto.gold_repeat and [cfg.bi_encoder.gold_repeat]})
-    return settings_to_try(own)[0].label
+    return job_setting(load_job(job, overrides)).label
 
 
 def single_run_seconds(m: dict) -> float:

@@ -20,6 +20,7 @@ def test_the_autopilot_chooses_on_dev_and_trains_the_choice(tmp_path, tiny_stsb,
         "data": {s: {"format": "stsb", "path": str(p)} for s, p in tiny_stsb.items()},
         "cross_encoder": {"model": tiny_model, "epochs": 1, "batch_size": 8, "lr": 1e-4},
         "bi_encoder": {"model": tiny_model, "epochs": 1, "batch_size": 8, "lr": 1e-4},
+        "sampling": {"strategy": "bm25", "top_k": 2},  # the job's own setting: in the grid, tried first
         "labeling": {"block_size": 64, "micro_batch_size": 16}, "evaluation": {"batch_size": 16},
         "auto": {"enabled": True, "teacher_recipes": [[1, 1e-4]], "strategies": ["bm25"], "top_k": [1, 2],
                  "calibration": ["none", "isotonic"], "gold_repeat": [1, 2], "pilot_fraction": 0.5},
@@ -27,17 +28,31 @@ def test_the_autopilot_chooses_on_dev_and_trains_the_choice(tmp_path, tiny_stsb,
     lines = []
     m = run_job(cfg, log=lines.append)
     a = m.auto
-    assert [r["setting"] for r in a["settings"]] == [
-        f"teacher 1x0.0001, bm25 top-{k}, calibration {c}, gold x{r}"
-        for k in (1, 2) for c in ("none", "isotonic") for r in (1, 2)]
+    grid = [f"teacher 1x0.0001, bm25 top-{k}, calibration {c}, gold x{r}"
+            for k in (1, 2) for c in ("none", "isotonic") for r in (1, 2)]
+    own = "teacher 1x0.0001, bm25 top-2, calibration none, gold x1"
+    assert [r["setting"] for r in a["settings"]] == [own] + [g for g in grid if g != own]
+    assert [r["job_setting"] for r in a["settings"]] == [True] + [False] * 7
     # Gold's weight changes only the pilot: gold counted twice beside the same silver.
-    gold = m.data["train"]
-    for x1, x2 in zip(a["settings"][::2], a["settings"][1::2]):
+    gold, by_label = m.data["train"], {r["setting"]: r for r in a["settings"]}
+    for x1, x2 in zip(grid[::2], grid[1::2]):
+        x1, x2 = by_label[x1], by_label[x2]
         assert x2["silver"] == x1["silver"] and x2["pilot_train_pairs"] - x1["pilot_train_pairs"] == gold
     scored = {r["setting"]: r["pilot_dev"] for r in a["settings"]}
     assert all(v is not None for v in scored.values()) and a["gold_only_pilot_dev"] is not None
     chosen = [r for r in a["settings"] if r["fate"] == "chosen"]
-    assert len(chosen) == 1 and chosen[0]["pilot_dev"] == max(scored.values())
+    best = max(scored, key=scored.get)
+    # The best pilot replaces the job's own setting only when its lead is beyond dev's noise.
+    search = json.loads(next((cfg.resolved_run_dir / "stages" / "auto").glob("*/search.json")).read_text())
+    assert len(chosen) == 1 and search["why"] == a["why"]
+    lead = a["lead_over_job_setting"]  # the best pilot's gain over the job's own, paired on dev
+    assert lead["difference"] == pytest.approx(scored[best] - scored[own])
+    if best == own:
+        assert chosen[0]["setting"] == own and "the job's own setting, the best pilot" in a["why"]
+    elif lead["low"] > 0:
+        assert chosen[0]["setting"] == best and "ahead of the job's own setting beyond dev noise" in a["why"]
+    else:
+        assert chosen[0]["setting"] == own and "the job's own setting, kept" in a["why"] and best in a["why"]
     # The job then ran the chosen setting: its teacher, candidates and labels are the pilot's own.
     rd = cfg.resolved_run_dir
     teachers = list((rd / "stages" / "cross_encoder").iterdir())
@@ -54,13 +69,13 @@ def test_the_autopilot_chooses_on_dev_and_trains_the_choice(tmp_path, tiny_stsb,
     assert (rd / "models" / "bi-encoder" / "model.safetensors").exists()
     summary = (rd / "summary.md").read_text()
     assert "Autopilot: 8 settings" in summary and "| chosen |" in summary and "Shipped as models/bi-encoder" in summary
+    assert f"| {own} (the job's own) |" in summary and f"Chose {a['chosen']}: {a['why']}" in summary
     # The pilots' verdict: the best setting's pilot against gold only, paired on dev's pairs.
     gain = a["pilot_gain"]
     assert gain["resamples"] > 0 and gain["low"] <= gain["difference"] <= gain["high"]
-    assert gain["difference"] == pytest.approx(max(scored.values()) - a["gold_only_pilot_dev"])
+    assert gain["difference"] == pytest.approx(scored[best] - a["gold_only_pilot_dev"])
     assert a["predicts_silver_helps"] == (True if gain["low"] > 0 else False if gain["high"] < 0 else None)
     assert f"Best silver pilot against gold only: {a['pilot_verdict']}." in summary
-    search = json.loads(next((rd / "stages" / "auto").glob("*/search.json")).read_text())
     assert search["chosen"] == chosen[0]["setting"]
     # A re-run does nothing again: every setting's stages and the pilots are reused.
     lines.clear()

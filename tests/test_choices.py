@@ -105,6 +105,27 @@ def test_the_autopilot_tries_gold_repeat_innermost(tmp_path):
         _cfg(tmp_path, auto={"enabled": True, "gold_repeat": [0]})
 
 
+def test_the_jobs_own_setting_is_tried_first_and_once(tmp_path):
+    from augsbert_ray.stages.auto import job_setting, settings_to_try
+
+    grid = {"enabled": True, "teacher_recipes": [[4, 2e-5], [8, 5e-5]], "strategies": ["bm25"], "top_k": [3, 10],
+            "calibration": ["none"]}
+    cfg = _cfg(tmp_path, auto=grid, cross_encoder={"epochs": 8, "lr": 5e-5}, sampling={"strategy": "bm25", "top_k": 10})
+    own = job_setting(cfg)
+    assert own.label == "teacher 8x5e-05, bm25 top-10, calibration none"
+    tried = settings_to_try(cfg.auto, own)
+    assert [s.label for s in tried] == [own.label, "teacher 4x2e-05, bm25 top-3, calibration none",
+                                        "teacher 4x2e-05, bm25 top-10, calibration none",
+                                        "teacher 8x5e-05, bm25 top-3, calibration none"]
+    # Outside the grid it is one setting more; with gold_repeat searched it names its own count.
+    cfg = _cfg(tmp_path, auto={**grid, "gold_repeat": [1, 3]}, cross_encoder={"epochs": 4, "lr": 5e-5},
+               sampling={"strategy": "bm25", "top_k": 10}, bi_encoder={"gold_repeat": 2})
+    own = job_setting(cfg)
+    assert own.label == "teacher 4x5e-05, bm25 top-10, calibration none, gold x2"
+    assert own.apply(cfg).bi_encoder.gold_repeat == 2 and own.apply(cfg).cross_encoder.lr == 5e-5
+    assert len(settings_to_try(cfg.auto, own)) == 1 + 8 and settings_to_try(cfg.auto, own)[0] == own
+
+
 def test_a_pilots_training_set_is_the_students():
     from augsbert_ray.stages.student import student_training_set
 

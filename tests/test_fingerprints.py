@@ -79,7 +79,7 @@ def _candidates(path: str, value, annotation, world) -> list:
     if isinstance(value, bool):
         return [not value]
     if isinstance(value, int):
-        return [value + 1, value - 1]
+        return [value + 1, value - 1, value + 2]  # + 2: counts where 1 is refused (evaluation.pilot_folds)
     if isinstance(value, float):
         return [value * 0.5, value + 0.5]
     if isinstance(value, str):
@@ -190,6 +190,7 @@ UNCHANGEABLE_HERE = {
     "target.pairs.columns.genre", "target.test.columns.genre", "target.dev.columns.genre",
     "data.train.columns.genre", "data.dev.columns.genre", "data.test.columns.genre",
     "target.corpus",  # a job has target pairs or a corpus, not both
+    "evaluation.pilot_folds",  # (adaptation) pilots on folds of the source gold are refused there
     "target",  # in-domain jobs; the domain-adaptation job changes every target key
     "task",  # regression labels in [0, 1] are not binary; the binary path has its own tests
     "name",  # rejected values aside, a name only names the run directory (checked below)

@@ -45,6 +45,8 @@ class Pilot(Stage):
         fraction_key: the config key holding the fraction of the steps a pilot trains.
         folds_key: the config key holding the number of folds of the gold training pairs the
             pilots are scored on (0: dev); None: always dev (the autopilot's pilots).
+        baseline: a silver set's name (the job's own setting, in the autopilot): the result's
+            ``over_baseline`` is the paired bootstrap of the best silver pilot's gain over it.
     """
 
     name = "pilot"
@@ -53,8 +55,9 @@ class Pilot(Stage):
 
     def __init__(self, mix: bool = True, silver_sets: dict[str, str] | None = None,
                  gold_repeat: dict[str, int] | None = None, fraction_key: str = "evaluation.pilot_fraction",
-                 folds_key: str | None = "evaluation.pilot_folds"):
+                 folds_key: str | None = "evaluation.pilot_folds", baseline: str | None = None):
         self.mix = mix
+        self.baseline = baseline
         self.silver_sets = silver_sets
         self.gold_repeat = dict(gold_repeat or {})
         self.fraction_key = fraction_key
@@ -80,8 +83,12 @@ class Pilot(Stage):
         silver = self.silver_sets if self.silver_sets is not None else {"silver": silver_artifact(cfg)}
         return Declaration(reads=tuple(reads), inputs={"gold": "gold/train.parquet", "dev": "gold/dev.parquet",
                                                        **{f"silver:{k}": v for k, v in silver.items()}},
-                           outputs=("pilots.json",),
-                           extra={"gold_repeat": self.gold_repeat} if self.gold_repeat else None)
+                           outputs=("pilots.json",), extra=self._extra())
+
+    def _extra(self) -> dict | None:
+        """What the autopilot's pilots add to the fingerprint (None for the pilot check's)."""
+        extra = {"gold_repeat": self.gold_repeat, "baseline": self.baseline}
+        return {k: v for k, v in extra.items() if v} or None
 
     def run(self, inputs, settings, env) -> dict:
         import json
@@ -135,10 +142,14 @@ class Pilot(Stage):
             gain = paired_bootstrap(task, preds["gold only"], preds[best], labels, confidence=confidence,
                                     seed=settings.seed)
         helps, verdict = pilot_verdict(gain)
+        over_baseline = None
+        if self.baseline is not None and silver_dev is not None and scores.get(self.baseline) is not None:
+            over_baseline = paired_bootstrap(task, preds[self.baseline], preds[best], labels, confidence=confidence,
+                                             seed=settings.seed)
         out = {"metric": metric, "fraction": fraction, "scored_on": scored_on, "folds": folds,
                "pilots": {k: r.record() for k, r in results.items()}, "scores": scores,
                "gold_only_dev": gold_dev, "best": best, "augsbert_dev": silver_dev, "gain": gain,
-               "predicts_silver_helps": helps, "verdict": verdict}
+               "predicts_silver_helps": helps, "verdict": verdict, "over_baseline": over_baseline}
         (env.out / "pilots.json").write_text(json.dumps(out, indent=2), encoding="utf-8")
         env.log(f"[pilot] {metric} on {scored_on} after {fraction:.0%} of the steps: gold only {_fmt(gold_dev)}, "
                 + ", ".join(f"{k} {_fmt(v)}" for k, v in scores.items() if k != "gold only") + f": {verdict}")
