@@ -46,7 +46,8 @@ class Pilot(Stage):
         folds_key: the config key holding the number of folds of the gold training pairs the
             pilots are scored on (0: dev); None: always dev (the autopilot's pilots).
         baseline: a silver set's name (the job's own setting, in the autopilot): the result's
-            ``over_baseline`` is the paired bootstrap of the best silver pilot's gain over it.
+            ``over_baseline`` is the paired bootstrap of the best silver pilot's gain over it
+            (None when it is the best).
     """
 
     name = "pilot"
@@ -143,7 +144,7 @@ class Pilot(Stage):
                                     seed=settings.seed)
         helps, verdict = pilot_verdict(gain)
         over_baseline = None
-        if self.baseline is not None and silver_dev is not None and scores.get(self.baseline) is not None:
+        if best not in (None, self.baseline) and self.baseline is not None and scores.get(self.baseline) is not None:
             over_baseline = paired_bootstrap(task, preds[self.baseline], preds[best], labels, confidence=confidence,
                                              seed=settings.seed)
         out = {"metric": metric, "fraction": fraction, "scored_on": scored_on, "folds": folds,
