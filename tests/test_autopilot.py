@@ -45,15 +45,15 @@ def test_the_autopilot_chooses_on_dev_and_trains_the_choice(tmp_path, tiny_stsb,
     # The best pilot replaces the job's own setting only when its lead is beyond dev's noise.
     search = json.loads(next((cfg.resolved_run_dir / "stages" / "auto").glob("*/search.json")).read_text())
     assert len(chosen) == 1 and search["why"] == a["why"]
-    lead = a["lead_over_job_setting"]  # the best pilot's gain over the job's own, paired on dev
+    lead = a["lead_over_job_setting"]  # the best other pilot's gain over the job's own, paired on dev
+    rival = max((k for k in scored if k != own), key=lambda k: (scored[k], k))
+    assert lead["rival"] == rival and lead["difference"] == pytest.approx(scored[rival] - scored[own])
     if best == own:
-        assert lead is None and chosen[0]["setting"] == own and "the job's own setting, the best pilot" in a["why"]
+        assert chosen[0]["setting"] == own and "the job's own setting, the best pilot" in a["why"] and rival in a["why"]
+    elif lead["low"] > 0:
+        assert chosen[0]["setting"] == best and "ahead of the job's own setting beyond dev noise" in a["why"]
     else:
-        assert lead["difference"] == pytest.approx(scored[best] - scored[own])
-        if lead["low"] > 0:
-            assert chosen[0]["setting"] == best and "ahead of the job's own setting beyond dev noise" in a["why"]
-        else:
-            assert chosen[0]["setting"] == own and "the job's own setting, kept" in a["why"] and best in a["why"]
+        assert chosen[0]["setting"] == own and "the job's own setting, kept" in a["why"] and best in a["why"]
     # The job then ran the chosen setting: its teacher, candidates and labels are the pilot's own.
     rd = cfg.resolved_run_dir
     teachers = list((rd / "stages" / "cross_encoder").iterdir())

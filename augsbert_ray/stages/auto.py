@@ -174,6 +174,9 @@ class AutoPilot(Stage):
                 best = kept
         elif kept is not None:
             why = f"the job's own setting, the best pilot on dev ({best['pilot_dev']:.2f})"
+            lead = pilots.result["over_baseline"]
+            if lead is not None:
+                why += f"; the next best, {lead['rival']}, trailed it by {-lead['difference']:.2f}"
         best["fate"] = "chosen"
         for r in scored:
             if r is not best:

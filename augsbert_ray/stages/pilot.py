@@ -46,8 +46,8 @@ class Pilot(Stage):
         folds_key: the config key holding the number of folds of the gold training pairs the
             pilots are scored on (0: dev); None: always dev (the autopilot's pilots).
         baseline: a silver set's name (the job's own setting, in the autopilot): the result's
-            ``over_baseline`` is the paired bootstrap of the best silver pilot's gain over it
-            (None when it is the best).
+            ``over_baseline`` is the paired bootstrap of the gain of the best other silver pilot
+            (its ``rival``) over it.
     """
 
     name = "pilot"
@@ -144,9 +144,11 @@ class Pilot(Stage):
                                     seed=settings.seed)
         helps, verdict = pilot_verdict(gain)
         over_baseline = None
-        if best not in (None, self.baseline) and self.baseline is not None and scores.get(self.baseline) is not None:
-            over_baseline = paired_bootstrap(task, preds[self.baseline], preds[best], labels, confidence=confidence,
-                                             seed=settings.seed)
+        rivals = {k: v for k, v in scored.items() if k != self.baseline}
+        if self.baseline in scored and rivals:
+            rival = max(rivals, key=lambda k: (rivals[k], k))
+            over_baseline = {"rival": rival, **paired_bootstrap(task, preds[self.baseline], preds[rival], labels,
+                                                                confidence=confidence, seed=settings.seed)}
         out = {"metric": metric, "fraction": fraction, "scored_on": scored_on, "folds": folds,
                "pilots": {k: r.record() for k, r in results.items()}, "scores": scores,
                "gold_only_dev": gold_dev, "best": best, "augsbert_dev": silver_dev, "gain": gain,
