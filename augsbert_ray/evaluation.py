@@ -140,7 +140,7 @@ def binary_metrics(preds: dict[str, np.ndarray], golds: dict[str, np.ndarray]) -
 TASK_METRICS = {"regression": regression_metrics, "binary": binary_metrics}
 
 
-def _set_score(task: str, pred: np.ndarray, gold: np.ndarray, threshold: float | None = None) -> float:
+def set_score(task: str, pred: np.ndarray, gold: np.ndarray, threshold: float | None = None) -> float:
     """The primary metric on one set: Spearman, or F1 at ``threshold`` (None: the set's best, as
     dev is scored)."""
     if task == "regression":
@@ -176,12 +176,12 @@ def paired_bootstrap(task: str, pred_a: np.ndarray, pred_b: np.ndarray, gold: np
     diffs = []
     for _ in range(resamples):
         i = rng.integers(0, len(gold), len(gold))
-        diffs.append(_set_score(task, pred_b[i], gold[i], tb) - _set_score(task, pred_a[i], gold[i], ta))
+        diffs.append(set_score(task, pred_b[i], gold[i], tb) - set_score(task, pred_a[i], gold[i], ta))
     diffs = np.asarray(diffs)
     diffs = diffs[~np.isnan(diffs)]
     tail = (1 - confidence) / 2 * 100
     low, high = (float(x) for x in np.percentile(diffs, [tail, 100 - tail])) if len(diffs) else (np.nan, np.nan)
-    return {"difference": _set_score(task, pred_b, gold, tb) - _set_score(task, pred_a, gold, ta), "low": low,
+    return {"difference": set_score(task, pred_b, gold, tb) - set_score(task, pred_a, gold, ta), "low": low,
             "high": high, "resamples": int(len(diffs)), "confidence": confidence}
 
 

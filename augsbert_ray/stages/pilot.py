@@ -65,14 +65,10 @@ class Pilot(Stage):
         self.folds_key = folds_key
 
     def _fraction(self, settings) -> float:
-        section, key = self.fraction_key.split(".")
-        return getattr(getattr(settings, section), key)
+        return _setting(settings, self.fraction_key)
 
     def _folds(self, settings) -> int:
-        if self.folds_key is None:
-            return 0
-        section, key = self.folds_key.split(".")
-        return getattr(getattr(settings, section), key)
+        return 0 if self.folds_key is None else _setting(settings, self.folds_key)
 
     def declare(self, cfg) -> Declaration:
         reads = ["seed", "bi_encoder", "training", "task", self.fraction_key, "evaluation.batch_size",
@@ -94,7 +90,7 @@ class Pilot(Stage):
     def run(self, inputs, settings, env) -> dict:
         import json
 
-        from augsbert_ray.evaluation import paired_bootstrap
+        from augsbert_ray.evaluation import paired_bootstrap, set_score
         from augsbert_ray.training.fit import hparams
         from augsbert_ray.training.pilots import run_pilots
 
@@ -132,7 +128,8 @@ class Pilot(Stage):
         for arm, pilots in arms.items():
             parts = [results[p].preds for p in pilots]
             preds[arm] = None if any(x is None for x in parts) else np.concatenate(parts)
-            scores[arm] = None if preds[arm] is None else _score(task, metric, preds[arm], labels)
+            score = np.nan if preds[arm] is None else set_score(task, preds[arm], labels)
+            scores[arm] = None if np.isnan(score) else float(score)  # NaN: every pair scored the same
         gold_dev = scores["gold only"]
         scored = {k: v for k, v in scores.items() if k != "gold only" and v is not None}
         best = max(scored, key=lambda k: (scored[k], k)) if scored else None
@@ -157,6 +154,11 @@ class Pilot(Stage):
         env.log(f"[pilot] {metric} on {scored_on} after {fraction:.0%} of the steps: gold only {_fmt(gold_dev)}, "
                 + ", ".join(f"{k} {_fmt(v)}" for k, v in scores.items() if k != "gold only") + f": {verdict}")
         return out
+
+
+def _setting(settings, key: str):
+    section, name = key.split(".")
+    return getattr(getattr(settings, section), name)
 
 
 def fold_name(arm: str, fold: int) -> str:
@@ -198,14 +200,6 @@ def fold_sets(gold: pa.Table, silvers: dict, task: str, mix: bool, folds: int,
             sets[name] = student_training_set(train if mix else None, silver.filter(away), task, repeat)
             evals[name] = out
     return sets, evals, held
-
-
-def _score(task: str, metric: str, preds: np.ndarray, labels: np.ndarray) -> float | None:
-    """``metric`` of ``preds`` on ``labels`` as dev is scored; None where undefined (constant)."""
-    from augsbert_ray.evaluation import task_metrics
-
-    score = task_metrics(task, {"dev": preds}, {"dev": pa.table({schema.LABEL: labels})})["dev"][metric]
-    return None if score is None or np.isnan(score) else float(score)
 
 
 def pilot_verdict(gain: dict | None) -> tuple[bool | None, str]:
