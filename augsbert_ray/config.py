@@ -305,8 +305,8 @@ class EvaluationConfig(_Strict):
     pilot_confidence: float = Field(0.9, gt=0, lt=1)
     # 0: the pilots are scored on dev. k >= 2: on the gold training pairs instead, k-fold: each
     # fold's pilots train on the other folds' gold (and the silver pairs none of the fold's
-    # sentences are in) and predict the fold, so every gold pair is scored once (k times the
-    # pilots' cost). For a small dev set beside a larger training set (MRPC: 408 dev pairs,
+    # sentences are in) and predict the fold, so every gold pair is scored once (k pilots per
+    # arm instead of one). For a small dev set beside a larger training set (MRPC: 408 dev pairs,
     # 3,668 training pairs). The teacher saw every fold, so the silver pilots learn a little
     # of the held-out folds through its labels; no domain-adaptation job (it has no target gold).
     pilot_folds: int = Field(0, ge=0)
