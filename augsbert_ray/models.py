@@ -71,15 +71,16 @@ def model_content_id(name: str) -> str:
     """What identifies a configured model in a stage fingerprint.
 
     The embedded model is its weights' known sha256; a local directory is the sha256 of its
-    files (names and contents), so editing or replacing the weights invalidates the stages
-    that used them; a hub id stands for itself (pin a revision by downloading it to a path).
+    files (names and contents; not its ``README.md``, the card a job rewrites as scores come in),
+    so editing or replacing the weights invalidates the stages that used them; a hub id stands
+    for itself (pin a revision by downloading it to a path).
     """
     if name == EMBEDDED_MODEL:
         return f"sha256:{EMBEDDED_SHA256}"
     path = Path(name).expanduser()
     if not path.is_dir():
         return name
-    files = sorted(p for p in path.rglob("*") if p.is_file() and not p.name.startswith("."))
+    files = sorted(p for p in path.rglob("*") if p.is_file() and not p.name.startswith(".") and p.name != "README.md")
     key = (str(path.resolve()), tuple((str(p), p.stat().st_size, p.stat().st_mtime_ns) for p in files))
     if key not in _CONTENT_IDS:
         h = hashlib.sha256()

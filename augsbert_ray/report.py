@@ -292,8 +292,8 @@ def write_report(rd: RunDir, metrics: RunMetrics) -> None:
 
 def finish(cfg, runner, stages: list, complete: bool = True, plot: bool = True, quiet: bool = False) -> RunMetrics:
     """Gathers the stages' results into the run's metrics, writes ``metrics.json``,
-    ``summary.md`` and (with ``plot``) the silver density plot, and uploads a remote run
-    directory. The job calls it after every stage, so an unfinished run has its report too."""
+    ``summary.md``, (with ``plot``) the silver density plot and the published models' cards, and
+    uploads a remote run directory. The job calls it after every stage, so an unfinished run has its report too."""
     from augsbert_ray import schema
     from augsbert_ray.evaluation import PRIMARY_METRIC, TARGET_METRIC, jaccard_predictions, majority_metrics
     from augsbert_ray.evaluation import target_metrics, task_metrics
@@ -366,6 +366,11 @@ def finish(cfg, runner, stages: list, complete: bool = True, plot: bool = True, 
             f"{cfg.name}: {m.sampling['strategy']}",
         )
     write_report(rd, m)
+    from augsbert_ray.run_cards import publish_cards
+
+    # The published models' cards, up to date with every score so far (a stage keeps its model's
+    # card as trained; these are the run directory's own files, never part of a stage's digest).
+    publish_cards(cfg, rd.root, m, {stage: out["model"] for stage, out in runner.published.items() if "model" in out})
     rd.push()
     if not quiet:
         runner.log(f"[augsbert] wrote metrics.json and summary.md in {rd.location}")

@@ -304,6 +304,11 @@ class Runner:
         self.rd.push()
 
     # -- publishing ------------------------------------------------------------------------
+    @property
+    def published(self) -> dict:
+        """stage name -> {artifact: path in the run directory} this runner publishes."""
+        return dict(self._publish)
+
     def _publish_outputs(self, stage: str, done: Done) -> None:
         for name, target in self._publish.get(stage, {}).items():
             if name in done.outputs:

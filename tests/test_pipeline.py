@@ -114,6 +114,21 @@ def test_models_load_with_sentence_transformers(finished_run):
         assert emb.shape == (1, 32)
     scores = CrossEncoder(str(rd / "models" / "cross-encoder"), device="cpu").predict([("A man.", "A dog.")])
     assert 0 <= float(scores[0]) <= 1
+    assert_cards(finished_run[0], finished_run[2])
+
+
+def assert_cards(cfg, metrics) -> None:
+    """Every published model's card names its base model and holds the run's own scores."""
+    rd = cfg.resolved_run_dir
+    shipped = "AugSBERT" if metrics.shipped["shipped"] == "augsbert" else "gold-only"
+    for folder, model in (("cross-encoder", "cross_encoder"), ("bi-encoder-gold-only", "gold_only"),
+                          ("bi-encoder-augsbert", "augsbert"), ("bi-encoder", metrics.shipped["shipped"])):
+        card = (rd / "models" / folder / "README.md").read_text()
+        base = cfg.cross_encoder.model if model == "cross_encoder" else cfg.bi_encoder.model
+        assert card.startswith("---\n") and f"**Base model:** `{base}`" in card, folder
+        for split in ("dev", "test"):
+            assert f"**{metrics.score(model, split):.2f}**" in card, (folder, split)
+        assert f"{metrics.score('zero_shot', 'test'):.2f}" in card and f"is the {shipped} bi-encoder" in card, folder
 
 
 @pytest.mark.timeout(600)
@@ -161,6 +176,7 @@ def test_a_rerun_reuses_finished_stages_and_a_changed_setting_trains_from_scratc
     # Back to the first settings: everything is still there, nothing runs again.
     back = run_job(cfg, log=lambda line: None)
     assert len(back.stages_reused) == 9 and back.scores == metrics.scores
+    assert_cards(cfg, back)  # every stage reused: the cards are the first settings' again
     assert _sha256(rd / "models/bi-encoder-augsbert/model.safetensors") == first["augsbert"]  # republished
 
 

@@ -18,6 +18,9 @@ import pyarrow as pa
 from augsbert_ray import schema
 from augsbert_ray.config import BiEncoderConfig, resolved_objective
 from augsbert_ray.evaluation import PRIMARY_METRIC
+from augsbert_ray.model_card import SilverFacts
+from augsbert_ray.report import versions
+from augsbert_ray.run_cards import training_facts, write_trained_card
 from augsbert_ray.stages.base import Declaration, Stage
 from augsbert_ray.schema import PAIR_COLUMNS
 from augsbert_ray.stages.teacher import searched
@@ -118,14 +121,20 @@ class Student(Stage):
         repeat = b.gold_repeat if silver is not None and gold is not None else 1
         train = student_training_set(gold, silver, settings.task, repeat)
         search = "dev" in inputs
+        objective = resolved_objective(b.objective, task)
         stats = fit_encoder(
             "bi_encoder", train, inputs.table("dev").select(PAIR_COLUMNS) if search else None,
             recipe={"model": env.base_model(b.model), "max_length": b.max_length, "num_layers": b.num_layers,
-                    "objective": resolved_objective(b.objective, task)},
+                    "objective": objective},
             hparams=hparams(b, settings.seed, settings.training), training=settings.training,
             seed_search=settings.seed_search if search else None, searched=search, task=settings.task,
             metric=PRIMARY_METRIC[settings.task], eval_batch_size=settings.evaluation.batch_size if search else 64,
             out=env.out, storage=env.storage, cluster=env.cluster, name=f"bi-encoder-{self.name.replace('_', '-')}",
             log=env.log, progress=None if search else env.reporter())
+        write_trained_card(self.name, env.out / "model", b.model,
+                           training_facts(b, objective, settings.seed, settings.training.precision, stats, train.num_rows),
+                           gold_train=None if gold is None else gold.num_rows,
+                           silver=None if silver is None else SilverFacts(silver.num_rows, repeat, gold is not None),
+                           versions=versions())
         return {"train": stats, "train_pairs": train.num_rows,
                 "label_mean": float(np.mean(train.column(schema.LABEL).to_numpy())) if train.num_rows else None}

@@ -8,6 +8,8 @@ never retrains it.
 from __future__ import annotations
 
 from augsbert_ray.evaluation import PRIMARY_METRIC
+from augsbert_ray.report import versions
+from augsbert_ray.run_cards import training_facts, write_trained_card
 from augsbert_ray.stages.base import Declaration, Stage
 from augsbert_ray.schema import PAIR_COLUMNS
 from augsbert_ray.training.fit import fit_encoder, fixed_seconds, hparams, planned_steps, throughput
@@ -46,8 +48,9 @@ class Teacher(Stage):
     def run(self, inputs, settings, env) -> dict:
         c = settings.cross_encoder
         search = settings.seed_search.enabled and "cross_encoder" in settings.seed_search.targets
+        train = inputs.table("train").select(PAIR_COLUMNS)
         stats = fit_encoder(
-            "cross_encoder", inputs.table("train").select(PAIR_COLUMNS),
+            "cross_encoder", train,
             inputs.table("dev").select(PAIR_COLUMNS) if search else None,
             recipe={"model": env.base_model(c.model), "max_length": c.max_length},
             hparams=hparams(c, settings.seed, settings.training), training=settings.training,
@@ -57,4 +60,7 @@ class Teacher(Stage):
             eval_batch_size=settings.evaluation.batch_size if search else 64,
             out=env.out, storage=env.storage, cluster=env.cluster, name="cross-encoder", log=env.log,
             progress=None if search else env.reporter())
+        write_trained_card("cross_encoder", env.out / "model", c.model,
+                           training_facts(c, "bce", settings.seed, settings.training.precision, stats, train.num_rows),
+                           gold_train=train.num_rows, versions=versions())
         return {"train": stats}

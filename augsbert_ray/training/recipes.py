@@ -111,8 +111,9 @@ class BiEncoderRecipe:
         return OBJECTIVES[self.objective](a, b, labels)
 
     def save(self, module, out_dir: str) -> None:
+        # No card here: sentence-transformers would copy the base model's own; the stage writes the model's.
         with _no_save_bars():
-            unwrap(module).st.save(out_dir, safe_serialization=True)
+            unwrap(module).st.save(out_dir, safe_serialization=True, create_model_card=False)
 
     def lengths(self, s1: list[str], s2: list[str]) -> np.ndarray:
         """Each pair's padded length in a batch: both sentences go through one forward pass,
@@ -163,7 +164,8 @@ class CrossEncoderRecipe:
     def save(self, module, out_dir: str) -> None:
         with _no_save_bars():
             unwrap(module).save_pretrained(out_dir, safe_serialization=True)
-        self._tokenizer.save_pretrained(out_dir)
+            self._tokenizer.save_pretrained(out_dir)
+            as_sentence_transformers_cross_encoder(out_dir, self.max_length)
 
     def lengths(self, s1: list[str], s2: list[str]) -> np.ndarray:
         """Each pair's token count as the model reads it (the model must be built first)."""
@@ -178,6 +180,20 @@ class CrossEncoderRecipe:
         with _eval_mode(model):
             return score_pairs(model, self._tokenizer, list(s1), list(s2), micro_batch_size=batch_size,
                                max_length=self.max_length, device=str(next(model.parameters()).device))
+
+
+def as_sentence_transformers_cross_encoder(model_dir: str, max_length: int) -> None:
+    """Adds sentence-transformers' files to a saved one-logit cross-encoder, as its ``CrossEncoder.save``
+    writes them, so that ``CrossEncoder(model_dir)`` reads pairs as the job's scorer does: the
+    sigmoid of the logit, at most ``max_length`` tokens a pair. Its card is left to the stage."""
+    from sentence_transformers import CrossEncoder
+
+    from augsbert_ray.models import trust_remote_code
+
+    model = CrossEncoder(model_dir, device="cpu", max_length=max_length, activation_fn=torch.nn.Sigmoid(),
+                         local_files_only=True, trust_remote_code=trust_remote_code(),
+                         model_kwargs={"use_safetensors": True})
+    model.save(model_dir, create_model_card=False, safe_serialization=True)
 
 
 RECIPES = {"bi_encoder": BiEncoderRecipe, "cross_encoder": CrossEncoderRecipe}
