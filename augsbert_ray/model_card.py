@@ -288,7 +288,7 @@ def _data_lines(card: CardData) -> list[str]:
             lines.append(f"- Gold pairs repeated {s.gold_repeat}x beside the silver pairs (`gold_repeat`).")
         else:
             lines.append("- The source gold pairs were not mixed in (target silver only).")
-    if t.pairs is not None and card.model != "target_gold":
+    if t.pairs is not None and s is not None:
         lines.append(f"- Training pairs in all: {t.pairs:,}")
     lines.append("- Columns: `sentence1`, `sentence2` and `label` (scaled to [0, 1])")
     return lines
@@ -320,8 +320,9 @@ def _evaluation_lines(card: CardData) -> list[str]:
     if tc:
         lines.append("")
         lines.append(f"Teacher check (dev {tc['metric']}): cross-encoder {_num(tc['cross_encoder_dev'])} vs "
-                     f"gold-only bi-encoder {_num(tc['gold_only_dev'])} (gap {tc['gap']:+.2f}): AugSBERT helps only "
-                     "when the teacher leads.")
+                     f"gold-only bi-encoder {_num(tc['gold_only_dev'])} (gap {tc['gap']:+.2f}): "
+                     + ("the teacher leads, as AugSBERT needs." if tc["gap"] > 0 else
+                        "the teacher does not lead, so its silver labels were unlikely to help."))
     sh = card.shipped
     if sh:
         lines.append("")

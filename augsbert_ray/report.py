@@ -292,8 +292,9 @@ def write_report(rd: RunDir, metrics: RunMetrics) -> None:
 
 def finish(cfg, runner, stages: list, complete: bool = True, plot: bool = True, quiet: bool = False) -> RunMetrics:
     """Gathers the stages' results into the run's metrics, writes ``metrics.json``,
-    ``summary.md``, (with ``plot``) the silver density plot and the published models' cards, and
-    uploads a remote run directory. The job calls it after every stage, so an unfinished run has its report too."""
+    ``summary.md``, (with ``plot``) the silver density plot and the published models' cards,
+    and uploads a remote run directory. The job calls it after every stage, so an unfinished
+    run has its report too."""
     from augsbert_ray import schema
     from augsbert_ray.evaluation import PRIMARY_METRIC, TARGET_METRIC, jaccard_predictions, majority_metrics
     from augsbert_ray.evaluation import target_metrics, task_metrics

@@ -39,10 +39,11 @@ def training_facts(encoder, objective: str, seed: int, precision: str, stats: di
     the stage's training statistics (``training.fit.fit_encoder``)."""
     search = stats.get("seed_search")
     num_layers = getattr(encoder, "num_layers", None)
+    own_seed = getattr(encoder, "seed", None)  # the bi-encoder may have its own
     return TrainingFacts(
         objective=objective, epochs=encoder.epochs, batch_size=encoder.batch_size, lr=encoder.lr,
         warmup_ratio=encoder.warmup_ratio, max_length=encoder.max_length,
-        seed=search["chosen_seed"] if search else (getattr(encoder, "seed", None) or seed),
+        seed=search["chosen_seed"] if search else (seed if own_seed is None else own_seed),
         precision=stats.get("precision") or precision, num_layers=num_layers,
         base_layers=_layers(encoder.model) if num_layers else None, pairs=pairs,
         steps=search["total_steps"] if search else stats.get("steps"), final_loss=stats.get("final_loss"),
@@ -144,8 +145,9 @@ def run_card(model: str, cfg, metrics, model_dir: Path, published_as: str = "") 
     if model == "augsbert":
         s = metrics.sampling
         silver = SilverFacts(pairs=s.get("silver", 0), gold_repeat=cfg.bi_encoder.gold_repeat,
-                             mixed_with_gold=cfg.target is None or cfg.target.mix_source_gold, strategy=s.get("strategy"), top_k=s.get("top_k"),
-                             candidates=s.get("candidates"), labelled=s.get("labelled"),
+                             mixed_with_gold=cfg.target is None or cfg.target.mix_source_gold,
+                             strategy=s.get("strategy"), top_k=s.get("top_k"), candidates=s.get("candidates"),
+                             labelled=s.get("labelled"),
                              teacher=f"the job's cross-encoder (models/cross-encoder, finetuned from "
                                      f"{base_model_id(cfg.cross_encoder.model) or cfg.cross_encoder.model})",
                              calibration=cfg.labeling.calibration)

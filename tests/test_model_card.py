@@ -48,7 +48,7 @@ def test_a_bi_encoder_card_says_what_was_trained_on_what_and_how_it_scored():
     assert meta["metrics"] == ["spearman"]
     assert "| **AugSBERT bi-encoder** | **81.33** | **79.99** |" in text
     assert "| Cross-encoder (teacher) | 85.68 | 84.00 |" in text and "| Zero-shot bi-encoder | 71.23 | 70.50 |" in text
-    assert "gap +5.57" in text and "AugSBERT leads gold only on dev (81.33 vs 80.11). This is that model." in text
+    assert "gap +5.57): the teacher leads" in text and "AugSBERT leads gold only on dev (81.33 vs 80.11). This is that model." in text
     for fact in ("`num_train_epochs`: 3", "`learning_rate`: 2e-05", "`warmup_ratio`: 0.1", "`max_seq_length`: 96",
                  "first 2 of the base model's 6 transformer layers", "734 (bm25 sampling, top_k 3; 900 candidates",
                  "calibrated to the gold scale (isotonic)", "repeated 2x", "Gold pairs (stsb file sts-train.csv): "
@@ -133,3 +133,38 @@ def test_saved_models_load_with_sentence_transformers_as_the_job_reads_them(tiny
     assert not (bi_dir / "README.md").exists()  # the base model's card is not copied
     st = SentenceTransformer(str(bi_dir), device="cpu")
     assert st.encode(["A man."]).shape == (1, 32) and st[0].auto_model.config.num_hidden_layers == 1
+
+
+def test_the_published_cards_follow_the_run_and_skip_models_it_did_not_train(tmp_path):
+    from augsbert_ray.config import validate_tree
+    from augsbert_ray.metrics import RunMetrics, StageRecord
+    from augsbert_ray.run_cards import publish_cards
+
+    cfg = validate_tree({"name": "j", "data": {s: {"format": "stsb", "path": f"/d/sts-{s}.csv"}
+                                               for s in ("train", "dev", "test")},
+                         "bi_encoder": {"num_layers": 2, "gold_repeat": 2}, "labeling": {"calibration": "isotonic"}})
+    shipped = {"shipped": "gold_only", "why": "gold only leads AugSBERT on dev (80.11 vs 79.00)", "policy": "better"}
+    train = {"train": {"steps": 10, "final_loss": 0.25, "precision": "fp32"}, "train_pairs": 700}
+    stages = [StageRecord(name, "train", "fp", 1.0, True, result=train) for name in ("cross_encoder", "gold_only",
+                                                                                       "augsbert")]
+    metrics = RunMetrics(job="j", task="regression", primary_metric="spearman", run_dir=str(tmp_path), scores=SCORES,
+                         data={"train": 500, "dev": 100, "test": 100}, shipped=shipped,
+                         sampling={"strategy": "bm25", "top_k": 3, "candidates": 900, "labelled": 900, "silver": 200},
+                         stages=stages + [StageRecord("ship", "check", "fp", 0.0, False, result=shipped)])
+    folders = {"cross_encoder": "models/cross-encoder", "gold_only": "models/bi-encoder-gold-only",
+               "target_gold": "models/bi-encoder-target-gold", "augsbert": "models/bi-encoder-augsbert",
+               "ship": "models/bi-encoder"}
+    for rel in folders.values():
+        (tmp_path / rel).mkdir(parents=True)
+    written = publish_cards(cfg, tmp_path, metrics, folders)
+    assert sorted(p.parent.name for p in written) == ["bi-encoder", "bi-encoder-augsbert", "bi-encoder-gold-only",
+                                                       "cross-encoder"]  # no upper bound in this job
+    shipped_card = (tmp_path / "models/bi-encoder/README.md").read_text()
+    assert "the Bi-encoder, gold only" in shipped_card and "| **Bi-encoder, gold only** | **80.11** |" in shipped_card
+    aug = (tmp_path / "models/bi-encoder-augsbert/README.md").read_text()
+    for fact in ("Silver pairs: 200 (bm25 sampling, top_k 3", "(isotonic)", "repeated 2x", "sts-train.csv",
+                 "first 2 of the base model's 6 transformer layers", "Training pairs in all: 700"):
+        assert fact in aug, fact
+    assert front_matter(aug)["base_model"] == EMBEDDED_HUB_ID and "This is that model." not in aug
+    ce = (tmp_path / "models/cross-encoder/README.md").read_text()
+    assert "BinaryCrossEntropyLoss" in ce and "Silver pairs" not in ce

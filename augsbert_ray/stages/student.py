@@ -131,8 +131,8 @@ class Student(Stage):
             metric=PRIMARY_METRIC[settings.task], eval_batch_size=settings.evaluation.batch_size if search else 64,
             out=env.out, storage=env.storage, cluster=env.cluster, name=f"bi-encoder-{self.name.replace('_', '-')}",
             log=env.log, progress=None if search else env.reporter())
-        write_trained_card(self.name, env.out / "model", b.model,
-                           training_facts(b, objective, settings.seed, settings.training.precision, stats, train.num_rows),
+        facts = training_facts(b, objective, settings.seed, settings.training.precision, stats, train.num_rows)
+        write_trained_card(self.name, env.out / "model", b.model, facts,
                            gold_train=None if gold is None else gold.num_rows,
                            silver=None if silver is None else SilverFacts(silver.num_rows, repeat, gold is not None),
                            versions=versions())
