@@ -280,8 +280,8 @@ def _data_lines(card: CardData) -> list[str]:
                                            ("bm25", "ss", "bm25+ss") else "")) if s.strategy else "sampled pairs"
         counts = ", ".join(x for x in (f"{s.candidates:,} candidates" if s.candidates is not None else "",
                                        f"{s.labelled:,} labelled" if s.labelled is not None else "") if x)
-        lines.append(f"- Silver pairs: {s.pairs:,} ({how}{'; ' + counts if counts else ''}), labelled by "
-                     f"{s.teacher or 'the job cross-encoder'}"
+        teacher = s.teacher or "the job's cross-encoder"
+        lines.append(f"- Silver pairs: {s.pairs:,} ({how}{'; ' + counts if counts else ''}), labelled by {teacher}"
                      + (f"; labels calibrated to the gold scale ({s.calibration})" if s.calibration not in
                         (None, "none") else "; labels as the teacher scored them" if s.calibration else "") + ".")
         if s.mixed_with_gold:

@@ -72,6 +72,10 @@ def test_the_cross_encoder_card_and_an_early_card():
     meta = front_matter(early)
     assert "base_model" not in meta and "model-index" not in meta
     assert "No scores yet" in early and "`/models/tiny`" in early and "Gold pairs: train 48" in early
+    silver = render_card(CardData(model="augsbert", base_model="org/model", base_model_hub="org/model", path="/m",
+                                  training=TRAINING, gold={"train": 48}, silver=SilverFacts(pairs=5, gold_repeat=3)))
+    assert "Silver pairs: 5 (sampled pairs), labelled by the job's cross-encoder." in silver and "repeated 3x" in silver
+    assert front_matter(silver)["base_model"] == "org/model"
 
 
 def test_the_shipped_copy_names_its_decision():
