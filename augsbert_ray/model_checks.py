@@ -69,6 +69,7 @@ def check_model(cfg: JobConfig, key: str, name: str, *, sentence_transformers: b
             return read_config(transformer_dir(path) if sentence_transformers else path)
         if looks_like_path(name):
             raise ModelError(f"no such model folder: {unresolved(cfg, key, name)} (a hub id looks like org/name)")
+        check_hub_id(name)
         return cached_hub_model(name) if hub_offline() else None
     except AugSBERTError as e:
         raise ConfigError(cfg.source, key, str(e)) from None
@@ -77,6 +78,21 @@ def check_model(cfg: JobConfig, key: str, name: str, *, sentence_transformers: b
 def looks_like_path(name: str) -> bool:
     """A model name written as a path rather than a hub id (``org/name``)."""
     return name.startswith(("/", "./", "../", "~", ".\\")) or name.strip("/").count("/") > 1 or name in (".", "..")
+
+
+def check_hub_id(name: str) -> None:
+    """A name that is not a local folder is a valid Hugging Face id (``org/name``, as the hub spells them).
+
+    Raises:
+        ModelError: why the hub would refuse it, and that no such folder exists either.
+    """
+    from huggingface_hub.utils import HFValidationError, validate_repo_id
+
+    try:
+        validate_repo_id(name)
+    except HFValidationError as e:
+        raise ModelError(f"{name!r} is neither a model folder (none is there: {Path(name).absolute()}) nor a valid "
+                         f"Hugging Face id: {e}") from None
 
 
 def hub_offline() -> bool:

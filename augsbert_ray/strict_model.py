@@ -36,14 +36,18 @@ def _numbers_only(annotation: Any) -> bool:
     return bool(leaves & {int, float}) and not leaves & {bool, object, BaseModel}
 
 
-def _holds_bool(value: Any) -> bool:
+def _bool_at(value: Any, where: str = "") -> str | None:
+    """Where the first boolean in ``value`` is ("" for ``value`` itself, ``.train`` or ``[1]``
+    inside it), or None when it holds none."""
     if isinstance(value, bool):
-        return True
-    if isinstance(value, (list, tuple)):
-        return any(_holds_bool(v) for v in value)
-    if isinstance(value, dict):
-        return any(_holds_bool(v) for v in value.values())
-    return False
+        return where
+    items = (value.items() if isinstance(value, dict)
+             else enumerate(value) if isinstance(value, (list, tuple)) else ())
+    for k, v in items:
+        found = _bool_at(v, f"{where}.{k}" if isinstance(value, dict) else f"{where}[{k}]")
+        if found is not None:
+            return found
+    return None
 
 
 class StrictModel(BaseModel):
@@ -55,9 +59,10 @@ class StrictModel(BaseModel):
     @classmethod
     def _no_booleans_for_numbers(cls, value: Any, info: ValidationInfo) -> Any:
         field = cls.model_fields.get(info.field_name or "")
-        if field is not None and _holds_bool(value) and _numbers_only(field.annotation):
-            what = (f"{str(value).lower()} is a boolean" if isinstance(value, bool)
-                    else f"{value!r} holds a boolean")
+        where = _bool_at(value) if field is not None else None
+        if where is not None and _numbers_only(field.annotation):
+            what = (f"{str(value).lower()} is a boolean" if not where
+                    else f"{info.field_name}{where} in {value!r} is a boolean")
             raise ValueError(f"{what} (YAML reads true/false, yes/no and on/off as booleans), where a number "
                              "is expected: give the number")
         return value
