@@ -148,9 +148,10 @@ def read_json_object(path: Path) -> dict:
     except UnicodeDecodeError as e:
         raise DataError(str(path), None, None, f"not UTF-8 text (byte {e.start}): the file is damaged; " + AGAIN) from None
     except ValueError as e:
-        line = getattr(e, "lineno", None)
-        raise DataError(str(path), line, None, f"not valid JSON ({getattr(e, 'msg', e)}): the file is truncated or "
-                                               "damaged; " + AGAIN) from None
+        line, column = getattr(e, "lineno", None), getattr(e, "colno", None)
+        where = f" at column {column}" if column else ""
+        raise DataError(str(path), line, None, f"not valid JSON ({getattr(e, 'msg', e)}{where}): the file is "
+                                               "truncated or damaged; " + AGAIN) from None
     if not isinstance(data, dict):
         raise DataError(str(path), None, None, f"holds a JSON {type(data).__name__}, not the object of a run's "
                                                "metrics; " + AGAIN)

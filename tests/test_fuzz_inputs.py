@@ -1195,9 +1195,8 @@ def _model_folders(root) -> None:
 @_fuzz(150)
 @given(case=run_cases())
 def test_whole_runs_fail_in_one_line_or_reach_ray(workdir, case):
-    import contextlib
-    import io
     import tempfile
+    import time
     from pathlib import Path
     from unittest import mock
 
@@ -1217,6 +1216,7 @@ def test_whole_runs_fail_in_one_line_or_reach_ray(workdir, case):
     (folder / "job.yaml").write_text(case.job.replace("{DIR}", str(folder)), encoding="utf-8")
     out, err = io.StringIO(), io.StringIO()
     FIGURES["run"]["tried"] += 1
+    t0 = time.perf_counter()
     with mock.patch.object(runtime, "start_ray", side_effect=WouldStartRay), \
             contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
         try:
@@ -1226,9 +1226,12 @@ def test_whole_runs_fail_in_one_line_or_reach_ray(workdir, case):
         except BaseException:
             FIGURES["run"]["untyped"] += 1
             raise
+    FIGURES["run"]["hangs"] += time.perf_counter() - t0 > HANG_S
+    assert time.perf_counter() - t0 <= HANG_S, f"{time.perf_counter() - t0:.0f} s for {case}"
     assert "Traceback" not in out.getvalue() + err.getvalue()
     if rc is None:
         FIGURES["run"]["accepted"] += 1
+        FIGURES["run"]["late"] += case.outcome == "reject"  # doomed, yet it would have started Ray
         assert case.outcome != "reject", f"accepted a doomed job: {case}"
         return
     FIGURES["run"]["rejected" if rc == 2 else "untyped"] += 1
@@ -1483,7 +1486,6 @@ def _preflight_folder(workdir, case: PreflightCase):
 @_fuzz(60)
 @given(case=preflight_cases())
 def test_mistakes_knowable_before_ray_fail_there_in_one_line(workdir, case):
-    import contextlib
     import time
     from unittest import mock
 
@@ -1583,8 +1585,8 @@ def damaged_metrics(draw) -> bytes | None:
 @_fuzz(150)
 @given(metrics=damaged_metrics(), log=st.none() | st.binary(max_size=200))
 def test_report_on_damaged_run_files_prints_or_fails_in_one_line(workdir, metrics, log):
-    import contextlib
     import tempfile
+    import time
     from pathlib import Path
 
     from augsbert_ray.cli import main
@@ -1600,12 +1602,15 @@ def test_report_on_damaged_run_files_prints_or_fails_in_one_line(workdir, metric
         (folder / "logs" / "job.log").write_bytes(log)
     out, err = io.StringIO(), io.StringIO()
     FIGURES["report"]["tried"] += 1
+    t0 = time.perf_counter()
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
         try:
             rc = main(["report", str(folder)])
         except BaseException:
             FIGURES["report"]["tracebacks"] += 1
             raise
+    FIGURES["report"]["hangs"] += time.perf_counter() - t0 > HANG_S
+    assert time.perf_counter() - t0 <= HANG_S
     if rc == 0:
         FIGURES["report"]["accepted"] += 1
         assert out.getvalue().startswith("# r: AugSBERT") and not err.getvalue()
@@ -1626,11 +1631,16 @@ def _fuzz_figures(request):
     ran was a real test of both outcomes: it accepted some inputs and refused others (the
     pre-flight suite holds only mistakes: it refused them all, none late, none hung)."""
     yield
-    lines = ["", "fuzz figures (inputs tried / accepted / refused in one typed line / tracebacks / hangs / late):"]
+    lines = ["", "fuzz figures (inputs tried / accepted / refused in one typed line / tracebacks / hangs over "
+             f"{HANG_S} s / doomed inputs that would have started Ray):"]
+    timed = {"run": "late", "preflight": "late", "report": ""}  # suites that time each input (and count late ones)
     for suite, f in FIGURES.items():
         if f["tried"]:
             lines.append(f"  {suite:9s} tried {f['tried']:5d}  accepted {f['accepted']:5d}  refused {f['rejected']:5d}  "
-                         f"tracebacks {f['untyped'] + f['tracebacks']}  hangs {f['hangs']}  late {f['late']}")
+                         f"tracebacks {f['untyped'] + f['tracebacks']}"
+                         + (f"  hangs {f['hangs']}" if suite in timed else "")
+                         + (f"  late {f['late']}" if timed.get(suite) else "")
+                         + (f"  (duplicate pairs kept: {f['duplicate pairs kept']})" if suite == "loaders" else ""))
     capture = request.config.pluginmanager.get_plugin("capturemanager")
     with capture.global_and_fixture_disabled() if capture is not None else contextlib.nullcontext():
         print("\n".join(lines))
