@@ -21,6 +21,7 @@ from pathlib import Path
 
 from augsbert_ray.config import EMBEDDED_MODEL, JobConfig
 from augsbert_ray.errors import AugSBERTError, ConfigError, ModelError
+from augsbert_ray.missing_paths import unresolved
 
 # Position embeddings a model reserves before the first token's (RoBERTa's family counts
 # from its padding id + 1), by config.json's model_type.
@@ -57,7 +58,6 @@ def check_model(cfg: JobConfig, key: str, name: str, *, sentence_transformers: b
         ConfigError: naming the job file and ``key``.
     """
     from augsbert_ray.models import check_local_weights, embedded_model_dir, transformer_dir
-    from augsbert_ray.preflight import unresolved
 
     try:
         if name == EMBEDDED_MODEL:
