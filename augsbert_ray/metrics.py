@@ -150,7 +150,7 @@ def read_json_object(path: Path) -> dict:
     except ValueError as e:
         line, column = getattr(e, "lineno", None), getattr(e, "colno", None)
         where = f" at column {column}" if column else ""
-        raise DataError(str(path), line, None, f"not valid JSON ({getattr(e, 'msg', e)}{where}): the file is "
+        raise DataError(str(path), line, None, f"not valid JSON{where} ({getattr(e, 'msg', e)}): the file is "
                                                "truncated or damaged; " + AGAIN) from None
     if not isinstance(data, dict):
         raise DataError(str(path), None, None, f"holds a JSON {type(data).__name__}, not the object of a run's "
