@@ -61,9 +61,11 @@ def check_local_gpus(cfg: JobConfig, cuda_available=None) -> None:
 
 
 def gpu_visible() -> bool:
-    """Whether torch can use a GPU here. On Linux, a machine with no NVIDIA device node and no
-    ROCm one has none, which is known without importing torch (seconds on a busy machine)."""
-    if sys.platform.startswith("linux") and not glob.glob("/dev/nvidia[0-9]*") and not os.path.exists("/dev/kfd"):
+    """Whether torch can use a GPU here. On Linux, a machine with no NVIDIA device node, no ROCm
+    one and no WSL2 GPU bridge has none, which is known without importing torch (seconds on a
+    busy machine)."""
+    if (sys.platform.startswith("linux") and not glob.glob("/dev/nvidia[0-9]*")
+            and not any(os.path.exists(p) for p in ("/dev/kfd", "/dev/dxg"))):
         return False
     import torch
 
