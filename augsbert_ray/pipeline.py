@@ -131,6 +131,7 @@ def plan(cfg: JobConfig, run_dir=None) -> dict[str, str]:
 def _start_cluster(cfg: JobConfig, rd: RunDir, log: Callable[[str], None], runner: Runner | None = None,
                    verbose: bool = True):
     from augsbert_ray.models import TRUST_REMOTE_CODE_ENV
+    from augsbert_ray.resource_checks import check_cluster_gpus, runs_locally
     from augsbert_ray.runtime import start_ray
 
     # Only a job that trusts remote code sets the flag for its workers (and its runtime env).
@@ -141,6 +142,8 @@ def _start_cluster(cfg: JobConfig, rd: RunDir, log: Callable[[str], None], runne
             "will run on the driver and every Ray worker. Use it only for models whose code you trust.")
     cluster = start_ray(cfg.ray.address, cfg.ray.num_cpus, env_vars=env, verbose=verbose,
                         log_dir=None if verbose else rd.path("logs"))
+    if not runs_locally(cfg):  # a local run's GPUs were checked before Ray started
+        check_cluster_gpus(cfg, cluster.gpus, cfg.ray.address)
     if runner is not None:
         runner.open_channel()  # Ray workers report their progress to the display
     log(f"[augsbert] Ray cluster: {cluster.describe()}")

@@ -6,8 +6,9 @@ directory is created:
 - every local input file exists (a path that does not resolve is named absolutely, with
   the working directory it was resolved from and the environment variables it was built
   from, such as ``AUGSBERT_DATA_DIR``);
-- every configured local model directory loads the way the job will load it, without
-  pickles (``models.check_local_weights``);
+- every configured model loads the way the job will load it (a local folder without
+  pickles, its weights files whole; a hub id in the cache while the hub is off) and can do
+  what the job asks: its layers and positions (``model_checks``);
 - the gold splits and the target sets load (the loaders' own row checks), and the splits
   the job will use, after skipped rows, genres, a carved dev split and subsampling, are
   large enough for the steps that need them (``require_pairs``, ``require_target``).
@@ -32,27 +33,35 @@ check took 0.7 s on a busy 2-core machine.
 
 from __future__ import annotations
 
+import logging
 import os
 from pathlib import Path
+from typing import Callable
 
 import numpy as np
 import pyarrow as pa
 
 from augsbert_ray import schema
-from augsbert_ray.config import EMBEDDED_MODEL, JobConfig
-from augsbert_ray.errors import AugSBERTError, ConfigError, DataError, ModelError
+from augsbert_ray.config import JobConfig
+from augsbert_ray.errors import ConfigError, DataError
 from augsbert_ray.loaders import LoadResult, load_pairs
+from augsbert_ray.data_warnings import data_warnings
+from augsbert_ray.model_checks import check_models
+from augsbert_ray.missing_paths import unresolved
+from augsbert_ray.resource_checks import check_local_gpus
 from augsbert_ray.sources import DataSource
 
 SPLITS = ("train", "dev", "test")
 MIN_EVAL_PAIRS = 2
 
 
-def check_job(cfg: JobConfig) -> dict[str, pa.Table]:
+def check_job(cfg: JobConfig, warn: Callable[[str], None] | None = None) -> dict[str, pa.Table]:
     """Runs every pre-flight check of a job, in the order a user would fix them.
 
     Args:
         cfg: the validated job.
+        warn: receives what is allowed but likely a mistake (``data_warnings``), once every
+            check has passed; default: this module's logger.
 
     Returns:
         The gold splits as the job will use them (train, dev, test).
@@ -69,6 +78,10 @@ def check_job(cfg: JobConfig) -> dict[str, pa.Table]:
     if cfg.target is not None:
         require_target(cfg.target, cfg.target_task,
                        load_target_sources(cfg.target, cfg.target_task, cfg.data.on_bad_rows), cfg.data.on_bad_rows)
+    require_folds(cfg, gold["train"].num_rows)
+    check_local_gpus(cfg)
+    for line in data_warnings(cfg, gold):
+        (warn or logging.getLogger(__name__).warning)(line)
     return gold
 
 
@@ -119,6 +132,10 @@ def check_paths(cfg: JobConfig) -> None:
                               f"file not found: {unresolved(cfg, f'{key}.path', source.path)}")
         if not os.access(path, os.R_OK):
             raise ConfigError(cfg.source, f"{key}.path", f"{path.absolute()} cannot be read (permission denied)")
+        packed = compression(path) if source.format != "parquet" else None
+        if packed is not None:
+            raise ConfigError(cfg.source, f"{key}.path", f"{path.absolute()} is {packed}-compressed, not {source.format} "
+                              "text: decompress it first and give the decompressed file")
     corpus = cfg.target.corpus if cfg.target is not None else None
     if corpus is not None and "://" not in corpus.path:
         from augsbert_ray.loaders.corpus import list_files
@@ -130,68 +147,19 @@ def check_paths(cfg: JobConfig) -> None:
                               f"glob): {unresolved(cfg, 'target.corpus.path', corpus.path)}") from None
 
 
-def unresolved(cfg: JobConfig, key: str, text: str) -> str:
-    """Says where a path that does not resolve was looked for, and what it was built from.
-
-    The absolute path tried; for a relative path, the working directory it was resolved
-    from; the environment variables the value came from and whether each was set (the
-    shipped job files find their data through ``${AUGSBERT_DATA_DIR:-../shared/data}``);
-    and the deepest folder of the path that does exist.
-    """
-    path = Path(text).expanduser()
-    absolute = Path(os.path.abspath(path))
-    parts = [str(absolute)]
-    if not path.is_absolute():
-        parts.append(f"the relative path {text!r} was resolved from the working directory {os.getcwd()}")
-    for ref in cfg.env_references(key):
-        if ref.value is not None:
-            parts.append(f"it is built from ${{{ref.name}}}, which is set to {ref.value!r}")
-        elif ref.default is not None:
-            parts.append(f"it is built from ${{{ref.name}:-{ref.default}}} and {ref.name} is not set, so the "
-                         f"default {ref.default!r} was used: set {ref.name} to the folder that holds the data")
-    existing = next((p for p in absolute.parents if p.is_dir()), None)
-    if existing is not None and existing != absolute.parent:
-        parts.append(f"the deepest folder of it that exists is {existing}")
-    return "; ".join(parts)
+# The first bytes of compressed files, which the text loaders would otherwise report as invalid UTF-8.
+COMPRESSION_MAGIC = {b"\x1f\x8b": "gzip", b"BZh": "bzip2", b"\xfd7zXZ\x00": "xz", b"\x28\xb5\x2f\xfd": "zstd",
+                     b"PK\x03\x04": "zip"}
 
 
-# -- models ----------------------------------------------------------------------------------
-def check_models(cfg: JobConfig) -> None:
-    """Every configured local model directory loads the way the job will load it.
-
-    ``cross_encoder.model`` is read by transformers from its root; ``bi_encoder.model`` by
-    sentence-transformers (its Transformer module may sit in a subfolder). A name that is
-    written as a path (``./x``, ``/x``, ``~/x``, or more than one ``/``) must be a folder; any
-    other name that is not a folder is a hub id, checked when it is downloaded.
-
-    Raises:
-        ConfigError: naming the job file, the key, the folder and what it lacks.
-    """
-    for key, name, sentence_transformers in (("cross_encoder.model", cfg.cross_encoder.model, False),
-                                             ("bi_encoder.model", cfg.bi_encoder.model, True)):
-        check_model(cfg, key, name, sentence_transformers=sentence_transformers)
-
-
-def check_model(cfg: JobConfig, key: str, name: str, *, sentence_transformers: bool) -> None:
-    """One configured model (see ``check_models``)."""
-    from augsbert_ray.models import check_local_weights, embedded_model_dir
-
+def compression(path: Path) -> str | None:
+    """The compression a file's first bytes show (``gzip``, ``bzip2``, ``xz``, ``zstd``, ``zip``), or None."""
     try:
-        if name == EMBEDDED_MODEL:
-            embedded_model_dir(verify=False)  # the package is installed (each worker checks the hash)
-            return
-        path = Path(name).expanduser()
-        if path.is_dir():
-            check_local_weights(path, sentence_transformers=sentence_transformers)
-        elif looks_like_path(name):
-            raise ModelError(f"no such model folder: {unresolved(cfg, key, name)} (a hub id looks like org/name)")
-    except AugSBERTError as e:
-        raise ConfigError(cfg.source, key, str(e)) from None
-
-
-def looks_like_path(name: str) -> bool:
-    """A model name written as a path rather than a hub id (``org/name``)."""
-    return name.startswith(("/", "./", "../", "~", ".\\")) or name.strip("/").count("/") > 1 or name in (".", "..")
+        with open(path, "rb") as f:
+            head = f.read(6)
+    except OSError:
+        return None
+    return next((name for magic, name in COMPRESSION_MAGIC.items() if head.startswith(magic)), None)
 
 
 # -- sizes -----------------------------------------------------------------------------------
@@ -247,6 +215,20 @@ def require_pairs(d, task: str, loaded: dict[str, LoadResult], kde_labels: bool 
                             f"every training pair has the label {labels[0]:g} (scaled): KDE sampling fits a density "
                             "to the training labels and needs at least two different ones")
     return tables
+
+
+def require_folds(cfg: JobConfig, train_pairs: int) -> None:
+    """The fold pilots (``evaluation.pilot_folds``) have at least one training pair per fold.
+
+    Raises:
+        ConfigError: naming the job file, the key and the training pairs the job has.
+    """
+    k = cfg.evaluation.pilot_folds
+    if cfg.evaluation.pilot and k > train_pairs:
+        raise ConfigError(cfg.source, "evaluation.pilot_folds",
+                          f"{k} folds need at least {k} gold training pairs, one per fold; the job has {train_pairs} "
+                          f"(data.train {cfg.data.train.path}, after subsampling and a carved dev split): give at most "
+                          f"{train_pairs}, or 0 to score the pilots on dev")
 
 
 def require_target(t, target_task: str, loaded: dict[str, LoadResult], mode: str = "error") -> None:

@@ -149,7 +149,7 @@ def summary_markdown(metrics: RunMetrics | dict) -> str:
     if d.get("dev_carved"):
         lines.append(f"Dev split carved from train: {d['dev_carved']}.")
     lines += ["", f"Gold pairs: train {d['train']}, dev {d['dev']}, test {d['test']}; skipped malformed rows: "
-              f"{d['skipped_rows']}."]
+              f"{d.get('skipped_rows', 0)}."]
     if "silver" in sampling:
         lines.append(f"Candidates: {sampling['candidates']}; labelled: {sampling.get('labelled', sampling['silver'])}; "
                      f"silver pairs used: {sampling['silver']} (density plot: silver_density.png).")
@@ -166,15 +166,33 @@ def summary_markdown(metrics: RunMetrics | dict) -> str:
               "everything outside the training loop (starting Ray Train's workers, loading the model and the "
               "pairs, checkpoints, exporting the model); for labelling, the time to the first labelled shard "
               "(starting the actors, loading the model)."]
+    lines += unfinished_markdown(metrics)
     c = metrics.get("cluster")
     if not c:
-        lines += ["", f"Ray was not started: every stage was done by an earlier run. Run directory: "
-                  f"{metrics.get('run_dir', '')}."]
+        if not metrics.get("complete", True):
+            why = "Ray had not started when this report was written"
+        elif all(s.get("reused") for s in metrics.get("stages", [])):
+            why = "Ray was not started: every stage was done by an earlier run"
+        else:
+            why = "Ray was not started: no stage that ran needed it"
+        lines += ["", f"{why}. Run directory: {metrics.get('run_dir', '')}."]
     else:
         lines += ["", f"Ray cluster: {c.get('nodes', 1)} node(s), {c['cpus']:g} CPUs, {c['gpus']:g} GPUs"
                   + (f", {c['memory_gb']:.1f} GiB memory, {c['object_store_gb']:.1f} GiB object store" if "memory_gb" in c else "")
                   + f". Run directory: {metrics.get('run_dir', '')}."]
     return "\n".join(lines) + "\n"
+
+
+def unfinished_markdown(metrics: dict) -> list[str]:
+    """For a run that has not finished: the stages done and those not done (nothing otherwise)."""
+    if metrics.get("complete", True):
+        return []
+    done = [s["name"] for s in metrics.get("stages", [])]
+    left = [name for name in metrics.get("stages_planned", []) if name not in done]
+    of = f" of {len(done) + len(left)}" if left else ""
+    return ["", f"Unfinished run: {len(done)}{of} stages done" + (f"; not done: {', '.join(left)}" if left else "")
+            + ". It failed, was stopped, or is still running (its logs/job.log says which); running the job again "
+              "resumes it."]
 
 
 def calibration_markdown(c: dict) -> list[str]:
@@ -269,20 +287,40 @@ def show_run(run_dir) -> str:
 
     Raises:
         AugSBERTError: the folder holds no run's metrics.
+        DataError: its ``metrics.json`` is damaged (naming the file and what is wrong).
     """
     from pathlib import Path
 
-    from augsbert_ray.errors import AugSBERTError
+    from augsbert_ray.errors import AugSBERTError, DataError
     from augsbert_ray.rundir import local_root
 
     root = local_root(run_dir)
-    if not (root / "metrics.json").exists():
+    path = root / "metrics.json"
+    if not path.exists():
         raise AugSBERTError(f"{root}: no metrics.json, so no run to report (a job writes it after its first stage)")
-    text = summary_markdown(RunMetrics.load(root))
+    metrics = RunMetrics.load(path)
+    try:
+        text = summary_markdown(metrics)
+    except (KeyError, TypeError, ValueError, AttributeError, IndexError) as e:  # a field the checks do not cover
+        raise DataError(str(path), None, None, f"not a run's metrics as this version writes them ({type(e).__name__}: "
+                                               f"{e}); rerun the job to write it again") from None
+    if not metrics.complete:
+        last = last_failure(root / "logs" / "job.log")
+        if last:
+            text += f"\nThe job log's last failure: {last}\n"
     plots = sorted(Path(root).glob("*.png"))
     if plots:
         text += "\nPlots: " + ", ".join(str(p) for p in plots) + "\n"
     return text
+
+
+def last_failure(log) -> str | None:
+    """The last line of a job log that says a stage failed or the job was interrupted, if any."""
+    try:
+        lines = log.read_text(encoding="utf-8", errors="replace").splitlines()
+    except OSError:
+        return None
+    return next((line.strip() for line in reversed(lines) if " failed after " in line or "interrupted" in line), None)
 
 
 def write_report(rd: RunDir, metrics: RunMetrics) -> None:
@@ -303,6 +341,7 @@ def finish(cfg, runner, stages: list, complete: bool = True, plot: bool = True, 
     result = {name: d.result for name, d in done.items()}
     m = RunMetrics(job=cfg.name, task=cfg.task, primary_metric=PRIMARY_METRIC[cfg.task], run_dir=runner.rd.location,
                    complete=complete, bi_encoder_objective=cfg.bi_encoder.resolved_objective(cfg.task),
+                   stages_planned=[s.name for s in stages],
                    versions=versions(), cluster=asdict(runner.cluster) if runner.cluster is not None else None)
     by_name = {s.name: s for s in stages}
     for name, d in done.items():

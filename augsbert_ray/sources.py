@@ -7,7 +7,9 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, model_validator
+from pydantic import model_validator
+
+from augsbert_ray.strict_model import StrictModel
 
 Format = Literal["stsb", "mrpc", "csv", "tsv", "jsonl", "parquet", "hf"]
 
@@ -15,17 +17,16 @@ Format = Literal["stsb", "mrpc", "csv", "tsv", "jsonl", "parquet", "hf"]
 DEFAULT_LABEL_RANGE: dict[str, tuple[float, float]] = {"stsb": (0.0, 5.0), "mrpc": (0.0, 1.0)}
 
 
-class ColumnMap(BaseModel):
+class ColumnMap(StrictModel):
     """Names of the columns (or JSON keys) that hold each field, for generic formats."""
 
-    model_config = ConfigDict(extra="forbid")
     sentence1: str = "sentence1"
     sentence2: str = "sentence2"
     label: str | None = "label"  # null: the pairs have no labels (unlabelled target pairs)
     genre: str | None = None  # optional column copied into the pair schema's genre
 
 
-class DataSource(BaseModel):
+class DataSource(StrictModel):
     """One input of gold pairs.
 
     Args:
@@ -44,7 +45,6 @@ class DataSource(BaseModel):
             other genres are counted in the report, not loaded.
     """
 
-    model_config = ConfigDict(extra="forbid")
     format: Format
     path: str
     columns: ColumnMap = ColumnMap()

@@ -7,6 +7,7 @@ test, so tests never need a hub and run in seconds on a CPU.
 from __future__ import annotations
 
 import json
+import math
 import os
 import random
 import shutil
@@ -227,7 +228,21 @@ def fake_model(path, weights=("model.safetensors",), tokenizer=True):
     (path / "config.json").write_text(json.dumps({"model_type": "bert"}))
     for name in weights:
         (path / name).parent.mkdir(parents=True, exist_ok=True)
-        (path / name).write_bytes(b"\0")
+        (path / name).write_bytes(TINY_SAFETENSORS if name.endswith(".safetensors") else b"\0")
     if tokenizer:
         (path / "tokenizer.json").write_text("{}")
     return path
+
+
+def safetensors_bytes(tensors: dict[str, list[int]]) -> bytes:
+    """A well-formed safetensors file of zero-filled F32 tensors (name -> shape), built by hand."""
+    header, offset = {}, 0
+    for name, shape in tensors.items():
+        size = 4 * math.prod(shape)
+        header[name] = {"dtype": "F32", "shape": shape, "data_offsets": [offset, offset + size]}
+        offset += size
+    raw = json.dumps(header).encode()
+    return len(raw).to_bytes(8, "little") + raw + bytes(offset)
+
+
+TINY_SAFETENSORS = safetensors_bytes({"w": [2, 2]})

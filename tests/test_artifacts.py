@@ -6,7 +6,7 @@ import shutil
 import time
 
 import pytest
-from conftest import fake_model
+from conftest import TINY_SAFETENSORS, fake_model
 
 from augsbert_ray import artifacts
 from augsbert_ray.artifacts import ShippedModel, local_model, ship_directory
@@ -117,7 +117,7 @@ def test_a_planted_or_damaged_copy_is_never_used(tmp_path, no_ray):
     assert artifacts.tree_digest(planted) == shipped.digest
     (planted / "model.safetensors").write_bytes(b"damaged")
     local_model(shipped, cache)
-    assert (planted / "model.safetensors").read_bytes() == b"\0"
+    assert (planted / "model.safetensors").read_bytes() == TINY_SAFETENSORS
 
 
 def test_a_job_removes_what_it_unpacked_and_stale_copies_of_killed_jobs(tmp_path, monkeypatch, no_ray):

@@ -11,6 +11,7 @@ import pytest
 
 from augsbert_ray import schema
 from augsbert_ray.config import validate_tree
+from augsbert_ray.errors import ConfigError
 from augsbert_ray.rundir import RunDir
 
 
@@ -169,7 +170,7 @@ def test_fold_pilots_hold_out_each_gold_pair_once_and_its_sentences_silver():
         assert train.num_rows == 2 * (n - out.num_rows) + kept  # gold twice, then the silver left
     again = fold_sets(gold, {"gold + silver": (silver, 2)}, "regression", True, 3, seed=7)[2]
     assert all(a.equals(b) for a, b in zip(again, held))  # seeded
-    with pytest.raises(ValueError, match="12 folds need at least 12 gold training pairs"):
+    with pytest.raises(ConfigError, match="12 folds need at least 12 gold training pairs"):
         fold_sets(gold, {}, "regression", True, 12, seed=7)
 
 

@@ -101,3 +101,37 @@ def test_run_takes_verbose_and_the_display_counts_the_stages_the_job_runs(tmp_pa
     cfg = load_job(write(tmp_path, MINIMAL))
     assert job_stages(cfg) == ["gold", "cross_encoder", "eval_cross_encoder", "eval_zero_shot", "gold_only",
                                "eval_gold_only", "teacher_check", "candidates", "silver", "augsbert", "eval_augsbert", "ship"]
+
+
+def test_run_without_a_job_file_says_so(capsys):
+    assert main(["run"]) == 2
+    assert "no job file: augsbert run JOB.yaml" in _one_error_line(capsys.readouterr().err)
+
+
+def test_overrides_after_a_flag_are_overrides(tmp_path, capsys, monkeypatch):
+    from augsbert_ray import cli
+
+    seen = {}
+    monkeypatch.setattr(cli, "_run", lambda cfg, fresh, verbose: seen.update(cfg=cfg, fresh=fresh) or 0)
+    job = str(write(tmp_path, MINIMAL))
+    assert main(["run", job, "seed=3", "--fresh", "sampling.top_k=7", "--verbose", "bi_encoder.epochs=2"]) == 0
+    assert seen["fresh"] and seen["cfg"].seed == 3 and seen["cfg"].sampling.top_k == 7
+    assert seen["cfg"].bi_encoder.epochs == 2
+    with pytest.raises(SystemExit):
+        main(["run", job, "--fresh", "stray"])  # not an override: argparse's usage error, as before
+    assert "unrecognized arguments: stray" in capsys.readouterr().err
+
+
+def test_warnings_reach_the_terminal_before_the_run(tmp_path, capsys, monkeypatch):
+    from augsbert_ray import cli
+
+    class Started(Exception):
+        pass
+
+    monkeypatch.setattr(cli, "_run_watched", lambda *a, **k: (_ for _ in ()).throw(Started()))
+    job = _stsb_job(tmp_path, "g\tf\ty\t1\t2.5\tA man.\tA dog.\ng\tf\ty\t2\t1.5\tA cat.\tA car.\n")
+    with pytest.raises(Started):
+        main(["run", job, f"run_dir={tmp_path / 'run'}", "sampling.top_k=50"])
+    err = capsys.readouterr().err.splitlines()
+    assert any(line.startswith("augsbert: warning: sampling.top_k=50 is not below the 4 distinct") for line in err)
+    assert any("dev.csv: 2 of the 2 data.dev pairs are also training pairs" in line for line in err)

@@ -54,6 +54,27 @@ def test_invalid_value_names_key(tmp_path):
     assert "greater than 0" in e.value.reason
 
 
+@pytest.mark.parametrize("override,key", [
+    ("sampling.top_k=true", "sampling.top_k"), ("cross_encoder.epochs=true", "cross_encoder.epochs"),
+    ("bi_encoder.num_layers=yes", "bi_encoder.num_layers"), ("cross_encoder.lr=off", "cross_encoder.lr"),
+    ("auto.top_k=[3, true]", "auto.top_k"), ("data.train.label_range=[true, 5]", "data.train.label_range"),
+    ("auto.teacher_recipes=[[4, true]]", "auto.teacher_recipes"), ("seed_search.seeds=true", "seed_search.seeds"),
+])
+def test_a_boolean_never_stands_for_a_number(tmp_path, override, key):
+    path = write(tmp_path, MINIMAL)
+    with pytest.raises(ConfigError) as e:
+        load_job(path, [override])
+    assert e.value.key == key and ("is a boolean" in e.value.reason or "holds a boolean" in e.value.reason)
+    assert str(path) in str(e.value)
+
+
+def test_numbers_as_users_write_them_still_load(tmp_path):
+    cfg = load_job(write(tmp_path, MINIMAL + "cross_encoder: {lr: 1e-4, epochs: 2}\n"),
+                   ["bi_encoder.lr=3e-5", "training.use_gpu=false", "sampling.top_k=4", "auto.top_k=[3, 5]"])
+    assert cfg.cross_encoder.lr == 1e-4 and cfg.bi_encoder.lr == 3e-5 and cfg.sampling.top_k == 4
+    assert cfg.training.use_gpu is False and cfg.auto.top_k == [3, 5]
+
+
 def test_unknown_strategy_lists_valid_ones(tmp_path):
     with pytest.raises(ConfigError) as e:
         load_job(write(tmp_path, MINIMAL), ["sampling.strategy=magic"])
@@ -144,8 +165,10 @@ def test_seed_search_settings_are_checked(search, message):
 @pytest.mark.parametrize("evaluation,target,message", [
     ({"pilot_folds": 1}, None, "evaluation.pilot_folds: 1 fold would hold out every gold pair"),
     ({"pilot_folds": -2}, None, "greater than or equal to 0"),
-    ({"pilot_folds": 5}, {"pairs": {"format": "stsb", "path": "p.csv"}, "test": {"format": "stsb", "path": "q.csv"}},
+    ({"pilot_folds": 5, "pilot": True},
+     {"pairs": {"format": "stsb", "path": "p.csv"}, "test": {"format": "stsb", "path": "q.csv"}},
      "a domain-adaptation job's pilots are scored on dev"),
+    ({"pilot_folds": 5}, None, "evaluation.pilot_folds: 5 folds score the pilots of evaluation.pilot, which is off"),
 ])
 def test_pilot_folds_are_checked(evaluation, target, message):
     src = {"format": "stsb", "path": "t.csv"}
@@ -154,7 +177,7 @@ def test_pilot_folds_are_checked(evaluation, target, message):
         tree["target"] = target
     with pytest.raises(ConfigError, match=message):
         validate_tree(tree)
-    validate_tree({**tree, "evaluation": {"pilot_folds": 5}, "target": None})
+    validate_tree({**tree, "evaluation": {"pilot_folds": 5, "pilot": True}, "target": None})
 
 
 def test_seed_list_counts_from_the_encoders_seed():

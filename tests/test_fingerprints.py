@@ -190,7 +190,8 @@ UNCHANGEABLE_HERE = {
     "target.pairs.columns.genre", "target.test.columns.genre", "target.dev.columns.genre",
     "data.train.columns.genre", "data.dev.columns.genre", "data.test.columns.genre",
     "target.corpus",  # a job has target pairs or a corpus, not both
-    "evaluation.pilot_folds",  # (adaptation) pilots on folds of the source gold are refused there
+    # refused without evaluation.pilot (the base jobs have none), and in adaptation (no target gold)
+    "evaluation.pilot_folds",
     "target",  # in-domain jobs; the domain-adaptation job changes every target key
     "task",  # regression labels in [0, 1] are not binary; the binary path has its own tests
     "name",  # rejected values aside, a name only names the run directory (checked below)
@@ -252,7 +253,6 @@ MUST = [
     ("ss", "evaluation.shipping=augsbert", set()),  # which model is shipped: decided every run, trains nothing
     ("ss", "auto.budget_minutes=5", set()),  # the autopilot is off: nothing reads it
     ("ss", "evaluation.pilot=true", {"pilot"}),  # a check beside the job: nothing else changes
-    ("ss", "evaluation.pilot_folds=3", set()),  # the pilot is off: nothing reads how it is scored
     # gold's weight in AugSBERT's training set: the gold-only model, so the semantic-search
     # candidates and their labels, stay
     ("ss", "bi_encoder.gold_repeat=3", {"augsbert", "eval_augsbert"}),

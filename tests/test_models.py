@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import json
+import random
 import shutil
+import time
+from pathlib import Path
 
 import pytest
-from conftest import fake_model
+from conftest import TINY_SAFETENSORS, fake_model
 
 from augsbert_ray.errors import ModelError
 from augsbert_ray.models import check_local_weights, load_bi_encoder, load_cross_encoder
@@ -31,7 +34,63 @@ def test_sharded_weights_need_every_shard(tmp_path):
     with pytest.raises(ModelError, match="names shard.* missing: model-00002-of-00002.safetensors"):
         check_local_weights(model)
     (model / "model-00002-of-00002.safetensors").write_bytes(b"\0")
+    with pytest.raises(ModelError, match="model-00002-of-00002.safetensors: not a safetensors file"):
+        check_local_weights(model)  # every shard's header is read
+    (model / "model-00002-of-00002.safetensors").write_bytes(TINY_SAFETENSORS)
     check_local_weights(model)
+
+
+def _damage(data: bytes, how: str) -> bytes:
+    n = int.from_bytes(data[:8], "little")
+    header = json.loads(data[8:8 + n])
+    if how == "truncated":
+        return data[:len(data) // 2]
+    if how == "random":
+        return random.Random(1).randbytes(4096)
+    if how == "empty":
+        return b""
+    if how == "header_cut":
+        return data[:8 + n // 2]
+    if how == "not_json":
+        return n.to_bytes(8, "little") + b"\xff" * n + data[8 + n:]
+    if how == "wrong_size":  # a tensor's range no longer matches its dtype and shape
+        name = next(k for k in header if k != "__metadata__")
+        header[name]["shape"] = [s + 1 for s in header[name]["shape"]]
+    if how == "list":
+        header = [header]
+    raw = json.dumps(header).encode()
+    return len(raw).to_bytes(8, "little") + raw + data[8 + n:]
+
+
+@pytest.mark.parametrize(("how", "message"), [
+    ("truncated", r"truncated: tensor '.*' is declared at bytes"), ("random", "not a safetensors file, or truncated"),
+    ("empty", "too short to hold a header"), ("header_cut", "not a safetensors file, or truncated"),
+    ("not_json", "its header is not JSON"), ("wrong_size", r"spans .* bytes instead of"),
+    ("list", "not a JSON object"),
+])
+def test_damaged_safetensors_are_named_before_anything_loads_them(tiny_model, how, message):
+    weights = Path(tiny_model) / "model.safetensors"
+    weights.write_bytes(_damage(weights.read_bytes(), how))
+    t0 = time.perf_counter()
+    with pytest.raises(ModelError, match=message) as info:
+        check_local_weights(Path(tiny_model))
+    assert str(weights) in str(info.value) and time.perf_counter() - t0 < 1
+
+
+def test_the_real_weights_pass_the_header_check(tiny_model):
+    check_local_weights(Path(tiny_model))
+
+
+@pytest.mark.parametrize(("data", "message"), [(b"", "empty"), (b"garbage!", "not a PyTorch checkpoint")])
+def test_a_pickled_checkpoint_is_checked_for_size_and_kind(tmp_path, data, message):
+    from augsbert_ray.weights import check_weights_file
+
+    path = tmp_path / "pytorch_model.bin"
+    path.write_bytes(data)
+    with pytest.raises(ModelError, match=message):
+        check_weights_file(path)
+    path.write_bytes(b"PK\x03\x04rest")
+    check_weights_file(path)
 
 
 def test_a_sentence_transformers_layout_is_followed_to_its_transformer(tmp_path):

@@ -213,10 +213,175 @@ def test_a_model_folder_that_would_not_load_without_pickles_is_refused(tmp_path,
     assert info.value.key == f"{key}.model" and message in str(info.value)
 
 
-def test_a_model_path_that_is_not_there_is_refused(tmp_path):
+def test_a_model_path_that_is_not_there_is_refused(tmp_path, monkeypatch):
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    monkeypatch.delenv("TRANSFORMERS_OFFLINE", raising=False)
     cfg = job(tmp_path)
     cfg = cfg.model_copy(update={"bi_encoder": cfg.bi_encoder.model_copy(update={"model": "./models/nowhere"})})
     with pytest.raises(ConfigError, match=r"key 'bi_encoder.model' no such model folder: .*models/nowhere"):
         preflight.check_job(cfg)
     cfg = cfg.model_copy(update={"bi_encoder": cfg.bi_encoder.model_copy(update={"model": "org/hub-model"})})
-    preflight.check_job(cfg)  # a hub id is checked when it is downloaded
+    preflight.check_job(cfg)  # a hub id is checked when it is downloaded (offline: see below)
+
+
+# -- what the job asks of its models and machine, known before Ray starts -------------------------
+def _with(cfg, section: str, **values):
+    return cfg.model_copy(update={section: getattr(cfg, section).model_copy(update=values)})
+
+
+def _tiny_config(folder, **config):
+    """A model folder whose config.json says ``config`` (its weights and tokenizer as names only)."""
+    import json
+
+    fake_model(folder)
+    (folder / "config.json").write_text(json.dumps({"model_type": "bert", **config}))
+    return str(folder)
+
+
+@pytest.mark.parametrize(("section", "values", "key", "message"), [
+    ("bi_encoder", {"num_layers": 10}, "bi_encoder.num_layers", r"10 layers asked for, but the model has 6 "
+                                                                 r"\(num_hidden_layers in .*config.json\)"),
+    ("bi_encoder", {"max_length": 4096}, "bi_encoder.max_length", r"4096 tokens is more than the model's 512 positions"),
+    ("cross_encoder", {"max_length": 513}, "cross_encoder.max_length", r"513 tokens is more than the model's 512"),
+])
+def test_what_the_embedded_model_cannot_do_is_refused(tmp_path, section, values, key, message):
+    cfg = job(tmp_path)
+    preflight.check_job(_with(cfg, section, **{k: (6 if k == "num_layers" else 512) for k in values}))  # the limits
+    with pytest.raises(ConfigError, match=message) as info:
+        preflight.check_job(_with(cfg, section, **values))
+    assert info.value.key == key and not (tmp_path / "run").exists()
+
+
+def test_positions_of_a_roberta_style_model_leave_out_its_offset(tmp_path):
+    model = _tiny_config(tmp_path / "m", model_type="xlm-roberta", max_position_embeddings=514, pad_token_id=1,
+                         num_hidden_layers=2)
+    cfg = _with(job(tmp_path), "cross_encoder", model=model, max_length=512)
+    preflight.check_job(cfg)
+    with pytest.raises(ConfigError, match="513 tokens is more than the model's 512 positions"):
+        preflight.check_job(_with(cfg, "cross_encoder", max_length=513))
+
+
+def test_a_damaged_weights_file_is_named_before_ray_starts(tmp_path):
+    model = fake_model(tmp_path / "m")
+    weights = model / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[:-1])
+    with pytest.raises(ConfigError, match=r"key 'bi_encoder.model' .*model.safetensors: truncated") as info:
+        preflight.check_job(_with(job(tmp_path), "bi_encoder", model=str(model)))
+    assert str(weights) in str(info.value)
+
+
+def _hub_cache(root, repo: str, config: dict, weights: bytes | None = None):
+    """A Hugging Face cache holding ``repo`` at one revision, as huggingface_hub lays it out."""
+    import json
+
+    folder = root / f"models--{repo.replace('/', '--')}"
+    (folder / "refs").mkdir(parents=True)
+    (folder / "refs" / "main").write_text("abc123")
+    snapshot = folder / "snapshots" / "abc123"
+    snapshot.mkdir(parents=True)
+    (snapshot / "config.json").write_text(json.dumps(config))
+    if weights is not None:
+        (snapshot / "model.safetensors").write_bytes(weights)
+
+
+def test_a_hub_id_while_the_hub_is_off_needs_a_cached_copy(tmp_path, monkeypatch):
+    from huggingface_hub import constants
+
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path / "hub"))
+    cfg = _with(job(tmp_path), "bi_encoder", model="org/hub-model")
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    monkeypatch.delenv("TRANSFORMERS_OFFLINE", raising=False)
+    preflight.check_job(cfg)  # the hub is on: checked when it is downloaded
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    with pytest.raises(ConfigError, match=r"key 'bi_encoder.model' hub model 'org/hub-model' is not in the local "
+                                          r"Hugging Face cache .*and the hub is off"):
+        preflight.check_job(cfg)
+    from conftest import TINY_SAFETENSORS
+
+    _hub_cache(tmp_path / "hub", "org/hub-model", {"num_hidden_layers": 3, "max_position_embeddings": 128},
+               TINY_SAFETENSORS)
+    preflight.check_job(cfg)  # cached: its config is read like a local folder's
+    with pytest.raises(ConfigError, match=r"key 'bi_encoder.num_layers' 4 layers asked for, but the model has 3"):
+        preflight.check_job(_with(cfg, "bi_encoder", num_layers=4))
+    with pytest.raises(ConfigError, match=r"key 'bi_encoder.max_length' 129 tokens"):
+        preflight.check_job(_with(cfg, "bi_encoder", max_length=129))
+    _hub_cache(tmp_path / "hub2", "org/hub-model", {}, b"\0" * 3)
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path / "hub2"))
+    with pytest.raises(ConfigError, match=r"model.safetensors: not a safetensors file"):
+        preflight.check_job(cfg)
+
+
+def test_gpus_asked_for_a_local_run_need_a_gpu_here(tmp_path, monkeypatch):
+    from augsbert_ray.resource_checks import asked_gpus, check_cluster_gpus, check_local_gpus
+
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    cfg = job(tmp_path)
+    assert asked_gpus(cfg) == []
+    check_local_gpus(cfg, cuda_available=lambda: False)  # nothing asked
+    for section, values, key in (("training", {"use_gpu": True}, "training.use_gpu"),
+                                 ("labeling", {"num_gpus": 1}, "labeling.num_gpus"),
+                                 ("seed_search", {"gpus_per_trial": 0.5}, "seed_search.gpus_per_trial")):
+        asking = _with(cfg, section, **values)
+        with pytest.raises(ConfigError, match="asks for a GPU, but this machine has no GPU that torch can use") as info:
+            check_local_gpus(asking, cuda_available=lambda: False)
+        assert info.value.key == key
+        check_local_gpus(asking, cuda_available=lambda: True)
+        check_local_gpus(_with(asking, "ray", address="10.0.0.1:6379"), cuda_available=lambda: False)  # a cluster's
+        with pytest.raises(ConfigError, match=r"the Ray cluster at 10.0.0.1:6379 has none now"):
+            check_cluster_gpus(asking, 0, "10.0.0.1:6379")
+        check_cluster_gpus(asking, 1, "10.0.0.1:6379")
+    monkeypatch.setenv("RAY_ADDRESS", "10.0.0.1:6379")
+    check_local_gpus(_with(cfg, "training", use_gpu=True), cuda_available=lambda: False)
+
+
+def test_a_local_run_asking_for_a_gpu_on_a_machine_without_one_fails_before_ray(tmp_path, monkeypatch):
+    from augsbert_ray import resource_checks
+
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    monkeypatch.setattr(resource_checks, "gpu_visible", lambda: False)
+    with pytest.raises(ConfigError, match="training.use_gpu=true asks for a GPU"):
+        preflight.check_job(_with(job(tmp_path), "training", use_gpu=True))
+
+
+def test_more_pilot_folds_than_training_pairs_are_refused(tmp_path):
+    cfg = _with(job(tmp_path), "evaluation", pilot=True, pilot_folds=4)
+    preflight.check_job(cfg)  # 4 training pairs: one per fold
+    with pytest.raises(ConfigError, match=r"key 'evaluation.pilot_folds' 5 folds need at least 5 gold training pairs"
+                                          r", one per fold; the job has 4"):
+        preflight.check_job(_with(cfg, "evaluation", pilot_folds=5))
+
+
+@pytest.mark.parametrize(("magic", "name"), [(b"\x1f\x8b\x08\x00", "gzip"), (b"BZh91AY", "bzip2"),
+                                             (b"PK\x03\x04", "zip"), (b"\x28\xb5\x2f\xfd", "zstd")])
+def test_a_compressed_data_file_is_named_as_compressed(tmp_path, magic, name):
+    import gzip
+
+    cfg = job(tmp_path)
+    train = tmp_path / "train.csv"
+    data = gzip.compress(train.read_bytes()) if name == "gzip" else magic + b"\0" * 20
+    train.write_bytes(data)
+    with pytest.raises(ConfigError, match=rf"key 'data.train.path' .*train.csv is {name}-compressed, not stsb text"):
+        preflight.check_job(cfg)
+
+
+def test_likely_mistakes_are_warned_about_not_refused(tmp_path):
+    from augsbert_ray.data_warnings import data_warnings
+
+    cfg = job(tmp_path)
+    for split in ("dev", "test"):  # other sentences than train's
+        path = tmp_path / f"{split}.csv"
+        path.write_text(path.read_text().replace("playing", "singing"))
+    assert data_warnings(cfg, preflight.check_job(cfg)) == []
+    stsb_file(tmp_path / "dev.csv", [0.5, 2.0, 4.5, 3.0])  # now the same pairs as train
+    warned = []
+    gold = preflight.check_job(_with(cfg, "sampling", top_k=100), warn=warned.append)
+    assert any("sampling.top_k=100 is not below the 8 distinct training sentences" in w for w in warned)
+    assert any("dev.csv: 4 of the 4 data.dev pairs are also training pairs" in w for w in warned)
+    rows = [STSB_ROW.format(i=i if i > 2 else 0, score=i) for i in range(6)]  # rows 1 and 2 repeat row 0
+    (tmp_path / "train.csv").write_text("".join(r + "\n" for r in rows), encoding="utf-8")
+    stsb_file(tmp_path / "dev.csv", [1.0, 2.0])
+    (tmp_path / "dev.csv").write_text((tmp_path / "dev.csv").read_text().replace("playing", "singing"))
+    lines = data_warnings(cfg, preflight.check_job(cfg))
+    assert lines == [f"{tmp_path / 'train.csv'}: 2 of the 6 gold training pairs repeat an earlier pair (the same two "
+                     "sentences): they weigh those pairs more in training"]
+    assert gold["train"].num_rows == 4

@@ -26,6 +26,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from augsbert_ray import schema
+from augsbert_ray.errors import ConfigError
 from augsbert_ray.evaluation import PRIMARY_METRIC
 from augsbert_ray.runtime import per_worker_cpus
 from augsbert_ray.stages.base import Declaration, Stage
@@ -182,8 +183,8 @@ def fold_sets(gold: pa.Table, silvers: dict, task: str, mix: bool, folds: int,
         (pilot name -> training set, pilot name -> its held-out pairs, the folds in order).
     """
     if gold.num_rows < folds:
-        raise ValueError(f"evaluation.pilot_folds: {folds} folds need at least {folds} gold training pairs, "
-                         f"the job has {gold.num_rows}")
+        raise ConfigError(None, "evaluation.pilot_folds", f"{folds} folds need at least {folds} gold training "
+                          f"pairs, the job has {gold.num_rows}")
     fold_of = np.random.default_rng(seed).permutation(gold.num_rows) % folds
     sets, evals, held = {}, {}, []
     for f in range(folds):

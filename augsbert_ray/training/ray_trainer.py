@@ -104,12 +104,15 @@ def is_permanent(error: BaseException) -> bool:
     Permanent: the package's own errors (``AugSBERTError``: data, config, model folders);
     ``ValueError``, ``TypeError``, ``KeyError``, ``IndexError``, ``AttributeError``,
     ``NotImplementedError`` and ``ImportError`` (code, config or data that does not fit);
-    ``RuntimeError`` about weights or shapes that do not match; ``FileNotFoundError``,
+    ``RuntimeError`` about weights or shapes that do not match; safetensors' ``SafetensorError``
+    (a damaged weights file); ``FileNotFoundError``,
     ``IsADirectoryError``, ``NotADirectoryError``, ``PermissionError`` and ``OSError`` about
     model files that are missing or cannot be loaded. Anything else (a worker killed, a
     lost node, out of memory, network errors) is transient and keeps Ray Train's restarts.
     """
     if isinstance(error, AugSBERTError):
+        return True
+    if type(error).__name__ == "SafetensorError":  # a weights file that does not deserialize
         return True
     if isinstance(error, (ValueError, TypeError, KeyError, IndexError, AttributeError, NotImplementedError,
                           ImportError)):

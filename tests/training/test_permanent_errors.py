@@ -9,6 +9,7 @@ import time
 import pyarrow as pa
 import pytest
 from conftest import make_sentence
+from safetensors import SafetensorError
 
 from augsbert_ray.errors import DataError, ModelError, TrainingError
 from augsbert_ray.training.ray_trainer import WorkerResources, describe_error, is_permanent, train_on_ray
@@ -18,7 +19,7 @@ from augsbert_ray.training.ray_trainer import WorkerResources, describe_error, i
     DataError("x.csv", 3, "label", "out of range"), ModelError("m: no config.json"), ValueError("no training pairs"),
     TypeError("bad argument"), KeyError("label"), FileNotFoundError(2, "No such file", "m/config.json"),
     RuntimeError("Error(s) in loading state_dict for BertModel: size mismatch for embeddings"),
-    OSError("m does not appear to have a file named config.json"),
+    OSError("m does not appear to have a file named config.json"), SafetensorError("incomplete metadata"),
 ])
 def test_errors_that_recur_on_every_attempt_are_permanent(error):
     assert is_permanent(error)

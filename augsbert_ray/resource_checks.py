@@ -1,0 +1,86 @@
+"""GPUs a job asks for, checked where they must come from before any work waits on them.
+
+Ray queues a task that asks for a GPU the cluster does not have and waits for ever (or Ray
+Train restarts its workers until it gives up). A local run's GPUs are this machine's, known
+before Ray starts (``check_local_gpus``, from ``preflight.check_job``); a cluster's are known
+once connected, before the first stage that needs Ray runs (``check_cluster_gpus``). As
+``runtime.require_resources`` does for each request, the cluster is taken as it is now: an
+autoscaling cluster's GPU nodes should be started first.
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+import sys
+
+from augsbert_ray.config import JobConfig
+from augsbert_ray.errors import ConfigError
+
+
+def asked_gpus(cfg: JobConfig) -> list[str]:
+    """The settings of a job that require GPUs (``key=value``); empty when it needs none.
+
+    ``sampling.faiss.use_gpu`` is left out: it uses a GPU only where there is one.
+    """
+    asked = []
+    if cfg.training.use_gpu:
+        asked.append("training.use_gpu=true")
+    for key, value in (("labeling.num_gpus", cfg.labeling.num_gpus),
+                       ("sampling.faiss.shard_gpus", cfg.sampling.faiss.shard_gpus),
+                       ("seed_search.gpus_per_trial", cfg.seed_search.gpus_per_trial)):
+        if value:
+            asked.append(f"{key}={value:g}")
+    return asked
+
+
+def runs_locally(cfg: JobConfig) -> bool:
+    """The job starts its own Ray on this machine: no ``ray.address`` (``--address``) nor ``RAY_ADDRESS``."""
+    return not (cfg.ray.address or os.environ.get("RAY_ADDRESS"))
+
+
+def check_local_gpus(cfg: JobConfig, cuda_available=None) -> None:
+    """A local run that asks for GPUs runs on a machine that has one (as torch sees it).
+
+    Args:
+        cuda_available: how to ask (default ``gpu_visible``; tests pass another).
+
+    Raises:
+        ConfigError: naming the job file and the first setting that asks for a GPU.
+    """
+    asked = asked_gpus(cfg)
+    if not asked or not runs_locally(cfg):
+        return
+    if cuda_available is None:
+        cuda_available = gpu_visible
+    if not cuda_available():
+        key = asked[0].split("=")[0]
+        raise ConfigError(cfg.source, key, f"{' and '.join(asked)} asks for a GPU, but this machine has no GPU that "
+                                           "torch can use, and the job starts "
+                                           "its own Ray here: set it to false / 0, or give a cluster's address")
+
+
+def gpu_visible() -> bool:
+    """Whether torch can use a GPU here. On Linux, a machine with no NVIDIA device node, no ROCm
+    one and no WSL2 GPU bridge has none, which is known without importing torch (seconds on a
+    busy machine)."""
+    if (sys.platform.startswith("linux") and not glob.glob("/dev/nvidia[0-9]*")
+            and not any(os.path.exists(p) for p in ("/dev/kfd", "/dev/dxg"))):
+        return False
+    import torch
+
+    return torch.cuda.is_available()
+
+
+def check_cluster_gpus(cfg: JobConfig, gpus: float, address: str | None) -> None:
+    """A cluster the job connected to has GPUs, if the job asks for them.
+
+    Raises:
+        ConfigError: naming the job file, the first setting that asks for a GPU and the cluster.
+    """
+    asked = asked_gpus(cfg)
+    if asked and gpus <= 0:
+        key = asked[0].split("=")[0]
+        raise ConfigError(cfg.source, key, f"{' and '.join(asked)} asks for a GPU, but the Ray cluster at "
+                                           f"{address or os.environ.get('RAY_ADDRESS') or 'the given address'} has "
+                                           "none now: start its GPU nodes first, or set it to false / 0")
