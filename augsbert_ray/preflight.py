@@ -162,14 +162,24 @@ def check_models(cfg: JobConfig) -> None:
     ``cross_encoder.model`` is read by transformers from its root; ``bi_encoder.model`` by
     sentence-transformers (its Transformer module may sit in a subfolder). A name that is
     written as a path (``./x``, ``/x``, ``~/x``, or more than one ``/``) must be a folder; any
-    other name that is not a folder is a hub id, checked when it is downloaded.
+    other name that is not a folder is a hub id, checked when it is downloaded. A local model
+    must also position ``max_length`` tokens (``models.check_max_length``).
 
     Raises:
         ConfigError: naming the job file, the key, the folder and what it lacks.
     """
-    for key, name, sentence_transformers in (("cross_encoder.model", cfg.cross_encoder.model, False),
-                                             ("bi_encoder.model", cfg.bi_encoder.model, True)):
-        check_model(cfg, key, name, sentence_transformers=sentence_transformers)
+    from augsbert_ray.models import check_max_length
+
+    for section, sentence_transformers in (("cross_encoder", False), ("bi_encoder", True)):
+        encoder = getattr(cfg, section)
+        check_model(cfg, f"{section}.model", encoder.model, sentence_transformers=sentence_transformers)
+        if encoder.model == EMBEDDED_MODEL:
+            continue
+        try:
+            check_max_length(Path(encoder.model).expanduser(), encoder.max_length,
+                             sentence_transformers=sentence_transformers)
+        except AugSBERTError as e:
+            raise ConfigError(cfg.source, f"{section}.max_length", str(e)) from None
 
 
 def check_model(cfg: JobConfig, key: str, name: str, *, sentence_transformers: bool) -> None:

@@ -220,3 +220,33 @@ def test_a_model_path_that_is_not_there_is_refused(tmp_path):
         preflight.check_job(cfg)
     cfg = cfg.model_copy(update={"bi_encoder": cfg.bi_encoder.model_copy(update={"model": "org/hub-model"})})
     preflight.check_job(cfg)  # a hub id is checked when it is downloaded
+
+
+@pytest.mark.parametrize(("model_type", "positions", "pad", "limit"), [
+    ("bert", 130, 0, 130), ("roberta", 130, 1, 128), ("mpnet", 514, 1, 512), ("xlm-roberta", 130, None, 128)])
+def test_max_length_must_fit_the_models_positions(tmp_path, model_type, positions, pad, limit):
+    """RoBERTa-style encoders start their positions after the padding index: 130 positions read 128 tokens."""
+    import json
+
+    model = fake_model(tmp_path / "model")
+    (model / "config.json").write_text(json.dumps({"model_type": model_type, "max_position_embeddings": positions}
+                                                  | ({"pad_token_id": pad} if pad is not None else {})))
+    cfg = job(tmp_path)
+    for key in ("cross_encoder", "bi_encoder"):
+        fits = cfg.model_copy(update={key: getattr(cfg, key).model_copy(update={"model": str(model), "max_length": limit})})
+        preflight.check_job(fits)
+        over = fits.model_copy(update={key: getattr(fits, key).model_copy(update={"max_length": limit + 1})})
+        with pytest.raises(ConfigError, match=rf"max_length {limit + 1} is more tokens than .* at most {limit} "
+                                              rf"\(max_position_embeddings {positions}"):
+            preflight.check_job(over)
+
+
+def test_models_without_absolute_positions_have_no_token_limit(tmp_path):
+    import json
+
+    from augsbert_ray.models import token_limit
+
+    model = fake_model(tmp_path / "model")
+    (model / "config.json").write_text(json.dumps({"model_type": "deberta-v2", "max_position_embeddings": 64,
+                                                   "position_biased_input": False}))
+    assert token_limit(model) is None
