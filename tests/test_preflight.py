@@ -237,8 +237,9 @@ def test_max_length_must_fit_the_models_positions(tmp_path, model_type, position
         preflight.check_job(fits)
         over = fits.model_copy(update={key: getattr(fits, key).model_copy(update={"max_length": limit + 1})})
         with pytest.raises(ConfigError, match=rf"max_length {limit + 1} is more tokens than .* at most {limit} "
-                                              rf"\(max_position_embeddings {positions}"):
+                                              rf"\(max_position_embeddings {positions}") as info:
             preflight.check_job(over)
+        assert info.value.key == f"{key}.max_length"
 
 
 def test_models_without_absolute_positions_have_no_token_limit(tmp_path):
