@@ -25,7 +25,10 @@ from augsbert_ray.missing_paths import unresolved
 
 # Position embeddings a model reserves before the first token's (RoBERTa's family counts
 # from its padding id + 1), by config.json's model_type.
-_POSITION_OFFSET_TYPES = ("roberta", "xlm-roberta", "camembert", "longformer", "mpnet", "data2vec-text")
+# Encoders that number positions from padding_idx + 1, as fairseq did: the first pad_token_id + 1
+# of their max_position_embeddings never hold a token (RoBERTa's 514 positions read 512 tokens).
+_POSITION_OFFSET_TYPES = ("roberta", "xlm-roberta", "xlm-roberta-xl", "camembert", "mpnet", "longformer",
+                          "roberta-prelayernorm", "xmod", "data2vec-text", "ibert", "luke")
 _TRUE = ("1", "on", "yes", "true")
 
 
@@ -164,9 +167,10 @@ def check_limits(cfg: JobConfig, encoder: str, config: dict, path: Path) -> None
 
 
 def max_tokens(config: dict) -> int | None:
-    """The longest input, in tokens, that a model's position embeddings allow (None: unknown)."""
+    """The longest input, in tokens, that a model's position embeddings allow (None: unknown, or
+    a model without absolute positions, as DeBERTa's ``position_biased_input: false``)."""
     positions = config.get("max_position_embeddings")
-    if not isinstance(positions, int) or isinstance(positions, bool):
+    if not isinstance(positions, int) or isinstance(positions, bool) or config.get("position_biased_input") is False:
         return None
     if config.get("model_type") in _POSITION_OFFSET_TYPES:
         pad = config.get("pad_token_id")

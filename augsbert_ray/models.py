@@ -218,7 +218,7 @@ def resolve_model(name, *, sentence_transformers: bool = True):
     """Maps a configured model name to something ``from_pretrained`` accepts.
 
     A ``artifacts.ShippedModel`` is unpacked on this node and its local path returned; a
-    local directory is checked (``check_local_weights``).
+    local directory is checked (``check_local_weights``) and returned with ``~`` expanded.
 
     Raises:
         ModelError: a local directory that cannot be loaded without pickles.
@@ -228,8 +228,10 @@ def resolve_model(name, *, sentence_transformers: bool = True):
     name = local_model(name)
     if name == EMBEDDED_MODEL:
         return str(embedded_model_dir())
-    check_local_weights(Path(name).expanduser(), sentence_transformers=sentence_transformers)
-    return name
+    path = Path(name).expanduser()
+    check_local_weights(path, sentence_transformers=sentence_transformers)
+    # "~/models/x" as a folder, not a hub id: transformers does not expand the home directory.
+    return str(path) if path.is_dir() else name
 
 
 def _safetensors_only(name: str) -> bool | None:
@@ -260,16 +262,52 @@ def load_bi_encoder(name: str, max_length: int, num_layers: int | None = None, d
     return model
 
 
+# Where encoders keep their list of transformer layers: BERT, RoBERTa, MPNet, ELECTRA and
+# DeBERTa in encoder.layer, DistilBERT in transformer.layer, others under one of the rest.
+LAYER_LISTS = ("encoder.layer", "transformer.layer", "encoder.layers", "layers", "layer", "encoder.block")
+
+
+def layer_list(hf_model):
+    """(owner, attribute name, layers) of a transformers encoder's list of transformer layers.
+
+    The known places (``LAYER_LISTS``) first; else the one ``ModuleList`` as long as the
+    config's ``num_hidden_layers``. None where there is no such list (ALBERT shares one layer
+    group across its depth: it has none to cut).
+    """
+    import torch
+
+    for dotted in LAYER_LISTS:
+        owner_path, _, name = dotted.rpartition(".")
+        owner = hf_model
+        for part in owner_path.split(".") if owner_path else ():
+            owner = getattr(owner, part, None)
+        layers = getattr(owner, name, None)
+        if isinstance(layers, torch.nn.ModuleList):
+            return owner, name, layers
+    depth = getattr(getattr(hf_model, "config", None), "num_hidden_layers", None)
+    found = [(n, m) for n, m in hf_model.named_modules() if isinstance(m, torch.nn.ModuleList) and len(m) == depth]
+    if len(found) != 1:
+        return None
+    owner_path, _, name = found[0][0].rpartition(".")
+    return (hf_model.get_submodule(owner_path) if owner_path else hf_model), name, found[0][1]
+
+
 def truncate_layers(hf_model, num_layers: int) -> None:
-    """Keeps the first ``num_layers`` layers of a BERT-style encoder, in place."""
-    encoder = getattr(hf_model, "encoder", None)
-    layers = getattr(encoder, "layer", None)
-    if layers is None:
-        raise AugSBERTError(f"cannot truncate {type(hf_model).__name__}: no encoder.layer list")
+    """Keeps the first ``num_layers`` transformer layers of an encoder, in place.
+
+    Raises:
+        AugSBERTError: the model has no list of layers to cut (``layer_list``), or fewer than
+            ``num_layers``.
+    """
+    found = layer_list(hf_model)
+    if found is None:
+        raise AugSBERTError(f"cannot truncate {type(hf_model).__name__}: no list of transformer layers "
+                            f"(looked in {', '.join(LAYER_LISTS)}); leave bi_encoder.num_layers unset")
+    owner, name, layers = found
     if num_layers > len(layers):
         raise AugSBERTError(f"num_layers={num_layers} but the model has only {len(layers)} layers")
-    encoder.layer = layers[:num_layers]
-    hf_model.config.num_hidden_layers = num_layers
+    setattr(owner, name, layers[:num_layers])
+    hf_model.config.num_hidden_layers = num_layers  # DistilBERT's n_layers through its attribute map
 
 
 def load_cross_encoder(name: str, device: str = "cpu"):

@@ -385,3 +385,34 @@ def test_likely_mistakes_are_warned_about_not_refused(tmp_path):
     assert lines == [f"{tmp_path / 'train.csv'}: 2 of the 6 gold training pairs repeat an earlier pair (the same two "
                      "sentences): they weigh those pairs more in training"]
     assert gold["train"].num_rows == 4
+
+
+@pytest.mark.parametrize(("model_type", "positions", "pad", "limit"), [
+    ("bert", 130, 0, 130), ("roberta", 130, 1, 128), ("mpnet", 514, 1, 512), ("xlm-roberta", 130, None, 128)])
+def test_max_length_must_fit_the_models_positions(tmp_path, model_type, positions, pad, limit):
+    """RoBERTa-style encoders start their positions after the padding index: 130 positions read 128 tokens."""
+    import json
+
+    model = fake_model(tmp_path / "model")
+    (model / "config.json").write_text(json.dumps({"model_type": model_type, "max_position_embeddings": positions}
+                                                  | ({"pad_token_id": pad} if pad is not None else {})))
+    cfg = job(tmp_path)
+    for key in ("cross_encoder", "bi_encoder"):
+        fits = cfg.model_copy(update={key: getattr(cfg, key).model_copy(update={"model": str(model), "max_length": limit})})
+        preflight.check_job(fits)
+        over = fits.model_copy(update={key: getattr(fits, key).model_copy(update={"max_length": limit + 1})})
+        with pytest.raises(ConfigError, match=rf"{limit + 1} tokens is more than the model's {limit} positions "
+                                              rf"\(max_position_embeddings in ") as info:
+            preflight.check_job(over)
+        assert info.value.key == f"{key}.max_length"
+
+
+def test_models_without_absolute_positions_have_no_token_limit(tmp_path):
+    import json
+
+    from augsbert_ray.model_checks import max_tokens
+
+    model = fake_model(tmp_path / "model")
+    (model / "config.json").write_text(json.dumps({"model_type": "deberta-v2", "max_position_embeddings": 64,
+                                                   "position_biased_input": False}))
+    assert max_tokens(json.loads((model / "config.json").read_text())) is None
