@@ -10,6 +10,7 @@ import pytest
 from conftest import make_sentence
 from safetensors.torch import load_file
 
+from augsbert_ray.errors import TrainingError
 from augsbert_ray.training.ray_trainer import WorkerResources, train_on_ray
 
 pytestmark = pytest.mark.slow
@@ -56,8 +57,9 @@ def test_a_killed_training_worker_resumes_from_its_checkpoint(ray_local, tiny_mo
 
 
 def test_failures_beyond_the_limit_fail_the_stage(ray_local, tiny_model, tmp_path):
-    # max_failures=0: the first crash ends training with Ray Train's error, not a hang or a partial model.
-    with pytest.raises(Exception) as err:
+    # max_failures=0: the first crash ends training with the engine's TrainingError naming the limit,
+    # not a hang, a partial model or Ray Train's own exception.
+    with pytest.raises(TrainingError) as err:
         train_on_ray(
             "bi_encoder", _pairs(), recipe={"model": tiny_model, "max_length": 32},
             hparams={"epochs": 1, "lr": 1e-3, "batch_size": 8, "warmup_ratio": 0.1, "seed": 3},
@@ -65,5 +67,7 @@ def test_failures_beyond_the_limit_fail_the_stage(ray_local, tiny_model, tmp_pat
             storage_dir=tmp_path / "ray_train", out_dir=tmp_path / "out", name="no-retries",
             fault={"rank": 0, "step": 2, "flag": str(tmp_path / "flag")},
         )
-    assert "fail" in str(err.value).lower() or "died" in str(err.value).lower()
+    assert not err.value.permanent  # a crash is transient: it was retried as far as the limit allowed
+    assert "no restart left (training.max_failures=0)" in str(err.value)
+    assert not (tmp_path / "out").exists() or not any((tmp_path / "out").iterdir())
     assert not (tmp_path / "out").exists()
