@@ -117,14 +117,15 @@ def find_pair_files(patterns: list[str], fmt: str | None = None) -> list[PairFil
     if not patterns:
         raise DataError("<pairs>", None, None, "no pair files given")
     found: dict[str, PairFile] = {}
-    for pattern in patterns:
+    for pattern in map(str, patterns):
+        if "://" not in pattern:  # absolute, so that a re-run from another folder finds the same files
+            pattern = os.path.abspath(os.path.expanduser(pattern))
         try:
-            matches = list_files(str(pattern))
+            matches = list_files(pattern)
         except DataError:
-            raise DataError(str(pattern), None, None, "no pair files found there (a file, a directory or a glob)") \
-                from None
+            raise DataError(pattern, None, None, "no pair files found there (a file, a directory or a glob)") from None
         except (OSError, pa.ArrowException) as e:
-            raise DataError(str(pattern), None, None, f"cannot list: {e}") from None
+            raise DataError(pattern, None, None, f"cannot list: {e}") from None
         for path, size, mtime in matches:
             kind = fmt or EXTENSIONS.get(os.path.splitext(path)[1].lower())
             if kind is None:
@@ -145,14 +146,12 @@ def check_inputs(files: list[PairFile], columns: ColumnMap, score_column: str = 
         DataError: the first bad file or row, named by file, line (or row) and field; a
             file that already has the score column; files whose columns cannot share one table.
     """
-    from augsbert_ray.rundir import is_uri
-
     staging = None
     checked, rows, schemas = [], [], []
     inputs = PairInputs([], columns, [], pa.schema([]), score_column)
     try:
         for f in files:
-            if f.format != "parquet" and is_uri(f.path):
+            if f.format != "parquet" and "://" in f.path:
                 if staging is None:
                     import tempfile
 

@@ -302,6 +302,8 @@ def check_cross_encoder(name: str) -> bool:
     """
     from transformers import AutoConfig
 
+    if name.startswith(("/", ".", "~")) and not Path(name).expanduser().is_dir():  # a path, never a hub id
+        raise ModelError(f"{name}: no such model folder")
     path = resolve_model(name, sentence_transformers=False)
     try:
         config = AutoConfig.from_pretrained(path, trust_remote_code=trust_remote_code())

@@ -4,6 +4,7 @@ the one-line errors, and the store that commits scored shards."""
 from __future__ import annotations
 
 import json
+import os
 import random
 
 import numpy as np
@@ -77,6 +78,21 @@ def test_globs_and_folders_find_every_file_once_and_shards_never_span_two(tmp_pa
     assert got[-1].rows.column("n").to_pylist() == [None]
     assert [(s.candidates.column(schema.ID1)[0].as_py(), s.rows.num_rows) for s in got] == \
         [(0, 4), (0, 4), (0, 3), (1, 3), (2, 4), (2, 1)]
+
+
+def test_files_at_a_storage_uri_are_read_through_pyarrow_filesystems(tmp_path):
+    write(tmp_path / "a.csv", "csv", _pairs(1))
+    write(tmp_path / "b.parquet", "parquet", [(*r[:3], str(r[3])) for r in _pairs(2)])
+    found = find_pair_files([f"file://{tmp_path}/*.csv", f"file://{tmp_path}/b.parquet"])
+    assert [f.path for f in found] == [f"file://{tmp_path}/a.csv", f"file://{tmp_path}/b.parquet"]
+    inputs = check_inputs(found, parse_columns(COLUMNS))
+    try:
+        assert inputs.files[0].local is not None and inputs.files[1].local is None  # text files are copied
+        got = pa.concat_tables([s.rows for s in shards(inputs, 8)])
+        assert got.column("question").to_pylist() == [r[1] for r in _pairs(1)] + [r[1] for r in _pairs(2)]
+    finally:
+        inputs.close()
+    assert not os.path.exists(inputs.staging)  # the copies are gone
 
 
 def _error(tmp_path, case):
