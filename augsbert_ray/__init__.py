@@ -2,6 +2,27 @@
 
 A cross-encoder trained on a small gold set labels sampled sentence pairs ("silver"),
 and a bi-encoder trains on gold + silver. See README.md and ``augsbert --help``.
+
+The Python API (``augsbert_ray.api``) does what the CLI's verbs do::
+
+    import augsbert_ray
+
+    metrics = augsbert_ray.run(augsbert_ray.load_job("jobs/smoke.yaml"))
+    summary = augsbert_ray.label("runs/smoke/models/cross-encoder", "pairs.parquet", "scored/")
 """
 
 __version__ = "0.1.0"
+__all__ = ["load_job", "run", "label"]
+
+
+def __getattr__(name: str):
+    # Imported on first use, so that ``import augsbert_ray`` (and the CLI's start) stays fast.
+    if name in __all__:
+        from augsbert_ray import api
+
+        return getattr(api, name)
+    raise AttributeError(f"module 'augsbert_ray' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *__all__])

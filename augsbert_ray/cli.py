@@ -7,6 +7,7 @@
     augsbert report runs/smoke                             # a run's summary again, finished or not
     augsbert validate jobs/*.yaml                          # check job files, build nothing
     augsbert validate jobs/smoke.yaml sampling.top_k=5     # ... with overrides
+    augsbert label MODEL pairs/*.parquet --out scored/     # score pair files with a cross-encoder
 
 Every error the job can foresee (``AugSBERTError``: config, data, models, training that
 cannot succeed) is printed as one ``augsbert: error:`` line, exit status 2. SIGINT and
@@ -16,10 +17,8 @@ SIGTERM stop the local Ray the job started and exit with 130 and 143.
 from __future__ import annotations
 
 import argparse
-import logging
 import os
 import sys
-from contextlib import ExitStack
 
 from augsbert_ray.errors import AugSBERTError
 
@@ -52,7 +51,35 @@ def _parser() -> argparse.ArgumentParser:
                           "that is not an existing file is an override)")
     val.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                      help="an override to apply to every file")
+    _label_parser(sub)
     return p
+
+
+def _label_parser(sub) -> None:
+    lab = sub.add_parser(
+        "label", help="score pair files with a cross-encoder on the cluster (resumable)",
+        description="Score sentence pairs with a cross-encoder through the labelling pipeline of the silver stage. "
+                    "OUT gets Parquet parts with every input column and the score; a re-run into it resumes, "
+                    "scoring no committed shard again.")
+    lab.add_argument("model", help="the cross-encoder: embedded, a Hugging Face id or a local folder")
+    lab.add_argument("pairs", nargs="+",
+                     help="Parquet, JSON lines, CSV or TSV files, folders or globs (local or s3://)")
+    lab.add_argument("--out", required=True, help="the output folder")
+    lab.add_argument("--columns", help="the sentence columns, e.g. sentence1=question,sentence2=answer "
+                                       "(default: sentence1, sentence2)")
+    lab.add_argument("--format", choices=["parquet", "jsonl", "csv", "tsv"], help="every file's format "
+                                                                                 "(default: by extension)")
+    lab.add_argument("--score-column", default="score", help="the output's score column (default: score)")
+    lab.add_argument("--max-length", type=int, default=128, help="token limit of a pair (default: 128)")
+    lab.add_argument("--precision", default="auto", choices=["auto", "fp32", "bf16", "fp16", "int8"],
+                     help="as labeling.precision (default: auto)")
+    lab.add_argument("--token-budget", type=int, default=0, help="as labeling.token_budget (0: by device)")
+    lab.add_argument("--num-gpus", type=float, default=0, help="GPUs per actor (default: 0, on CPU)")
+    lab.add_argument("--actors", type=int, help="labelling actors (default: one per GPU, or one on CPU)")
+    lab.add_argument("--block-size", type=int, default=0, help="pairs per committed shard (0: by device)")
+    lab.add_argument("--address", help="Ray cluster address (else RAY_ADDRESS, else local)")
+    lab.add_argument("--fresh", action="store_true", help="start OUT over if it holds an earlier labelling")
+    lab.add_argument("--verbose", action="store_true", help="show Ray's own messages")
 
 
 def split_jobs_and_overrides(args: list[str]) -> tuple[list[str], list[str]]:
@@ -93,6 +120,8 @@ def main(argv: list[str] | None = None) -> int:
                         else f"strategy {cfg.sampling.strategy}")
                 print(f"{path}: ok (job '{cfg.name}', {mode}, run dir {cfg.resolved_run_dir})")
             return 0
+        if args.command == "label":
+            return _label(args)
         overrides = list(args.overrides) + ([f"ray.address={args.address}"] if args.address else [])
         cfg = load_job(args.job, overrides)
         return _run(cfg, args.fresh, args.verbose)
@@ -108,52 +137,25 @@ def _run(cfg, fresh: bool, verbose: bool) -> int:
     """Runs a job and prints its summary. Whatever way it ends (done, an error, SIGINT,
     SIGTERM), the copies of models it unpacked are removed and the local Ray it started is
     stopped."""
-    from augsbert_ray.preflight import check_job
+    from augsbert_ray.api import run
     from augsbert_ray.report import summary_markdown
 
-    # every check that needs no cluster, before the run directory (and its logs) exists
-    check_job(cfg, warn=lambda line: print(f"augsbert: warning: {line}", file=sys.stderr))
-    metrics = _run_watched(cfg, fresh=fresh, verbose=verbose)
+    metrics = run(cfg, fresh=fresh, verbose=verbose)
     print()
     print(summary_markdown(metrics))
     return 0
 
 
-def job_stages(cfg) -> list[str]:
-    """The stages a job runs, in order, as the progress display counts them."""
-    from augsbert_ray.pipeline import recipe
+def _label(args) -> int:
+    from augsbert_ray.api import label
 
-    return [stage.name for stage in recipe(cfg)]
-
-
-def _run_watched(cfg, fresh: bool, verbose: bool):
-    """Runs a job under the progress display; unless ``verbose``, Ray's own output goes to
-    ``<run dir>/logs/ray.log`` and only the engine's lines and progress reach the terminal."""
-    from augsbert_ray.artifacts import cleanup_shipped
-    from augsbert_ray.pipeline import run_job
-    from augsbert_ray.progress import JobProgress
-    from augsbert_ray.ray_logs import RayOutput
-    from augsbert_ray.rundir import local_root
-    from augsbert_ray.runtime import stop_ray
-
-    logs = local_root(cfg.resolved_run_dir) / "logs"
-    engine = logging.getLogger("augsbert_ray")
-    with ExitStack() as stack:
-        out = None if verbose else stack.enter_context(RayOutput(logs / "ray.log"))
-        stack.callback(stop_ray)  # inside the capture: Ray's shut-down messages go to the log too
-        stack.callback(cleanup_shipped)  # (callbacks run last first: the copies go while Ray is up)
-        progress = stack.enter_context(JobProgress(job_stages(cfg), stream=out.terminal if out else sys.stderr,
-                                                   log_path=logs / "job.log", redirect_std=verbose))
-        if out is not None:
-            out.follow(progress.message)
-            progress.message(f"[augsbert] Ray's own messages: {logs / 'ray.log'} (--verbose shows them here)")
-        # The engine's own logging: warnings on the display, the rest in the job log.
-        handler, level = progress.logging_handler(), engine.level
-        engine.addHandler(handler)
-        engine.setLevel(logging.INFO)
-        stack.callback(engine.setLevel, level)
-        stack.callback(engine.removeHandler, handler)
-        return run_job(cfg, log=progress.message, fresh=fresh, progress=progress, verbose=verbose)
+    summary = label(args.model, args.pairs, args.out, columns=args.columns, format=args.format,
+                    score_column=args.score_column, max_length=args.max_length, precision=args.precision,
+                    token_budget=args.token_budget, num_gpus=args.num_gpus, actors=args.actors,
+                    block_size=args.block_size, address=args.address, fresh=args.fresh, verbose=args.verbose)
+    print(f"{summary.pairs} pairs scored into {summary.out} ({summary.shards} shards, {summary.reused_shards} from "
+          f"an earlier run); this run scored {summary.labelled_pairs} pairs at {summary.pairs_per_s:.1f} pairs/s")
+    return 0
 
 
 if __name__ == "__main__":

@@ -24,7 +24,8 @@ from augsbert_ray.errors import LabelingError
 from augsbert_ray.scoring import (CPU_TOKEN_BUDGET, GPU_TOKEN_BUDGET, TokenizedPairs, prepare_model, resolve_precision,
                                   score_pairs, score_tokenized, tokenize_pairs)
 
-__all__ = ["score_pairs", "label_candidates", "label_candidates_file", "ShardStore", "LabelingReport", "PairScorer"]
+__all__ = ["score_pairs", "label_candidates", "label_candidates_file", "label_shards", "ShardStore", "LabelingReport",
+           "PairScorer"]
 
 
 # Chaos-test hooks (JSON in these environment variables; never set in normal runs).
@@ -90,6 +91,7 @@ class PairScorer:
         from augsbert_ray.models import load_cross_encoder
 
         torch.set_num_threads(max(1, threads))
+        torch.manual_seed(0)  # a model without a trained head gets the same new one in every actor and run
         self.device = "cuda" if use_gpu and torch.cuda.is_available() else "cpu"
         model, self.tokenizer = load_cross_encoder(model_dir, device=self.device)
         self.precision = resolve_precision(precision, self.device)
@@ -327,6 +329,24 @@ def label_candidates_file(candidates_path, silver_path, model_dir: str, cfg, max
         raise LabelingError(f"labelling returned {written} rows for {total} candidates in {candidates_path}")
     os.replace(tmp, out)
     return written
+
+
+def label_shards(shards, model_dir, cfg, max_length: int, cpus_per_actor: float, store: ShardStore,
+                 log=lambda line: None, report: LabelingReport | None = None, actors: int | None = None,
+                 progress=None) -> int:
+    """``label_candidates`` for candidate shards made elsewhere (``augsbert label``'s pair files):
+    each shard is committed to ``store`` under its index, none is kept in memory.
+
+    Args:
+        shards: ``schema.CANDIDATE_SCHEMA`` tables, read lazily; shard ``i`` is the ``i``-th.
+        store: where shards are committed; shards it holds already are not labelled again.
+        (the rest as ``label_candidates``)
+
+    Returns:
+        The number of shards.
+    """
+    return _label(shards, None, model_dir, cfg, max_length, cpus_per_actor, store, log, None, report, actors,
+                  progress)
 
 
 @dataclass

@@ -332,6 +332,34 @@ def load_cross_encoder(name: str, device: str = "cpu"):
     return model.to(device), tokenizer
 
 
+def check_cross_encoder(name: str) -> bool:
+    """Checks, before Ray starts, that ``name`` loads as a cross-encoder that scores a pair with
+    one output (``load_cross_encoder``), reading only its config.
+
+    Returns:
+        Whether it has a trained classification head; without one (the embedded MiniLM, a
+        bi-encoder checkpoint), the head is new and its scores mean nothing.
+
+    Raises:
+        ModelError: a local folder that does not load without pickles, a model that cannot
+            be found (a hub id not cached while offline), or a classifier of several outputs.
+    """
+    from transformers import AutoConfig
+
+    if name.startswith(("/", ".", "~")) and not Path(name).expanduser().is_dir():  # a path, never a hub id
+        raise ModelError(f"{name}: no such model folder")
+    path = resolve_model(name, sentence_transformers=False)
+    try:
+        config = AutoConfig.from_pretrained(path, trust_remote_code=trust_remote_code())
+    except (OSError, ValueError) as e:
+        raise ModelError(f"{name}: cannot load its config: {str(e).splitlines()[0]}") from None
+    head = any(str(a).endswith("ForSequenceClassification") for a in config.architectures or [])
+    if head and config.num_labels != 1:
+        raise ModelError(f"{name}: a classifier with {config.num_labels} outputs; labelling needs a cross-encoder "
+                         "that scores a pair with one output")
+    return head
+
+
 # -- shipping models to workers (augsbert_ray.artifacts moves the files) ----------------------
 def ship_model(path: str | os.PathLike):
     """Puts the files of the model directory ``path`` in Ray's object store.

@@ -93,7 +93,8 @@ def test_a_pickle_only_model_is_refused_before_ray_starts(tmp_path, capsys, monk
 
 
 def test_run_takes_verbose_and_the_display_counts_the_stages_the_job_runs(tmp_path):
-    from augsbert_ray.cli import _parser, job_stages
+    from augsbert_ray.api import job_stages
+    from augsbert_ray.cli import _parser
     from augsbert_ray.config import load_job
 
     assert _parser().parse_args(["run", "job.yaml", "--verbose"]).verbose

@@ -195,3 +195,16 @@ def test_file_to_file_labelling_matches_in_memory_and_resumes(ray_local, tiny_cr
                           report=again)
     assert (again.reused, again.labelled) == (7, 0)
     assert pq.read_table(tmp_path / "silver.parquet").equals(silver)
+
+
+def test_a_model_without_a_trained_head_gets_the_same_new_head_in_every_actor(tiny_model):
+    """The random BERT has no classification head: each PairScorer draws the same one, so
+    actors (and re-runs) agree on the scores of such a model."""
+    from augsbert_ray.labeling import PairScorer
+
+    s1, s2 = pairs(9, seed=6)
+    batch = pa.table({schema.SENTENCE1: s1, schema.SENTENCE2: s2})
+    scores = [PairScorer(tiny_model, micro_batch_size=4, max_length=32, threads=1, use_gpu=False, precision="fp32")(
+        batch).column(schema.LABEL).to_numpy() for _ in range(2)]
+    np.testing.assert_array_equal(scores[0], scores[1])
+    assert np.ptp(scores[0]) > 0  # a head that scores, not a constant

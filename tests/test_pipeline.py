@@ -131,6 +131,29 @@ def assert_cards(cfg, metrics) -> None:
         assert f"{metrics.score('zero_shot', 'test'):.2f}" in card and f"is the {shipped} bi-encoder" in card, folder
 
 
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_the_python_api_runs_the_job_and_labels_pairs_as_the_silver_stage_did(finished_run, tmp_path):
+    """``augsbert_ray.run`` on a finished job reuses every stage (Ray is not needed), and
+    ``augsbert_ray.label`` scores the job's candidates with its teacher as the silver stage did."""
+    import pyarrow.parquet as pq
+
+    import augsbert_ray
+
+    cfg, _, metrics, _ = finished_run
+    again = augsbert_ray.run(cfg)
+    assert again.scores == metrics.scores and again.cluster is None
+    rd = cfg.resolved_run_dir
+    summary = augsbert_ray.label(str(rd / "models" / "cross-encoder"), str(rd / "candidates.parquet"),
+                                 tmp_path / "scored", max_length=cfg.cross_encoder.max_length,
+                                 precision=cfg.labeling.precision, block_size=cfg.labeling.block_size)
+    cands, silver = pq.read_table(rd / "candidates.parquet"), pq.read_table(rd / "silver.parquet")
+    scored = pq.read_table(tmp_path / "scored")
+    assert summary.pairs == scored.num_rows == silver.num_rows
+    assert scored.column_names == [*cands.column_names, "score"] and scored.drop_columns(["score"]).equals(cands)
+    np.testing.assert_allclose(scored.column("score").to_numpy(), silver.column(schema.LABEL).to_numpy(), atol=1e-5)
+
+
 @pytest.mark.timeout(600)
 def test_a_rerun_reuses_finished_stages_and_a_changed_setting_trains_from_scratch(finished_run, tmp_path):
     import shutil

@@ -68,3 +68,14 @@ def test_the_cycle_check_finds_a_cycle():
 def test_only_the_runtime_starts_ray():
     starters = sorted(_module(p) for p in PACKAGE.rglob("*.py") if "ray.init(" in p.read_text(encoding="utf-8"))
     assert starters == ["augsbert_ray.runtime"]
+
+
+def test_the_package_exports_the_api_alone_and_imports_it_only_when_used():
+    import subprocess
+    import sys
+
+    probe = ("import sys, augsbert_ray as a; heavy = lambda: sorted(m for m in ('torch', 'ray', 'pyarrow', "
+             "'transformers', 'augsbert_ray.api') if m in sys.modules); before = heavy(); a.run; "
+             "print(a.__all__, before, heavy())")
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "['load_job', 'run', 'label'] [] ['augsbert_ray.api']"

@@ -1,0 +1,240 @@
+"""What the ``augsbert`` verbs do, as Python functions for notebooks and Ray job scripts.
+
+The CLI is a thin layer over these; ``augsbert_ray`` exports them (``augsbert_ray.run``...).
+
+Example::
+
+    import augsbert_ray
+
+    job = augsbert_ray.load_job("jobs/smoke.yaml", ["bi_encoder.epochs=2"])
+    metrics = augsbert_ray.run(job)  # resumes what an earlier run of the job finished
+    print(metrics.scores)
+
+    summary = augsbert_ray.label("runs/smoke/models/cross-encoder", ["pairs.csv"], "scored/",
+                                 columns={"sentence1": "question", "sentence2": "answer"})
+    print(summary.pairs, summary.pairs_per_s)
+
+Each function starts a local Ray (or joins the cluster it is given, or one that this
+process already joined) and leaves Ray as it found it.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+from collections.abc import Sequence
+from contextlib import ExitStack
+from pathlib import Path
+
+__all__ = ["load_job", "run", "label"]
+
+
+def load_job(path: str | os.PathLike, overrides: Sequence[str] = ()):
+    """Loads and validates a job file, as ``augsbert validate`` does.
+
+    Args:
+        path: a job YAML file (see ``jobs/``).
+        overrides: ``key.sub=value`` strings applied on top of the file.
+
+    Returns:
+        The job's ``config.JobConfig``.
+
+    Raises:
+        ConfigError: unreadable YAML, unknown or invalid keys (naming the file and the key).
+    """
+    from augsbert_ray.config import load_job as _load
+
+    return _load(path, list(overrides))
+
+
+def run(job, fresh: bool = False, *, verbose: bool = False):
+    """Runs a job end to end, as ``augsbert run`` does, and returns its metrics.
+
+    A re-run resumes: stages whose inputs, config and models are unchanged are skipped.
+    Progress goes to stderr (bars on a terminal, plain lines elsewhere) and to
+    ``<run dir>/logs/job.log``. Unless ``verbose``, Ray's own messages go to
+    ``<run dir>/logs/ray.log`` (when stderr is the process's own, as in a script; in a
+    notebook they are shown).
+
+    Args:
+        job: a ``JobConfig`` (``load_job``) or the path of a job file.
+        fresh: redo every stage, ignoring what earlier runs finished.
+        verbose: show Ray's, Ray Data's, Ray Train's and transformers' own messages.
+
+    Returns:
+        The run's ``metrics.RunMetrics`` (also in ``<run dir>/metrics.json``).
+
+    Raises:
+        AugSBERTError: anything the job can foresee (config, data, models, training that
+            cannot succeed), before Ray starts where it can be known then.
+    """
+    from augsbert_ray.preflight import check_job
+
+    cfg = load_job(job) if isinstance(job, (str, os.PathLike)) else job
+    # every check that needs no cluster, before the run directory (and its logs) exists; what is
+    # allowed but likely a mistake is said before the display takes the terminal
+    check_job(cfg, warn=lambda line: print(f"augsbert: warning: {line}", file=sys.stderr))
+    return _run_watched(cfg, fresh=fresh, verbose=verbose)
+
+
+def job_stages(cfg) -> list[str]:
+    """The stages a job runs, in order, as the progress display counts them."""
+    from augsbert_ray.pipeline import recipe
+
+    return [stage.name for stage in recipe(cfg)]
+
+
+def _display(stack: ExitStack, logs: Path, stages: list[str], verbose: bool, log_name: str = "job.log"):
+    """The progress display; unless ``verbose`` (or stderr is not the process's own), Ray's
+    output goes to ``logs/ray.log`` and only the engine's lines and progress reach the terminal.
+    Ray is stopped, and shipped model copies removed, when ``stack`` closes."""
+    from augsbert_ray.artifacts import cleanup_shipped
+    from augsbert_ray.progress import JobProgress
+    from augsbert_ray.ray_logs import RayOutput
+    from augsbert_ray.runtime import stop_ray
+
+    capture = not verbose and sys.stderr is sys.__stderr__
+    out = stack.enter_context(RayOutput(logs / "ray.log")) if capture else None
+    stack.callback(stop_ray)  # inside the capture: Ray's shut-down messages go to the log too
+    stack.callback(cleanup_shipped)  # (callbacks run last first: the copies go while Ray is up)
+    progress = stack.enter_context(JobProgress(stages, stream=out.terminal if out else sys.stderr,
+                                               log_path=logs / log_name,
+                                               redirect_std=verbose))
+    if out is not None:
+        out.follow(progress.message)
+        progress.message(f"[augsbert] Ray's own messages: {logs / 'ray.log'} (--verbose shows them here)")
+    # The engine's own logging: warnings on the display, the rest in the log.
+    engine = logging.getLogger("augsbert_ray")
+    handler, level = progress.logging_handler(), engine.level
+    engine.addHandler(handler)
+    engine.setLevel(logging.INFO)
+    stack.callback(engine.setLevel, level)
+    stack.callback(engine.removeHandler, handler)
+    return progress
+
+
+def _run_watched(cfg, fresh: bool, verbose: bool):
+    from augsbert_ray.pipeline import run_job
+    from augsbert_ray.rundir import local_root
+
+    with ExitStack() as stack:
+        progress = _display(stack, local_root(cfg.resolved_run_dir) / "logs", job_stages(cfg), verbose)
+        return run_job(cfg, log=progress.message, fresh=fresh, progress=progress, verbose=verbose)
+
+
+def label(model: str, pairs: str | Sequence[str], out: str | os.PathLike, *, columns: str | dict | None = None,
+          format: str | None = None, score_column: str = "score", max_length: int = 128, precision: str = "auto",
+          token_budget: int = 0, num_gpus: float = 0, actors: int | None = None, block_size: int = 0,
+          address: str | None = None, fresh: bool = False, verbose: bool = False):
+    """Scores pair files with a cross-encoder on the cluster, as ``augsbert label`` does.
+
+    The pairs go through the silver stage's labelling pipeline (a Ray Data actor pool,
+    shards committed exactly once); the output folder gets Parquet parts with every input
+    column and the score (see ``label_output``). A re-run into the same folder resumes:
+    committed shards are not scored again.
+
+    Args:
+        model: ``embedded``, a Hugging Face id or a local folder (as ``cross_encoder.model``).
+        pairs: Parquet, JSON lines, CSV or TSV files, folders or globs, local or ``s3://``.
+        out: the output folder (local).
+        columns: the sentence columns, ``{"sentence1": NAME, "sentence2": NAME}`` or
+            ``"sentence1=NAME,sentence2=NAME"`` (default: columns named sentence1, sentence2).
+        format: ``parquet``, ``jsonl``, ``csv`` or ``tsv`` for every file (default: by extension).
+        score_column: the name of the output's score column.
+        max_length: token limit of a pair (as ``cross_encoder.max_length``).
+        precision, token_budget, num_gpus, actors, block_size: as ``labeling.*`` in a job.
+        address: a Ray cluster address (default: ``RAY_ADDRESS``, else a local Ray).
+        fresh: start ``out`` over if it holds an earlier labelling.
+        verbose: show Ray's own messages.
+
+    Returns:
+        A ``label_output.LabelSummary``.
+
+    Raises:
+        AugSBERTError: a bad option, a missing file, a glob that matches nothing, a missing
+            column, a bad row (named by file, line and field), a model that cannot be loaded,
+            an output folder that holds something else, all before Ray starts.
+    """
+    from augsbert_ray import label_files, label_output
+    from augsbert_ray.models import check_cross_encoder, model_content_id
+
+    cfg = _labeling_config(precision=precision, token_budget=token_budget, num_gpus=num_gpus, actors=actors,
+                           block_size=block_size)
+    if max_length <= 8:
+        from augsbert_ray.errors import ConfigError
+
+        raise ConfigError("--max-length", None, f"must be more than 8 tokens, got {max_length}")
+    cols = label_files.parse_columns(columns)
+    files = label_files.find_pair_files([pairs] if isinstance(pairs, (str, os.PathLike)) else list(pairs), format)
+    trained = check_cross_encoder(model)
+    record = {"model": model_content_id(model), "inputs": [[f.path, f.size, f.mtime_ns] for f in files],
+              "columns": cols.model_dump(include={"sentence1", "sentence2"}), "score_column": score_column,
+              "max_length": max_length, "precision": cfg.precision, "block_size": cfg.block_size}
+    label_output.check_output(out, record, fresh)
+    inputs = label_files.check_inputs(files, cols, score_column)
+    try:
+        return _label_checked(model, inputs, Path(out), record, cfg, max_length, trained, address, fresh, verbose)
+    finally:
+        inputs.close()
+
+
+def _labeling_config(**options):
+    from pydantic import ValidationError
+
+    from augsbert_ray.config import LabelingConfig
+    from augsbert_ray.errors import ConfigError
+
+    try:
+        return LabelingConfig(**{k: v for k, v in options.items() if v is not None})
+    except ValidationError as e:
+        err = e.errors()[0]
+        key = "--" + str(err["loc"][0]).replace("_", "-") if err.get("loc") else None
+        raise ConfigError(key, None, err["msg"]) from None
+
+
+def _label_checked(model, inputs, out: Path, record: dict, cfg, max_length: int, trained: bool, address, fresh,
+                   verbose):
+    import ray
+
+    from augsbert_ray import label_files, label_output
+    from augsbert_ray.labeling import LabelingReport, actor_cpus, label_shards, pool_size
+    from augsbert_ray.models import ship_if_local
+    from augsbert_ray.runtime import start_ray
+
+    root = label_output.open_output(out, record, fresh)
+    with ExitStack() as stack:
+        progress = _display(stack, root / label_output.LOGS, ["label"], verbose, log_name="label.log")
+
+        def log(line: str) -> None:
+            progress.message(line.replace("[silver]", "[label]", 1))
+
+        log(f"[label] {inputs.pairs} pairs in {len(inputs.files)} file(s) -> {root}")
+        if not trained:
+            log(f"[label] WARNING: {model} has no trained classification head: a new one is drawn (the same in "
+                "every actor and run), so its scores mean nothing. Score with a trained cross-encoder, such as a "
+                "job's models/cross-encoder.")
+        cluster = start_ray(address, verbose=verbose, log_dir=None if verbose else root / label_output.LOGS)
+        log(f"[label] Ray cluster: {cluster.describe()}")
+        actors = pool_size(cfg, cluster.gpus)
+        cpus = actor_cpus(cfg, cluster.cpus, actors)
+        store = label_output.LabelStore(root, inputs.score_column, fetch=ray.get)
+
+        def candidates():
+            for shard in label_files.shards(inputs, cfg.block_size):
+                store.hold(shard.index, ray.put(shard.rows), shard.first_row)
+                yield shard.candidates
+
+        report = LabelingReport()
+        progress.start_stage("label", total=inputs.pairs, unit="pairs")
+        label_shards(candidates(), ship_if_local(model), cfg, max_length, cpus, store, log=log, report=report,
+                     actors=actors, progress=progress.stage("label"))
+        rate = report.labelled_pairs / report.seconds if report.seconds else 0.0
+        progress.finish_stage("label", note=f"{rate:.1f} pairs/s, {report.reused} of {report.shards} shards "
+                                            "from an earlier run")
+        summary = label_output.LabelSummary(
+            out=str(root), files=len(inputs.files), pairs=inputs.pairs, shards=report.shards,
+            reused_shards=report.reused, labelled_pairs=report.labelled_pairs, seconds=report.seconds,
+            pairs_per_s=rate, first_shard_seconds=report.first_shard_seconds, actors=actors)
+        label_output.finish_output(root, summary)
+        return summary
