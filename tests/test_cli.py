@@ -124,12 +124,12 @@ def test_overrides_after_a_flag_are_overrides(tmp_path, capsys, monkeypatch):
 
 
 def test_warnings_reach_the_terminal_before_the_run(tmp_path, capsys, monkeypatch):
-    from augsbert_ray import cli
+    from augsbert_ray import api
 
     class Started(Exception):
         pass
 
-    monkeypatch.setattr(cli, "_run_watched", lambda *a, **k: (_ for _ in ()).throw(Started()))
+    monkeypatch.setattr(api, "_run_watched", lambda *a, **k: (_ for _ in ()).throw(Started()))
     job = _stsb_job(tmp_path, "g\tf\ty\t1\t2.5\tA man.\tA dog.\ng\tf\ty\t2\t1.5\tA cat.\tA car.\n")
     with pytest.raises(Started):
         main(["run", job, f"run_dir={tmp_path / 'run'}", "sampling.top_k=50"])
