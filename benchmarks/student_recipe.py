@@ -16,7 +16,11 @@ of the gap to the teacher (on test) that AugSBERT closes.
 A variant is ``NAME:key=value,...`` with keys ``lr``, ``epochs``, ``batch_size``,
 ``warmup_ratio``, ``calibration`` (none or isotonic: the silver labels mapped to the gold scale
 on the teacher's dev predictions, as ``labeling.calibration`` does) and ``gold_repeat`` (gold
-pairs appear this many times in AugSBERT's training set). ``--silver SEED=FINGERPRINT`` names
+pairs appear this many times in AugSBERT's training set) and ``objective`` (the student's loss,
+``bi_encoder.objective``'s names: cosine, cosent, angle, cosent-distill, angle-distill; every
+variant's gold-only reference trains with cosine, so all are compared with the same one). Each
+trial keeps its dev and test predictions, and every variant is compared with the first on test
+by a paired bootstrap, seed by seed. ``--silver SEED=FINGERPRINT`` names
 the silver stage each seed uses (a seed's semantic-search candidates depend on its gold-only
 student); each trial writes its line to ``--out``.jsonl as soon as it ends.
 """
@@ -31,7 +35,9 @@ import sys
 import time
 from pathlib import Path
 
-KEYS = {"lr": float, "epochs": int, "batch_size": int, "warmup_ratio": float, "calibration": str, "gold_repeat": int}
+KEYS = {"lr": float, "epochs": int, "batch_size": int, "warmup_ratio": float, "calibration": str, "gold_repeat": int,
+        "objective": str}
+REFERENCE_OBJECTIVE = "cosine"  # what every gold-only reference trains with
 
 
 def parse_variant(text: str, base: dict) -> tuple[str, dict]:
@@ -47,6 +53,10 @@ def parse_variant(text: str, base: dict) -> tuple[str, dict]:
         settings[key] = KEYS[key](value)
     if settings["calibration"] not in ("none", "isotonic"):
         raise SystemExit(f"--variant {text!r}: calibration must be none or isotonic")
+    from augsbert_ray.training.recipes import OBJECTIVES
+
+    if settings["objective"] not in OBJECTIVES:
+        raise SystemExit(f"--variant {text!r}: objective must be one of {', '.join(sorted(OBJECTIVES))}")
     return name, settings
 
 
@@ -88,21 +98,45 @@ def trial(spec: dict) -> dict:
     # The training set exactly as the job's AugSBERT (or gold-only) stage builds it.
     train = student_training_set(pq.read_table(run / "gold" / "train.parquet"), silver, "regression", s["gold_repeat"])
     s1, s2, y = _pairs(train)
+    silver_rows = schema.silver_flags(train)
     hp = HParams(epochs=s["epochs"], lr=s["lr"], batch_size=s["batch_size"], warmup_ratio=s["warmup_ratio"],
                  seed=spec["seed"], length_grouping=50)
-    recipe = BiEncoderRecipe(model=spec["model"], max_length=128, num_layers=spec["num_layers"])
+    recipe = BiEncoderRecipe(model=spec["model"], max_length=128, num_layers=spec["num_layers"],
+                             objective=s["objective"])
     t0 = time.perf_counter()
-    module, stats = train_pairs(recipe, s1, s2, y, hp, device=spec["device"],
+    module, stats = train_pairs(recipe, s1, s2, y, hp, silver=silver_rows, device=spec["device"],
                                 log=lambda line: None, name=spec["name"])
     seconds = time.perf_counter() - t0
-    scores = {}
+    scores, preds = {}, {}
     for split in ("dev", "test"):
         a, b, gold = _pairs(pq.read_table(run / "gold" / f"{split}.parquet"))
         with torch.no_grad():
             pred = cosine_scores(unwrap(module).st, a, b, 128)
         scores[split] = float(spearmanr(pred, gold).statistic * 100)
+        preds[split] = [round(float(x), 6) for x in pred]
     return {"variant": spec["variant"], "seed": spec["seed"], "silver": bool(spec["silver"]), "settings": s,
-            "train_pairs": len(y), "steps": stats["steps"], "seconds": round(seconds, 1), **scores}
+            "train_pairs": len(y), "steps": stats["steps"], "seconds": round(seconds, 1), **scores, "preds": preds}
+
+
+def _against_first(rows: list[dict], names: list[str], run_dir: Path) -> list[str]:
+    """Each variant's AugSBERT against the first variant's on test, seed by seed: the paired
+    bootstrap's 90% interval of the difference in Spearman x100, the same test pairs resampled."""
+    import pyarrow.parquet as pq
+
+    from augsbert_ray.evaluation import paired_bootstrap
+
+    gold = pq.read_table(run_dir / "gold" / "test.parquet").column("label").to_numpy()
+    done = {(r["variant"], r["seed"]): r for r in rows if r["silver"] and "error" not in r}
+    lines = [f"Against {names[0]} on test (paired bootstrap, 1,000 resamples, 90% interval of the difference):", ""]
+    for name in names[1:]:
+        for seed in sorted({s for _, s in done}):
+            a, b = done.get((names[0], seed)), done.get((name, seed))
+            if a is None or b is None:
+                continue
+            bs = paired_bootstrap("regression", a["preds"]["test"], b["preds"]["test"], gold)
+            b["vs_first_test"] = bs
+            lines.append(f"- {name}, seed {seed}: {bs['difference']:+.2f} ({bs['low']:+.2f} to {bs['high']:+.2f})")
+    return lines + [""]
 
 
 def _run(spec: dict) -> dict:
@@ -133,7 +167,7 @@ def main(argv: list[str] | None = None) -> int:
     from augsbert_ray.models import resolve_model
 
     base = {"lr": args.lr, "epochs": args.epochs, "batch_size": args.batch_size, "warmup_ratio": 0.1,
-            "calibration": "none", "gold_repeat": 1}
+            "calibration": "none", "gold_repeat": 1, "objective": REFERENCE_OBJECTIVE}
     variants = dict(parse_variant(v, base) for v in (args.variant or ["base:"]))
     silver = dict(item.split("=", 1) for item in args.silver)
     teacher_dir = next((args.run_dir / "stages" / "eval_cross_encoder").iterdir())
@@ -151,7 +185,8 @@ def main(argv: list[str] | None = None) -> int:
             key = (s["lr"], s["epochs"], s["batch_size"], s["warmup_ratio"], int(seed))
             if key not in gold_keys:
                 gold_keys.add(key)
-                specs.append({**common, "variant": name, "settings": {**s, "calibration": "none", "gold_repeat": 1},
+                specs.append({**common, "variant": name,
+                              "settings": {**s, "calibration": "none", "gold_repeat": 1, "objective": REFERENCE_OBJECTIVE},
                               "seed": int(seed), "silver": None, "name": f"{name} gold only"})
     specs.sort(key=lambda sp: sp["silver"] is None)  # the long trials first
     out = Path(args.out)
@@ -160,9 +195,10 @@ def main(argv: list[str] | None = None) -> int:
     with mp.get_context("spawn").Pool(args.procs) as pool, open(out.with_suffix(".jsonl"), "a") as log:
         for r in pool.imap_unordered(_run, specs):
             rows.append(r)
-            log.write(json.dumps(r) + "\n")
+            log.write(json.dumps({k: v for k, v in r.items() if k != "preds"}) + "\n")
             log.flush()
-            print(f"[{time.perf_counter() - t0:6.0f}s] {len(rows)}/{len(specs)} {json.dumps(r)}", flush=True)
+            shown = {k: v for k, v in r.items() if k != "preds"}
+            print(f"[{time.perf_counter() - t0:6.0f}s] {len(rows)}/{len(specs)} {json.dumps(shown)}", flush=True)
 
     gold = {(r["settings"]["lr"], r["settings"]["epochs"], r["settings"]["batch_size"],
              r["settings"]["warmup_ratio"], r["seed"]): r for r in rows if not r["silver"] and "error" not in r}
@@ -189,6 +225,7 @@ def main(argv: list[str] | None = None) -> int:
         if closed:
             lines.append(f"- {name}: mean gap closed {sum(closed) / len(closed):.1f}% over {len(closed)} seed(s)")
     lines.append("")
+    lines += _against_first(rows, list(variants), args.run_dir)
     try:
         from augsbert_ray.report import provenance
 
