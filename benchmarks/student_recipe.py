@@ -22,7 +22,9 @@ variant's gold-only reference trains with cosine, so all are compared with the s
 trial keeps its dev and test predictions, and every variant is compared with the first on test
 by a paired bootstrap, seed by seed. ``--silver SEED=FINGERPRINT`` names
 the silver stage each seed uses (a seed's semantic-search candidates depend on its gold-only
-student); each trial writes its line to ``--out``.jsonl as soon as it ends.
+student); each trial writes its line to ``--out``.jsonl as soon as it ends, and ``--reuse`` takes
+the trials already there (same variant, settings, seed and silver) instead of training them
+again, so seeds can be run one at a time and the last run reports them all.
 """
 
 from __future__ import annotations
@@ -118,6 +120,13 @@ def trial(spec: dict) -> dict:
             "train_pairs": len(y), "steps": stats["steps"], "seconds": round(seconds, 1), **scores, "preds": preds}
 
 
+def _trial_key(trial: dict) -> str:
+    """What makes two trials the same: a spec (``silver`` its fingerprint or None) or a row
+    written to the .jsonl (``silver_fingerprint``)."""
+    fingerprint = trial.get("silver_fingerprint", trial["silver"] if isinstance(trial["silver"], str) else None)
+    return json.dumps([trial["variant"], trial["settings"], trial["seed"], fingerprint], sort_keys=True)
+
+
 def _against_first(rows: list[dict], names: list[str], run_dir: Path) -> list[str]:
     """Each variant's AugSBERT against the first variant's on test, seed by seed: the paired
     bootstrap's 90% interval of the difference in Spearman x100, the same test pairs resampled."""
@@ -162,6 +171,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--procs", type=int, default=1, help="trials at a time")
     p.add_argument("--threads", type=int, default=1, help="torch threads per trial")
     p.add_argument("--out", default="benchmarks/results/student_recipe")
+    p.add_argument("--reuse", action="store_true", help="take the trials already in --out.jsonl")
     args = p.parse_args(argv)
 
     from augsbert_ray.models import resolve_model
@@ -192,10 +202,17 @@ def main(argv: list[str] | None = None) -> int:
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     rows, t0 = [], time.perf_counter()
+    if args.reuse and out.with_suffix(".jsonl").exists():
+        done = {_trial_key(r): r for r in map(json.loads, out.with_suffix(".jsonl").read_text().splitlines())
+                if "error" not in r}
+        rows = [done[_trial_key(sp)] for sp in specs if _trial_key(sp) in done]
+        specs = [sp for sp in specs if _trial_key(sp) not in done]
+        print(f"{len(rows)} trials taken from {out.with_suffix('.jsonl')}; {len(specs)} to train", flush=True)
     with mp.get_context("spawn").Pool(args.procs) as pool, open(out.with_suffix(".jsonl"), "a") as log:
         for r in pool.imap_unordered(_run, specs):
             rows.append(r)
-            log.write(json.dumps({k: v for k, v in r.items() if k != "preds"}) + "\n")
+            log.write(json.dumps({**r, "silver_fingerprint": silver.get(str(r["seed"])) if r["silver"] else None})
+                  + "\n")
             log.flush()
             shown = {k: v for k, v in r.items() if k != "preds"}
             print(f"[{time.perf_counter() - t0:6.0f}s] {len(rows)}/{len(specs)} {json.dumps(shown)}", flush=True)
@@ -236,7 +253,8 @@ def main(argv: list[str] | None = None) -> int:
     except Exception as e:  # the table matters more than its footer
         lines.append(f"(provenance unavailable: {e!r})")
     out.with_suffix(".md").write_text("\n".join(lines), encoding="utf-8")
-    out.with_suffix(".json").write_text(json.dumps({"teacher_test": teacher_test, "rows": rows}, indent=2))
+    kept = [{k: v for k, v in r.items() if k != "preds"} for r in rows]  # predictions: in the .jsonl only
+    out.with_suffix(".json").write_text(json.dumps({"teacher_test": teacher_test, "rows": kept}, indent=2))
     print("\n".join(lines))
     return 0
 
