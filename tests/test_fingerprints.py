@@ -92,7 +92,7 @@ def _candidates(path: str, value, annotation, world) -> list:
         return [value[:-1] or value + value, list(reversed(value)), [7, 9]]
     if value is None:
         return [2, 1, 0.5, "bm25", "x", [1, 2], {"format": "mrpc", "path": str(f["tdev"])}, (0.0, 10.0), 7,
-                (0.0, 1.0)]
+                (0.0, 1.0), ["cosine"]]  # a list of names: auto.objective
     return []
 
 
