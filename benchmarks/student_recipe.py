@@ -127,15 +127,16 @@ def _trial_key(trial: dict) -> str:
     return json.dumps([trial["variant"], trial["settings"], trial["seed"], fingerprint], sort_keys=True)
 
 
-def _against_first(rows: list[dict], names: list[str], run_dir: Path) -> list[str]:
-    """Each variant's AugSBERT against the first variant's on test, seed by seed: the paired
-    bootstrap's 90% interval of the difference in Spearman x100, the same test pairs resampled."""
+def _against_first(rows: list[dict], names: list[str], run_dir: Path, silver: bool = True) -> list[str]:
+    """Each variant's AugSBERT (or, ``silver`` False, gold-only) student against the first
+    variant's on test, seed by seed: the paired bootstrap's 90% interval of the difference in
+    Spearman x100, the same test pairs resampled."""
     import pyarrow.parquet as pq
 
     from augsbert_ray.evaluation import paired_bootstrap
 
     gold = pq.read_table(run_dir / "gold" / "test.parquet").column("label").to_numpy()
-    done = {(r["variant"], r["seed"]): r for r in rows if r["silver"] and "error" not in r}
+    done = {(r["variant"], r["seed"]): r for r in rows if r["silver"] == silver and "error" not in r}
     lines = [f"Against {names[0]} on test (paired bootstrap, 1,000 resamples, 90% interval of the difference):", ""]
     for name in names[1:]:
         for seed in sorted({s for _, s in done}):
@@ -160,8 +161,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--run-dir", type=Path, required=True, help="a finished run of the job (gold/ and stages/)")
     p.add_argument("--model", default="embedded", help="the student's base model (name or path)")
     p.add_argument("--num-layers", type=int, help="keep the model's first N layers (the job's bi_encoder.num_layers)")
-    p.add_argument("--silver", action="append", required=True, metavar="SEED=FINGERPRINT",
+    p.add_argument("--silver", action="append", default=[], metavar="SEED=FINGERPRINT",
                    help="the silver stage (a folder under stages/silver) each seed's AugSBERT trains on")
+    p.add_argument("--gold-only", metavar="SEED,SEED", help="instead: gold-only students alone, each variant with "
+                   "its own objective, for these seeds (the objectives compared on gold without silver)")
     p.add_argument("--variant", action="append", default=[], metavar="NAME:key=value,...")
     p.add_argument("--lr", type=float, default=2e-5)
     p.add_argument("--epochs", type=int, default=1)
@@ -180,6 +183,8 @@ def main(argv: list[str] | None = None) -> int:
             "calibration": "none", "gold_repeat": 1, "objective": REFERENCE_OBJECTIVE}
     variants = dict(parse_variant(v, base) for v in (args.variant or ["base:"]))
     silver = dict(item.split("=", 1) for item in args.silver)
+    if bool(silver) == bool(args.gold_only):
+        raise SystemExit("give --silver SEED=FINGERPRINT (AugSBERT against gold only) or --gold-only SEEDS")
     teacher_dir = next((args.run_dir / "stages" / "eval_cross_encoder").iterdir())
     teacher_test = args.teacher_test
     if teacher_test is None:
@@ -189,6 +194,9 @@ def main(argv: list[str] | None = None) -> int:
               "teacher_predictions": str(teacher_dir / "predictions.parquet")}
     specs, gold_keys = [], set()
     for name, s in variants.items():
+        for seed in (args.gold_only or "").split(",") if args.gold_only else []:
+            specs.append({**common, "variant": name, "settings": {**s, "calibration": "none", "gold_repeat": 1},
+                          "seed": int(seed), "silver": None, "name": f"{name} gold only"})
         for seed, fp in silver.items():
             specs.append({**common, "variant": name, "settings": s, "seed": int(seed), "silver": fp, "name": name})
             # Gold only depends on the optimisation settings alone: one trial per distinct set.
@@ -217,6 +225,8 @@ def main(argv: list[str] | None = None) -> int:
             shown = {k: v for k, v in r.items() if k != "preds"}
             print(f"[{time.perf_counter() - t0:6.0f}s] {len(rows)}/{len(specs)} {json.dumps(shown)}", flush=True)
 
+    if args.gold_only:
+        return _report_gold_only(rows, list(variants), args, out, teacher_test)
     gold = {(r["settings"]["lr"], r["settings"]["epochs"], r["settings"]["batch_size"],
              r["settings"]["warmup_ratio"], r["seed"]): r for r in rows if not r["silver"] and "error" not in r}
     lines = [f"# Student recipe: {args.run_dir.name}", "",
@@ -243,6 +253,26 @@ def main(argv: list[str] | None = None) -> int:
             lines.append(f"- {name}: mean gap closed {sum(closed) / len(closed):.1f}% over {len(closed)} seed(s)")
     lines.append("")
     lines += _against_first(rows, list(variants), args.run_dir)
+    _write(lines, rows, args, argv, out, teacher_test)
+    return 0
+
+
+def _report_gold_only(rows: list[dict], names: list[str], args, out: Path, teacher_test: float) -> int:
+    lines = [f"# Student objectives on gold alone: {args.run_dir.name}", "",
+             f"Spearman x100 of gold-only students, each variant trained with its own objective (the teacher: "
+             f"{teacher_test:.2f} on test).", "",
+             "| variant | settings | seed | dev | test | train s |", "|---|---|---:|---:|---:|---:|"]
+    for r in sorted(rows, key=lambda r: (names.index(r["variant"]), r["seed"])):
+        desc = ", ".join(f"{k} {v}" for k, v in r["settings"].items())
+        lines.append(f"| {r['variant']} | {desc} | {r['seed']} | failed: {r['error']} | | |" if "error" in r else
+                     f"| {r['variant']} | {desc} | {r['seed']} | {r['dev']:.2f} | {r['test']:.2f} | {r['seconds']:.0f} |")
+    lines.append("")
+    lines += _against_first(rows, names, args.run_dir, silver=False)
+    _write(lines, rows, args, None, out, teacher_test)
+    return 0
+
+
+def _write(lines: list[str], rows: list[dict], args, argv, out: Path, teacher_test: float) -> None:
     try:
         from augsbert_ray.report import provenance
 
@@ -256,7 +286,6 @@ def main(argv: list[str] | None = None) -> int:
     kept = [{k: v for k, v in r.items() if k != "preds"} for r in rows]  # predictions: in the .jsonl only
     out.with_suffix(".json").write_text(json.dumps({"teacher_test": teacher_test, "rows": kept}, indent=2))
     print("\n".join(lines))
-    return 0
 
 
 if __name__ == "__main__":
