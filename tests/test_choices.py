@@ -124,6 +124,8 @@ def test_the_autopilot_tries_objectives_innermost_and_shares_the_silver_stages(t
     own = job_setting(cfg)
     assert own.label.endswith("gold x1, angle objective") and own.overrides["bi_encoder.objective"] == "angle"
     assert "objective" not in job_setting(_cfg(tmp_path, auto={**grid, "objective": None})).label
+    auto = _cfg(tmp_path, auto=grid, sampling={"strategy": "bm25+ss", "top_k": 3})  # auto: cosine, in the grid
+    assert job_setting(auto).label == tried[0].label and len(settings_to_try(auto.auto, job_setting(auto))) == 4
     with pytest.raises(Exception, match="objective: give at least one"):
         _cfg(tmp_path, auto={**grid, "objective": []})
     with pytest.raises(Exception, match="auto.objective: cosent-distill rank pairs by their similarity scores"):

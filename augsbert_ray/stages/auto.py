@@ -60,7 +60,8 @@ def job_setting(cfg) -> Setting:
     own = cfg.auto.model_copy(update={"teacher_recipes": [(c.epochs, c.lr)], "strategies": [cfg.sampling.strategy],
                                       "top_k": [cfg.sampling.top_k], "calibration": [cfg.labeling.calibration],
                                       "gold_repeat": cfg.auto.gold_repeat and [cfg.bi_encoder.gold_repeat],
-                                      "objective": cfg.auto.objective and [cfg.bi_encoder.objective]})
+                                      # auto named as what it is, so a grid listing cosine holds the job's own
+                                      "objective": cfg.auto.objective and [cfg.bi_encoder.resolved_objective(cfg.task)]})
     return _grid(own)[0]
 
 
