@@ -147,6 +147,19 @@ class CrossEncoderConfig(_Strict):
     max_length: int = Field(128, gt=8)
 
 
+Objective = Literal["auto", "cosine", "cosent", "angle", "cosent-distill", "angle-distill", "softmax", "contrastive"]
+# Objectives that rank pairs by their similarity scores: regression only.
+REGRESSION_OBJECTIVES = ("cosent", "angle", "cosent-distill", "angle-distill")
+OBJECTIVE_DOC = (
+    "The student's loss. cosine: MSE between the cosine and the score (SBERT; auto's choice for "
+    "regression). cosent / angle: the batch's pairs ranked by cosine (CoSENT, Su 2022) or by AnglE's "
+    "angle in complex space (Li & Li 2023) as their scores rank them, scale 20. cosent-distill / "
+    "angle-distill: score distillation, the gold pairs ranked as in cosent / angle and each silver "
+    "pair's cosine fitted to the teacher's score (MSE); on gold alone the same as cosent / angle. "
+    "softmax: a classifier over (u, v, |u-v|) (auto's choice for binary tasks); contrastive: "
+    "contrastive loss on cosine distance. The ranking and distillation objectives are for regression.")
+
+
 class BiEncoderConfig(_Strict):
     """Step 3: the student. Mean pooling, cosine-similarity loss on (gold + silver) scores."""
 
@@ -160,7 +173,7 @@ class BiEncoderConfig(_Strict):
     # student); null keeps them all.
     num_layers: int | None = Field(None, gt=0)
     # auto: cosine for regression; softmax over (u, v, |u-v|) for binary tasks (SBERT).
-    objective: Literal["auto", "cosine", "softmax", "contrastive"] = "auto"
+    objective: Objective = Field("auto", description=OBJECTIVE_DOC)
     # Seed of the bi-encoders' initialisation and data order; null: the job's seed. A seed
     # sweep over this key reuses the cross-encoder and (except semantic search) the candidates.
     seed: int | None = None
@@ -339,6 +352,12 @@ class AutoConfig(_Strict):
     # tried with every setting above; null: the job's own value only. Only the pilots differ:
     # the teachers, candidates and labels are shared, and the gold-only pilot is the same.
     gold_repeat: list[PositiveInt] | None = None
+    # The student's objectives (bi_encoder.objective) tried with every setting above, innermost;
+    # null: the job's own only. As with gold_repeat, only the pilots differ: the teachers,
+    # candidates and labels are shared (semantic search embeds with the job's own gold-only
+    # student), and the gold-only pilot trains with the job's own objective.
+    objective: list[Objective] | None = Field(None, description="bi_encoder.objective values tried with every "
+                                              "setting (pilots only); null: the job's own")
     pilot_fraction: float = Field(0.2, gt=0, le=1)  # of the student's training steps
     # The job's own setting (its teacher recipe, strategy, top_k, calibration) is tried first,
     # and another replaces it only when that one's pilot beats it on dev beyond what dev can
@@ -353,6 +372,8 @@ class AutoConfig(_Strict):
                 raise ValueError(f"{name}: give at least one to try")
         if self.gold_repeat is not None and not self.gold_repeat:
             raise ValueError("gold_repeat: give at least one to try, or null for the job's own")
+        if self.objective is not None and not self.objective:
+            raise ValueError("objective: give at least one to try, or null for the job's own")
         for epochs, lr in self.teacher_recipes:
             if not lr > 0:
                 raise ValueError(f"teacher_recipes: the learning rate of ({epochs}, {lr}) must be above 0")
@@ -495,6 +516,21 @@ class JobConfig(_Strict):
         if k and self.target is not None:
             raise ValueError("evaluation.pilot_folds: a domain-adaptation job's pilots are scored on dev; folds of "
                              "the source gold would predict the source domain, not the target")
+        return self
+
+    @model_validator(mode="after")
+    def _check_objective(self) -> "JobConfig":
+        tasks = {"task": self.task}
+        if self.target is not None and self.target.task:
+            tasks["target.task"] = self.target.task
+        for key, task in tasks.items():
+            if task == "binary" and self.bi_encoder.objective in REGRESSION_OBJECTIVES:
+                raise ValueError(f"bi_encoder.objective: {self.bi_encoder.objective} ranks pairs by their similarity "
+                                 f"scores, and {key} is binary (labels 0/1); use softmax, contrastive or auto")
+            searched = [o for o in self.auto.objective or [] if o in REGRESSION_OBJECTIVES]
+            if task == "binary" and searched:
+                raise ValueError(f"auto.objective: {', '.join(searched)} rank pairs by their similarity scores, and "
+                                 f"{key} is binary (labels 0/1); try softmax, contrastive or auto")
         return self
 
     @model_validator(mode="after")

@@ -93,6 +93,26 @@ def empty_table(schema: pa.Schema) -> pa.Table:
 PAIR_COLUMNS = [SENTENCE1, SENTENCE2, LABEL]
 
 
+# A student's training set marks which pairs the teacher labelled, so an objective that treats
+# silver pairs apart from gold ones (score distillation) is told, not left to guess.
+IS_SILVER = "is_silver"
+TRAINING_COLUMNS = PAIR_COLUMNS + [IS_SILVER]
+
+
+def training_columns(table: pa.Table) -> list[str]:
+    """The columns a training step reads from ``table``: the pair columns, and ``IS_SILVER``
+    where the table has it (a student's training set)."""
+    return TRAINING_COLUMNS if IS_SILVER in table.column_names else PAIR_COLUMNS
+
+
+def silver_flags(table: pa.Table) -> np.ndarray | None:
+    """Per row, whether the teacher labelled it; None for a table that does not say (gold
+    pairs alone, as a teacher trains on)."""
+    if IS_SILVER not in table.column_names:
+        return None
+    return table.column(IS_SILVER).to_numpy(zero_copy_only=False).astype(bool)
+
+
 def pair_lists(table: pa.Table) -> tuple[list[str], list[str], np.ndarray]:
     """A pair table's first sentences, second sentences and labels, as a training loop takes them."""
     return (table.column(SENTENCE1).to_pylist(), table.column(SENTENCE2).to_pylist(),

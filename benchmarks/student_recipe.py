@@ -16,9 +16,15 @@ of the gap to the teacher (on test) that AugSBERT closes.
 A variant is ``NAME:key=value,...`` with keys ``lr``, ``epochs``, ``batch_size``,
 ``warmup_ratio``, ``calibration`` (none or isotonic: the silver labels mapped to the gold scale
 on the teacher's dev predictions, as ``labeling.calibration`` does) and ``gold_repeat`` (gold
-pairs appear this many times in AugSBERT's training set). ``--silver SEED=FINGERPRINT`` names
+pairs appear this many times in AugSBERT's training set) and ``objective`` (the student's loss,
+``bi_encoder.objective``'s names: cosine, cosent, angle, cosent-distill, angle-distill; every
+variant's gold-only reference trains with cosine, so all are compared with the same one). Each
+trial keeps its dev and test predictions, and every variant is compared with the first on test
+by a paired bootstrap, seed by seed. ``--silver SEED=FINGERPRINT`` names
 the silver stage each seed uses (a seed's semantic-search candidates depend on its gold-only
-student); each trial writes its line to ``--out``.jsonl as soon as it ends.
+student); each trial writes its line to ``--out``.jsonl as soon as it ends, and ``--reuse`` takes
+the trials already there (same variant, settings, seed and silver) instead of training them
+again, so seeds can be run one at a time and the last run reports them all.
 """
 
 from __future__ import annotations
@@ -31,7 +37,9 @@ import sys
 import time
 from pathlib import Path
 
-KEYS = {"lr": float, "epochs": int, "batch_size": int, "warmup_ratio": float, "calibration": str, "gold_repeat": int}
+KEYS = {"lr": float, "epochs": int, "batch_size": int, "warmup_ratio": float, "calibration": str, "gold_repeat": int,
+        "objective": str}
+REFERENCE_OBJECTIVE = "cosine"  # what every gold-only reference trains with
 
 
 def parse_variant(text: str, base: dict) -> tuple[str, dict]:
@@ -47,6 +55,10 @@ def parse_variant(text: str, base: dict) -> tuple[str, dict]:
         settings[key] = KEYS[key](value)
     if settings["calibration"] not in ("none", "isotonic"):
         raise SystemExit(f"--variant {text!r}: calibration must be none or isotonic")
+    from augsbert_ray.training.recipes import OBJECTIVES
+
+    if settings["objective"] not in OBJECTIVES:
+        raise SystemExit(f"--variant {text!r}: objective must be one of {', '.join(sorted(OBJECTIVES))}")
     return name, settings
 
 
@@ -88,21 +100,53 @@ def trial(spec: dict) -> dict:
     # The training set exactly as the job's AugSBERT (or gold-only) stage builds it.
     train = student_training_set(pq.read_table(run / "gold" / "train.parquet"), silver, "regression", s["gold_repeat"])
     s1, s2, y = _pairs(train)
+    silver_rows = schema.silver_flags(train)
     hp = HParams(epochs=s["epochs"], lr=s["lr"], batch_size=s["batch_size"], warmup_ratio=s["warmup_ratio"],
                  seed=spec["seed"], length_grouping=50)
-    recipe = BiEncoderRecipe(model=spec["model"], max_length=128, num_layers=spec["num_layers"])
+    recipe = BiEncoderRecipe(model=spec["model"], max_length=128, num_layers=spec["num_layers"],
+                             objective=s["objective"])
     t0 = time.perf_counter()
-    module, stats = train_pairs(recipe, s1, s2, y, hp, device=spec["device"],
+    module, stats = train_pairs(recipe, s1, s2, y, hp, silver=silver_rows, device=spec["device"],
                                 log=lambda line: None, name=spec["name"])
     seconds = time.perf_counter() - t0
-    scores = {}
+    scores, preds = {}, {}
     for split in ("dev", "test"):
         a, b, gold = _pairs(pq.read_table(run / "gold" / f"{split}.parquet"))
         with torch.no_grad():
             pred = cosine_scores(unwrap(module).st, a, b, 128)
         scores[split] = float(spearmanr(pred, gold).statistic * 100)
+        preds[split] = [round(float(x), 6) for x in pred]
     return {"variant": spec["variant"], "seed": spec["seed"], "silver": bool(spec["silver"]), "settings": s,
-            "train_pairs": len(y), "steps": stats["steps"], "seconds": round(seconds, 1), **scores}
+            "train_pairs": len(y), "steps": stats["steps"], "seconds": round(seconds, 1), **scores, "preds": preds}
+
+
+def _trial_key(trial: dict) -> str:
+    """What makes two trials the same: a spec (``silver`` its fingerprint or None) or a row
+    written to the .jsonl (``silver_fingerprint``)."""
+    fingerprint = trial.get("silver_fingerprint", trial["silver"] if isinstance(trial["silver"], str) else None)
+    return json.dumps([trial["variant"], trial["settings"], trial["seed"], fingerprint], sort_keys=True)
+
+
+def _against_first(rows: list[dict], names: list[str], run_dir: Path, silver: bool = True) -> list[str]:
+    """Each variant's AugSBERT (or, ``silver`` False, gold-only) student against the first
+    variant's on test, seed by seed: the paired bootstrap's 90% interval of the difference in
+    Spearman x100, the same test pairs resampled."""
+    import pyarrow.parquet as pq
+
+    from augsbert_ray.evaluation import paired_bootstrap
+
+    gold = pq.read_table(run_dir / "gold" / "test.parquet").column("label").to_numpy()
+    done = {(r["variant"], r["seed"]): r for r in rows if r["silver"] == silver and "error" not in r}
+    lines = [f"Against {names[0]} on test (paired bootstrap, 1,000 resamples, 90% interval of the difference):", ""]
+    for name in names[1:]:
+        for seed in sorted({s for _, s in done}):
+            a, b = done.get((names[0], seed)), done.get((name, seed))
+            if a is None or b is None:
+                continue
+            bs = paired_bootstrap("regression", a["preds"]["test"], b["preds"]["test"], gold)
+            b["vs_first_test"] = bs
+            lines.append(f"- {name}, seed {seed}: {bs['difference']:+.2f} ({bs['low']:+.2f} to {bs['high']:+.2f})")
+    return lines + [""]
 
 
 def _run(spec: dict) -> dict:
@@ -117,8 +161,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--run-dir", type=Path, required=True, help="a finished run of the job (gold/ and stages/)")
     p.add_argument("--model", default="embedded", help="the student's base model (name or path)")
     p.add_argument("--num-layers", type=int, help="keep the model's first N layers (the job's bi_encoder.num_layers)")
-    p.add_argument("--silver", action="append", required=True, metavar="SEED=FINGERPRINT",
+    p.add_argument("--silver", action="append", default=[], metavar="SEED=FINGERPRINT",
                    help="the silver stage (a folder under stages/silver) each seed's AugSBERT trains on")
+    p.add_argument("--gold-only", metavar="SEED,SEED", help="instead: gold-only students alone, each variant with "
+                   "its own objective, for these seeds (the objectives compared on gold without silver)")
     p.add_argument("--variant", action="append", default=[], metavar="NAME:key=value,...")
     p.add_argument("--lr", type=float, default=2e-5)
     p.add_argument("--epochs", type=int, default=1)
@@ -128,14 +174,17 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--procs", type=int, default=1, help="trials at a time")
     p.add_argument("--threads", type=int, default=1, help="torch threads per trial")
     p.add_argument("--out", default="benchmarks/results/student_recipe")
+    p.add_argument("--reuse", action="store_true", help="take the trials already in --out.jsonl")
     args = p.parse_args(argv)
 
     from augsbert_ray.models import resolve_model
 
     base = {"lr": args.lr, "epochs": args.epochs, "batch_size": args.batch_size, "warmup_ratio": 0.1,
-            "calibration": "none", "gold_repeat": 1}
+            "calibration": "none", "gold_repeat": 1, "objective": REFERENCE_OBJECTIVE}
     variants = dict(parse_variant(v, base) for v in (args.variant or ["base:"]))
     silver = dict(item.split("=", 1) for item in args.silver)
+    if bool(silver) == bool(args.gold_only):
+        raise SystemExit("give --silver SEED=FINGERPRINT (AugSBERT against gold only) or --gold-only SEEDS")
     teacher_dir = next((args.run_dir / "stages" / "eval_cross_encoder").iterdir())
     teacher_test = args.teacher_test
     if teacher_test is None:
@@ -145,25 +194,39 @@ def main(argv: list[str] | None = None) -> int:
               "teacher_predictions": str(teacher_dir / "predictions.parquet")}
     specs, gold_keys = [], set()
     for name, s in variants.items():
+        for seed in (args.gold_only or "").split(",") if args.gold_only else []:
+            specs.append({**common, "variant": name, "settings": {**s, "calibration": "none", "gold_repeat": 1},
+                          "seed": int(seed), "silver": None, "name": f"{name} gold only"})
         for seed, fp in silver.items():
             specs.append({**common, "variant": name, "settings": s, "seed": int(seed), "silver": fp, "name": name})
             # Gold only depends on the optimisation settings alone: one trial per distinct set.
             key = (s["lr"], s["epochs"], s["batch_size"], s["warmup_ratio"], int(seed))
             if key not in gold_keys:
                 gold_keys.add(key)
-                specs.append({**common, "variant": name, "settings": {**s, "calibration": "none", "gold_repeat": 1},
+                specs.append({**common, "variant": name,
+                              "settings": {**s, "calibration": "none", "gold_repeat": 1, "objective": REFERENCE_OBJECTIVE},
                               "seed": int(seed), "silver": None, "name": f"{name} gold only"})
     specs.sort(key=lambda sp: sp["silver"] is None)  # the long trials first
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     rows, t0 = [], time.perf_counter()
+    if args.reuse and out.with_suffix(".jsonl").exists():
+        done = {_trial_key(r): r for r in map(json.loads, out.with_suffix(".jsonl").read_text().splitlines())
+                if "error" not in r}
+        rows = [done[_trial_key(sp)] for sp in specs if _trial_key(sp) in done]
+        specs = [sp for sp in specs if _trial_key(sp) not in done]
+        print(f"{len(rows)} trials taken from {out.with_suffix('.jsonl')}; {len(specs)} to train", flush=True)
     with mp.get_context("spawn").Pool(args.procs) as pool, open(out.with_suffix(".jsonl"), "a") as log:
         for r in pool.imap_unordered(_run, specs):
             rows.append(r)
-            log.write(json.dumps(r) + "\n")
+            log.write(json.dumps({**r, "silver_fingerprint": silver.get(str(r["seed"])) if r["silver"] else None})
+                  + "\n")
             log.flush()
-            print(f"[{time.perf_counter() - t0:6.0f}s] {len(rows)}/{len(specs)} {json.dumps(r)}", flush=True)
+            shown = {k: v for k, v in r.items() if k != "preds"}
+            print(f"[{time.perf_counter() - t0:6.0f}s] {len(rows)}/{len(specs)} {json.dumps(shown)}", flush=True)
 
+    if args.gold_only:
+        return _report_gold_only(rows, list(variants), args, out, teacher_test)
     gold = {(r["settings"]["lr"], r["settings"]["epochs"], r["settings"]["batch_size"],
              r["settings"]["warmup_ratio"], r["seed"]): r for r in rows if not r["silver"] and "error" not in r}
     lines = [f"# Student recipe: {args.run_dir.name}", "",
@@ -189,6 +252,27 @@ def main(argv: list[str] | None = None) -> int:
         if closed:
             lines.append(f"- {name}: mean gap closed {sum(closed) / len(closed):.1f}% over {len(closed)} seed(s)")
     lines.append("")
+    lines += _against_first(rows, list(variants), args.run_dir)
+    _write(lines, rows, args, argv, out, teacher_test)
+    return 0
+
+
+def _report_gold_only(rows: list[dict], names: list[str], args, out: Path, teacher_test: float) -> int:
+    lines = [f"# Student objectives on gold alone: {args.run_dir.name}", "",
+             f"Spearman x100 of gold-only students, each variant trained with its own objective (the teacher: "
+             f"{teacher_test:.2f} on test).", "",
+             "| variant | settings | seed | dev | test | train s |", "|---|---|---:|---:|---:|---:|"]
+    for r in sorted(rows, key=lambda r: (names.index(r["variant"]), r["seed"])):
+        desc = ", ".join(f"{k} {v}" for k, v in r["settings"].items())
+        lines.append(f"| {r['variant']} | {desc} | {r['seed']} | failed: {r['error']} | | |" if "error" in r else
+                     f"| {r['variant']} | {desc} | {r['seed']} | {r['dev']:.2f} | {r['test']:.2f} | {r['seconds']:.0f} |")
+    lines.append("")
+    lines += _against_first(rows, names, args.run_dir, silver=False)
+    _write(lines, rows, args, None, out, teacher_test)
+    return 0
+
+
+def _write(lines: list[str], rows: list[dict], args, argv, out: Path, teacher_test: float) -> None:
     try:
         from augsbert_ray.report import provenance
 
@@ -199,9 +283,9 @@ def main(argv: list[str] | None = None) -> int:
     except Exception as e:  # the table matters more than its footer
         lines.append(f"(provenance unavailable: {e!r})")
     out.with_suffix(".md").write_text("\n".join(lines), encoding="utf-8")
-    out.with_suffix(".json").write_text(json.dumps({"teacher_test": teacher_test, "rows": rows}, indent=2))
+    kept = [{k: v for k, v in r.items() if k != "preds"} for r in rows]  # predictions: in the .jsonl only
+    out.with_suffix(".json").write_text(json.dumps({"teacher_test": teacher_test, "rows": kept}, indent=2))
     print("\n".join(lines))
-    return 0
 
 
 if __name__ == "__main__":

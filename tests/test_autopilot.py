@@ -1,6 +1,7 @@
-"""The autopilot on tiny data: settings tried with pilots (gold's weight among them), the best
-on dev trained to the end, every shared artifact made once, and the run directory reused on a
-re-run."""
+"""The autopilot on tiny data: settings tried with pilots (gold's weight among them, and the
+student's objective: score distillation, which needs every training set's silver flags in the
+pilots and in the final students), the best on dev trained to the end, every shared artifact
+made once, and the run directory reused on a re-run."""
 
 from __future__ import annotations
 
@@ -19,18 +20,19 @@ def test_the_autopilot_chooses_on_dev_and_trains_the_choice(tmp_path, tiny_stsb,
         "name": "tiny-auto", "run_dir": str(tmp_path / "run"),
         "data": {s: {"format": "stsb", "path": str(p)} for s, p in tiny_stsb.items()},
         "cross_encoder": {"model": tiny_model, "epochs": 1, "batch_size": 8, "lr": 1e-4},
-        "bi_encoder": {"model": tiny_model, "epochs": 1, "batch_size": 8, "lr": 1e-4},
+        "bi_encoder": {"model": tiny_model, "epochs": 1, "batch_size": 8, "lr": 1e-4, "objective": "cosent-distill"},
         "sampling": {"strategy": "bm25", "top_k": 2},  # the job's own setting: in the grid, tried first
         "labeling": {"block_size": 64, "micro_batch_size": 16}, "evaluation": {"batch_size": 16},
         "auto": {"enabled": True, "teacher_recipes": [[1, 1e-4]], "strategies": ["bm25"], "top_k": [1, 2],
-                 "calibration": ["none", "isotonic"], "gold_repeat": [1, 2], "pilot_fraction": 0.5},
+                 "calibration": ["none", "isotonic"], "gold_repeat": [1, 2], "objective": ["cosent-distill"],
+                 "pilot_fraction": 0.5},
     })
     lines = []
     m = run_job(cfg, log=lines.append)
     a = m.auto
-    grid = [f"teacher 1x0.0001, bm25 top-{k}, calibration {c}, gold x{r}"
+    grid = [f"teacher 1x0.0001, bm25 top-{k}, calibration {c}, gold x{r}, cosent-distill objective"
             for k in (1, 2) for c in ("none", "isotonic") for r in (1, 2)]
-    own = "teacher 1x0.0001, bm25 top-2, calibration none, gold x1"
+    own = "teacher 1x0.0001, bm25 top-2, calibration none, gold x1, cosent-distill objective"
     assert [r["setting"] for r in a["settings"]] == [own] + [g for g in grid if g != own]
     assert [r["job_setting"] for r in a["settings"]] == [True] + [False] * 7
     # Gold's weight changes only the pilot: gold counted twice beside the same silver.
@@ -63,6 +65,7 @@ def test_the_autopilot_chooses_on_dev_and_trains_the_choice(tmp_path, tiny_stsb,
     assert {"cross_encoder", "candidates", "silver"} <= set(m.stages_reused)  # made by the search, reused
     assert m.sampling["top_k"] == chosen[0]["overrides"]["sampling.top_k"]
     assert m.stage("augsbert").result["train_pairs"] == chosen[0]["pilot_train_pairs"]  # gold repeated as chosen
+    assert m.bi_encoder_objective == chosen[0]["overrides"]["bi_encoder.objective"] == "cosent-distill"
     assert ("calibrate" in m.stage_seconds) == (chosen[0]["overrides"]["labeling.calibration"] == "isotonic")
     # Never a regression against gold only on dev: the shipped model is the better one there.
     s = m.shipped

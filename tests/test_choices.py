@@ -106,6 +106,33 @@ def test_the_autopilot_tries_gold_repeat_innermost(tmp_path):
         _cfg(tmp_path, auto={"enabled": True, "gold_repeat": [0]})
 
 
+def test_the_autopilot_tries_objectives_innermost_and_shares_the_silver_stages(tmp_path):
+    from augsbert_ray.stages.auto import _stage_config, job_setting, settings_to_try
+
+    grid = {"enabled": True, "teacher_recipes": [[4, 2e-5]], "strategies": ["bm25+ss"], "top_k": [3],
+            "calibration": ["none"], "gold_repeat": [1, 3], "objective": ["cosine", "cosent-distill"]}
+    cfg = _cfg(tmp_path, auto=grid, bi_encoder={"objective": "angle"})
+    tried = settings_to_try(cfg.auto)
+    assert [s.label.split(", ")[-2:] for s in tried] == [
+        ["gold x1", "cosine objective"], ["gold x1", "cosent-distill objective"],
+        ["gold x3", "cosine objective"], ["gold x3", "cosent-distill objective"]]
+    assert [s.apply(cfg).bi_encoder.objective for s in tried] == ["cosine", "cosent-distill"] * 2
+    # The stages before the pilot (semantic search's gold-only student among them) run with the
+    # job's own objective: settings that differ only in it share the candidates and the labels.
+    staged = [_stage_config(s, cfg) for s in tried]
+    assert {c.bi_encoder.objective for c in staged} == {"angle"} and staged[0] == staged[1]
+    assert staged[2].bi_encoder.gold_repeat == 3
+    own = job_setting(cfg)
+    assert own.label.endswith("gold x1, angle objective") and own.overrides["bi_encoder.objective"] == "angle"
+    assert "objective" not in job_setting(_cfg(tmp_path, auto={**grid, "objective": None})).label
+    auto = _cfg(tmp_path, auto=grid, sampling={"strategy": "bm25+ss", "top_k": 3})  # auto: cosine, in the grid
+    assert job_setting(auto).label == tried[0].label and len(settings_to_try(auto.auto, job_setting(auto))) == 4
+    with pytest.raises(Exception, match="objective: give at least one"):
+        _cfg(tmp_path, auto={**grid, "objective": []})
+    with pytest.raises(Exception, match="auto.objective: cosent-distill rank pairs by their similarity scores"):
+        _cfg(tmp_path, task="binary", auto=grid)
+
+
 def test_the_jobs_own_setting_is_tried_first_and_once(tmp_path):
     from augsbert_ray.stages.auto import job_setting, settings_to_try
 
@@ -141,6 +168,12 @@ def test_a_pilots_training_set_is_the_students():
     assert student_training_set(gold, silver, "regression", 3).column(schema.SENTENCE1).to_pylist() == \
         ["a", "a", "a", "c", "d"]
     assert student_training_set(gold, None, "regression", 3).num_rows == 1
+    # Each row says whether the teacher labelled it (score distillation reads it; nothing guesses)
+    mixed = student_training_set(gold, silver.append_column(schema.ORIGIN, pa.array(["bm25", "ss"])), "regression", 2)
+    assert mixed.column_names == schema.TRAINING_COLUMNS
+    assert schema.silver_flags(mixed).tolist() == [False, False, True, True]
+    assert schema.silver_flags(student_training_set(gold, None, "regression")).tolist() == [False]
+    assert schema.silver_flags(gold) is None and schema.training_columns(gold) == schema.PAIR_COLUMNS
 
 
 def test_fold_pilots_hold_out_each_gold_pair_once_and_its_sentences_silver():

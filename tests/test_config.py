@@ -180,6 +180,19 @@ def test_pilot_folds_are_checked(evaluation, target, message):
     validate_tree({**tree, "evaluation": {"pilot_folds": 5, "pilot": True}, "target": None})
 
 
+@pytest.mark.parametrize("objective", ["cosent", "angle", "cosent-distill", "angle-distill"])
+def test_ranking_objectives_are_for_regression(objective):
+    src = {"format": "stsb", "path": "t.csv"}
+    tree = {"name": "x", "data": {"train": src, "dev": src, "test": src}, "bi_encoder": {"objective": objective}}
+    assert validate_tree(tree).bi_encoder.resolved_objective("regression") == objective
+    with pytest.raises(ConfigError, match=f"bi_encoder.objective: {objective} ranks pairs by their similarity "
+                                          "scores, and task is binary"):
+        validate_tree({**tree, "task": "binary"})
+    target = {"pairs": src, "test": src, "task": "binary"}  # a binary target's upper bound trains on its labels
+    with pytest.raises(ConfigError, match="and target.task is binary"):
+        validate_tree({**tree, "target": target})
+
+
 def test_seed_list_counts_from_the_encoders_seed():
     from augsbert_ray.config import SeedSearchConfig
 

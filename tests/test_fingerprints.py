@@ -92,7 +92,7 @@ def _candidates(path: str, value, annotation, world) -> list:
         return [value[:-1] or value + value, list(reversed(value)), [7, 9]]
     if value is None:
         return [2, 1, 0.5, "bm25", "x", [1, 2], {"format": "mrpc", "path": str(f["tdev"])}, (0.0, 10.0), 7,
-                (0.0, 1.0)]
+                (0.0, 1.0), ["cosine"]]  # a list of names: auto.objective
     return []
 
 
@@ -257,6 +257,12 @@ MUST = [
     # candidates and their labels, stay
     ("ss", "bi_encoder.gold_repeat=3", {"augsbert", "eval_augsbert"}),
     ("adaptation", "bi_encoder.gold_repeat=3", set()),  # target silver alone: no gold to repeat
+    # The student's objective: both students train with it; the teacher, and candidates not
+    # embedded by the gold-only student (zero-shot semantic search, KDE), stay
+    ("ss", "bi_encoder.objective=cosent", {"gold_only", "eval_gold_only", "augsbert", "eval_augsbert"}),
+    ("kde+search", "bi_encoder.objective=cosent-distill", {"gold_only", "eval_gold_only", "augsbert",
+                                                           "eval_augsbert"}),
+    ("ss", "auto.objective=[cosent]", set()),  # the autopilot is off: nothing reads it
     ("ss", "training.length_grouping=0", {"cross_encoder", "eval_cross_encoder", "gold_only", "eval_gold_only",
                                           "silver", "augsbert", "eval_augsbert"}),
 ]

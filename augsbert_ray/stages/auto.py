@@ -2,7 +2,7 @@
 
 What decides whether AugSBERT helps is mostly the user's guesses: the teacher's recipe, the
 sampling strategy, how many neighbours per sentence, whether the teacher's scores need
-mapping to the gold scale, how much gold weighs beside the silver. The autopilot tries the
+mapping to the gold scale, how much gold weighs beside the silver, the student's objective. The autopilot tries the
 combinations in ``auto`` (each teacher recipe x strategy x top-k x calibration x gold
 repeat), in that order, until ``auto.budget_minutes`` is spent: for each it runs the stages
 that setting needs (teacher, candidates, labels, calibration) as the job itself would, so
@@ -59,14 +59,16 @@ def job_setting(cfg) -> Setting:
     c = cfg.cross_encoder
     own = cfg.auto.model_copy(update={"teacher_recipes": [(c.epochs, c.lr)], "strategies": [cfg.sampling.strategy],
                                       "top_k": [cfg.sampling.top_k], "calibration": [cfg.labeling.calibration],
-                                      "gold_repeat": cfg.auto.gold_repeat and [cfg.bi_encoder.gold_repeat]})
+                                      "gold_repeat": cfg.auto.gold_repeat and [cfg.bi_encoder.gold_repeat],
+                                      # auto named as what it is, so a grid listing cosine holds the job's own
+                                      "objective": cfg.auto.objective and [cfg.bi_encoder.resolved_objective(cfg.task)]})
     return _grid(own)[0]
 
 
 def settings_to_try(auto, own: Setting | None = None) -> list[Setting]:
     """``own`` (the job's own setting) first, then every other combination of ``auto``'s lists,
-    teacher recipes outermost (its most costly part) and gold's weight innermost (it changes
-    only the pilot)."""
+    teacher recipes outermost (its most costly part), gold's weight and the student's objective
+    innermost (they change only the pilot)."""
     if own is None:
         return _grid(auto)
     return [own, *(s for s in _grid(auto) if s.label != own.label)]
@@ -75,16 +77,31 @@ def settings_to_try(auto, own: Setting | None = None) -> list[Setting]:
 def _grid(auto) -> list[Setting]:
     out = []
     repeats = auto.gold_repeat or [None]  # None: the job's own bi_encoder.gold_repeat
-    for (epochs, lr), strategy, k, calibration, repeat in itertools.product(
-            auto.teacher_recipes, auto.strategies, auto.top_k, auto.calibration, repeats):
+    objectives = auto.objective or [None]  # None: the job's own bi_encoder.objective
+    for (epochs, lr), strategy, k, calibration, repeat, objective in itertools.product(
+            auto.teacher_recipes, auto.strategies, auto.top_k, auto.calibration, repeats, objectives):
         label = f"teacher {epochs}x{lr:g}, {strategy} top-{k}, calibration {calibration}"
         overrides = {"cross_encoder.epochs": epochs, "cross_encoder.lr": lr, "sampling.strategy": strategy,
                      "sampling.top_k": k, "labeling.calibration": calibration}
         if repeat is not None:
             label += f", gold x{repeat}"
             overrides["bi_encoder.gold_repeat"] = repeat
+        if objective is not None:
+            label += f", {objective} objective"
+            overrides[OBJECTIVE_KEY] = objective
         out.append(Setting(label, overrides))
     return out
+
+
+OBJECTIVE_KEY = "bi_encoder.objective"
+
+
+def _stage_config(setting: Setting, cfg):
+    """The config the stages of a setting run with: the setting's, but the job's own objective,
+    so a setting that differs only in the objective shares the gold-only student (semantic
+    search's embedding model), the candidates and the labels with the job's."""
+    shared = {k: v for k, v in setting.overrides.items() if k != OBJECTIVE_KEY}
+    return Setting(setting.label, shared).apply(cfg)
 
 
 class AutoPilot(Stage):
@@ -115,13 +132,13 @@ class AutoPilot(Stage):
         report = env.reporter(local=True)
         if report is not None:
             report.set_total(len(candidates), unit="settings")
-        tried, gold_repeat, records = {}, {}, []
+        tried, gold_repeat, objective, records = {}, {}, {}, []
         for setting in candidates:
             if time.perf_counter() - started > budget:
                 records.append({"setting": setting.label, "overrides": setting.overrides,
                                 "fate": "not tried: the budget was spent", "seconds": 0.0})
                 continue
-            cfg = setting.apply(runner.cfg)
+            cfg = _stage_config(setting, runner.cfg)
             child = runner.child(cfg, log_prefix=f"[auto: {setting.label}] ")
             stages = [Teacher(), Evaluate("cross_encoder")]
             if cfg.sampling.strategy in ("ss", "bm25+ss") and cfg.sampling.ss_model == "gold_only":
@@ -138,6 +155,8 @@ class AutoPilot(Stage):
             tried[setting.label] = key
             if "bi_encoder.gold_repeat" in setting.overrides:  # searched; otherwise the job's own
                 gold_repeat[setting.label] = cfg.bi_encoder.gold_repeat
+            if OBJECTIVE_KEY in setting.overrides:
+                objective[setting.label] = setting.overrides[OBJECTIVE_KEY]
             teacher_dev = child.done["eval_cross_encoder"].result["scores"]["dev"]
             records.append({"setting": setting.label, "overrides": setting.overrides, "fate": "piloted",
                             "seconds": seconds, "teacher_dev": teacher_dev,
@@ -146,6 +165,7 @@ class AutoPilot(Stage):
                 report.advance(1)
         pilot_runner = runner.child(runner.cfg, log_prefix="[auto] ")
         pilots = pilot_runner.run(Pilot(mixes_gold(runner.cfg), silver_sets=tried, gold_repeat=gold_repeat,
+                                        objective=objective,
                                         fraction_key="auto.pilot_fraction", folds_key=None,
                                         baseline=own.label if own is not None and own.label in tried else None))
         scores = {k: v["dev"] for k, v in pilots.result["pilots"].items()}

@@ -26,6 +26,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from augsbert_ray import schema
+from augsbert_ray.config import resolved_objective
 from augsbert_ray.errors import ConfigError
 from augsbert_ray.evaluation import PRIMARY_METRIC
 from augsbert_ray.runtime import per_worker_cpus
@@ -43,6 +44,8 @@ class Pilot(Stage):
             settings); None: the job's own silver labels, as "gold + silver" (or "silver").
         gold_repeat: pilot name -> how many times its training set counts each gold pair
             (the autopilot's settings); a pilot not named: ``bi_encoder.gold_repeat``.
+        objective: pilot name -> the objective its student trains with (the autopilot's
+            settings); a pilot not named (the gold-only one too): ``bi_encoder.objective``.
         fraction_key: the config key holding the fraction of the steps a pilot trains.
         folds_key: the config key holding the number of folds of the gold training pairs the
             pilots are scored on (0: dev); None: always dev (the autopilot's pilots).
@@ -56,12 +59,14 @@ class Pilot(Stage):
     unit = "pilots"
 
     def __init__(self, mix: bool = True, silver_sets: dict[str, str] | None = None,
-                 gold_repeat: dict[str, int] | None = None, fraction_key: str = "evaluation.pilot_fraction",
+                 gold_repeat: dict[str, int] | None = None, objective: dict[str, str] | None = None,
+                 fraction_key: str = "evaluation.pilot_fraction",
                  folds_key: str | None = "evaluation.pilot_folds", baseline: str | None = None):
         self.mix = mix
         self.baseline = baseline
         self.silver_sets = silver_sets
         self.gold_repeat = dict(gold_repeat or {})
+        self.objective = dict(objective or {})
         self.fraction_key = fraction_key
         self.folds_key = folds_key
 
@@ -85,7 +90,7 @@ class Pilot(Stage):
 
     def _extra(self) -> dict | None:
         """What the autopilot's pilots add to the fingerprint (None for the pilot check's)."""
-        extra = {"gold_repeat": self.gold_repeat, "baseline": self.baseline}
+        extra = {"gold_repeat": self.gold_repeat, "objective": self.objective, "baseline": self.baseline}
         return {k: v for k, v in extra.items() if v} or None
 
     def run(self, inputs, settings, env) -> dict:
@@ -119,7 +124,10 @@ class Pilot(Stage):
             hparams=hparams(b, settings.seed, t), fraction=self._fraction(settings), task=task,
             metric=metric, cpus_per_trial=per_worker_cpus(t.cpus_per_worker, env.cluster.cpus, 1),
             gpus_per_trial=1 if t.use_gpu else 0, storage_dir=env.storage, name="pilots",
-            eval_batch_size=settings.evaluation.batch_size)
+            eval_batch_size=settings.evaluation.batch_size,
+            objectives={pilot: resolved_objective(self.objective[key], task) for key, label in names.items()
+                        if key in self.objective
+                        for pilot in ([label] if not folds else [fold_name(label, f) for f in range(folds)])})
         # Each arm (gold only, and gold + each silver set) scored on all its held-out pairs at once:
         # with folds, the predictions of its fold pilots, in fold order; on dev, its one pilot's.
         labels = pa.concat_tables(held).column(schema.LABEL).to_numpy()

@@ -37,17 +37,26 @@ def silver_artifact(cfg) -> str:
 def student_training_set(gold: pa.Table | None, silver: pa.Table | None, task: str,
                          gold_repeat: int = 1) -> pa.Table:
     """What a bi-encoder trains on: the gold pairs (each ``gold_repeat`` times when silver joins
-    them) and the silver pairs, whose scores become classes at 0.5 for binary tasks."""
+    them) and the silver pairs, whose scores become classes at 0.5 for binary tasks.
+
+    Returns:
+        The pair columns and ``schema.IS_SILVER`` (True for the pairs the teacher labelled).
+    """
     if gold is None and silver is None:
         raise ValueError("a training set needs gold or silver pairs")
-    parts = [] if gold is None else [gold.select(PAIR_COLUMNS)] * (gold_repeat if silver is not None else 1)
+    parts = [] if gold is None else [_flagged(gold, False)] * (gold_repeat if silver is not None else 1)
     if silver is not None:
         silver = silver.select(PAIR_COLUMNS)
         if task == "binary":  # the teacher's score becomes a class, as gold's are
             classes = pa.array(silver.column(schema.LABEL).to_numpy() >= 0.5, pa.float32())
             silver = silver.set_column(2, silver.schema.field(schema.LABEL), classes)
-        parts.append(silver)
+        parts.append(_flagged(silver, True))
     return pa.concat_tables(parts)
+
+
+def _flagged(pairs: pa.Table, silver: bool) -> pa.Table:
+    pairs = pairs.select(PAIR_COLUMNS)
+    return pairs.append_column(schema.IS_SILVER, pa.array([silver] * pairs.num_rows, pa.bool_()))
 
 
 def bi_encoder_reads(uses_gold_repeat: bool) -> list[str]:

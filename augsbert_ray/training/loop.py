@@ -118,6 +118,8 @@ class PairTrainer:
         recipe: builds the model and computes the loss of a batch.
         s1, s2, labels: the training pairs (labels in [0, 1]).
         hp: optimisation hyperparameters; ``hp.seed`` fixes initialisation and data order.
+        silver: per pair, whether the teacher labelled it (a student's training set), handed
+            to the recipe's loss with each batch; None where the pairs do not say.
         device, rank, world: where this worker runs and its place in data-parallel training.
         wrap: wraps the built model for data parallelism (identity on one worker).
         log: receives progress lines (about ten per run).
@@ -132,6 +134,7 @@ class PairTrainer:
         labels: np.ndarray,
         hp: HParams,
         *,
+        silver: np.ndarray | None = None,
         device: str = "cpu",
         rank: int = 0,
         world: int = 1,
@@ -141,6 +144,9 @@ class PairTrainer:
     ):
         self.recipe, self.s1, self.s2, self.hp = recipe, s1, s2, hp
         self.labels = np.asarray(labels, dtype=np.float32)
+        self.silver = None if silver is None else np.asarray(silver, dtype=bool)
+        if self.silver is not None and len(self.silver) != len(self.labels):
+            raise ValueError(f"{name}: {len(self.silver)} silver flags for {len(self.labels)} pairs")
         self.device, self.rank, self.world, self.log, self.name = device, rank, world, log, name
         if len(self.labels) == 0:
             raise ValueError(f"{name}: no training pairs")
@@ -178,8 +184,10 @@ class PairTrainer:
             epoch, in_epoch = divmod(self.step, self.per_epoch)
             idx = self._batches(epoch)[in_epoch]
             batch_labels = torch.from_numpy(self.labels[idx]).to(self.device)
+            batch_silver = None if self.silver is None else torch.from_numpy(self.silver[idx]).to(self.device)
             with torch.autocast(torch.device(self.device).type, torch.bfloat16, enabled=self.precision == "bf16"):
-                loss = self.recipe.loss(self.module, [self.s1[i] for i in idx], [self.s2[i] for i in idx], batch_labels)
+                loss = self.recipe.loss(self.module, [self.s1[i] for i in idx], [self.s2[i] for i in idx], batch_labels,
+                                        silver=batch_silver)
             loss = loss.float()
             self.optimizer.zero_grad(set_to_none=True)
             loss.backward()

@@ -66,8 +66,10 @@ def _pilot(config: dict, tables: dict, dev: pa.Table | dict, steps: dict) -> Non
     data = tables[config["pilot"]]
     if isinstance(dev, dict):
         dev = dev[config["pilot"]]
-    recipe = make_recipe(config["kind"], **config["recipe"])
-    trainer = PairTrainer(recipe, *schema.pair_lists(data), HParams(**config["hparams"]), device=device,
+    objective = config["objectives"].get(config["pilot"])
+    recipe = make_recipe(config["kind"], **{**config["recipe"], **({"objective": objective} if objective else {})})
+    trainer = PairTrainer(recipe, *schema.pair_lists(data), HParams(**config["hparams"]),
+                          silver=schema.silver_flags(data), device=device,
                           log=lambda line: None, name=config["pilot"])
     t0 = time.perf_counter()
     trainer.run(until=steps[config["pilot"]])
@@ -81,7 +83,7 @@ def run_pilots(training_sets: dict[str, pa.Table], dev: pa.Table | dict[str, pa.
                recipe: dict, hparams: dict,
                fraction: float, task: str, metric: str, cpus_per_trial: float, gpus_per_trial: float,
                storage_dir: str, name: str, eval_batch_size: int = 64,
-               time_budget_s: float | None = None) -> dict[str, PilotResult]:
+               time_budget_s: float | None = None, objectives: dict[str, str] | None = None) -> dict[str, PilotResult]:
     """Trains one pilot per training set and scores each on dev.
 
     Args:
@@ -94,6 +96,7 @@ def run_pilots(training_sets: dict[str, pa.Table], dev: pa.Table | dict[str, pa.
         cpus_per_trial, gpus_per_trial: resources of one pilot.
         storage_dir: Ray Tune's storage; name: the Tune experiment's name.
         time_budget_s: pilots still running after this long are stopped (no score).
+        objectives: pilot name -> the objective its recipe trains with instead of ``recipe``'s.
 
     Returns:
         name -> ``PilotResult`` (``dev`` None for a pilot that did not end or whose score is
@@ -107,7 +110,7 @@ def run_pilots(training_sets: dict[str, pa.Table], dev: pa.Table | dict[str, pa.
     require_resources([{"CPU": cpus_per_trial, "GPU": gpus_per_trial}],
                       "a pilot training (training.cpus_per_worker, training.use_gpu)")
     columns = [schema.SENTENCE1, schema.SENTENCE2, schema.LABEL]
-    tables = {k: t.select(columns) for k, t in training_sets.items()}
+    tables = {k: t.select(schema.training_columns(t)) for k, t in training_sets.items()}
     steps = {k: pilot_steps(t.num_rows, hparams, fraction) for k, t in tables.items()}
     dev = {k: d.select(columns) for k, d in dev.items()} if isinstance(dev, dict) else dev.select(columns)
     trainable = ray.tune.with_resources(
@@ -115,7 +118,7 @@ def run_pilots(training_sets: dict[str, pa.Table], dev: pa.Table | dict[str, pa.
         {"cpu": cpus_per_trial, "gpu": gpus_per_trial})
     space = {"kind": kind, "recipe": recipe, "hparams": hparams, "task": task, "metric": metric,
              "threads": cpus_per_trial, "gpus": gpus_per_trial, "eval_batch_size": eval_batch_size,
-             "pilot": ray.tune.grid_search(list(tables))}
+             "objectives": dict(objectives or {}), "pilot": ray.tune.grid_search(list(tables))}
     # reuse_actors: a trial's actor runs the next trial, so torch and transformers are imported
     # once per concurrent pilot, not once per pilot (every trial builds its own model and seed).
     tuner = ray.tune.Tuner(trainable, param_space=space,

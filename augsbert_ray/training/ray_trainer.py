@@ -181,6 +181,7 @@ def _train(config: dict) -> None:
         recipe,
         *schema.pair_lists(table),
         HParams(**config["hparams"]),
+        silver=schema.silver_flags(table),
         device=str(device),
         rank=rank,
         world=world,
@@ -401,7 +402,6 @@ def train_on_ray(
     require_resources([{"CPU": resources.cpus_per_worker, "GPU": 1 if resources.use_gpu else 0}]
                       * resources.num_workers,
                       f"training {name} (training.num_workers, training.cpus_per_worker, training.use_gpu)")
-    columns = [schema.SENTENCE1, schema.SENTENCE2, schema.LABEL]
     run = name
     storage = _storage(storage_dir)
     marker = f"{storage.rstrip('/')}/{run}.fatal.json"
@@ -414,7 +414,7 @@ def train_on_ray(
             "recipe": recipe,
             "hparams": hparams,
             "threads": resources.cpus_per_worker,
-            "data": ray.put(pairs.select(columns)),
+            "data": ray.put(pairs.select(schema.training_columns(pairs))),
             "checkpoint_every": resources.checkpoint_every,
             "fault": fault,
             "trace": json.loads(os.environ[TRAIN_TRACE_ENV]) if os.environ.get(TRAIN_TRACE_ENV) else None,

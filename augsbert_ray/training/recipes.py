@@ -14,9 +14,12 @@ import torch
 
 from augsbert_ray.models import load_bi_encoder, load_cross_encoder
 from augsbert_ray.training.objectives import (
+    angle_loss,
     contrastive_loss,
+    cosent_loss,
     cosine_similarity_loss,
     cross_encoder_loss,
+    score_distillation_loss,
     softmax_pair_loss,
 )
 
@@ -39,7 +42,8 @@ def _no_save_bars():
 class Recipe(Protocol):
     def build(self, device: str) -> torch.nn.Module: ...
 
-    def loss(self, module: torch.nn.Module, s1: list[str], s2: list[str], labels: torch.Tensor) -> torch.Tensor: ...
+    def loss(self, module: torch.nn.Module, s1: list[str], s2: list[str], labels: torch.Tensor,
+             silver: torch.Tensor | None = None) -> torch.Tensor: ...
 
     def save(self, module: torch.nn.Module, out_dir: str) -> None: ...
 
@@ -80,8 +84,11 @@ class _PairEncoder(torch.nn.Module):
 class BiEncoderRecipe:
     """A sentence-transformers bi-encoder (mean pooling) trained with one pair objective.
 
-    Objectives: ``cosine`` (MSE of cosine vs score, for similarity scores), ``softmax``
-    (SBERT's classifier over (u, v, |u-v|), for binary labels), ``contrastive``.
+    Objectives: ``cosine`` (MSE of cosine vs score, for similarity scores), ``cosent`` and
+    ``angle`` (ranking losses on similarity scores), ``cosent-distill`` and ``angle-distill``
+    (that ranking loss on gold pairs, the teacher's score fitted by MSE on silver pairs: the
+    loss needs each batch's silver flags), ``softmax`` (SBERT's classifier over (u, v, |u-v|),
+    for binary labels), ``contrastive``.
     """
 
     model: str
@@ -99,7 +106,7 @@ class BiEncoderRecipe:
             head = torch.nn.Linear(3 * self._st.get_embedding_dimension(), 2).to(device)
         return _PairEncoder(self._st, head)
 
-    def loss(self, module, s1, s2, labels):
+    def loss(self, module, s1, s2, labels, silver=None):
         # One forward over both sides: DistributedDataParallel expects one forward per backward.
         features = self._st.tokenize(list(s1) + list(s2))
         device = labels.device
@@ -108,6 +115,11 @@ class BiEncoderRecipe:
         a, b = emb[: len(s1)], emb[len(s1) :]
         if self.objective == "softmax":
             return softmax_pair_loss(a, b, labels, unwrap(module).head)
+        if self.objective in DISTILLED:
+            if silver is None:
+                raise ValueError(f"the {self.objective} objective needs to know which pairs are silver "
+                                 "(a student's training set, schema.IS_SILVER)")
+            return score_distillation_loss(a, b, labels, silver, DISTILLED[self.objective])
         return OBJECTIVES[self.objective](a, b, labels)
 
     def save(self, module, out_dir: str) -> None:
@@ -140,7 +152,11 @@ class BiEncoderRecipe:
             return cosine_scores(unwrap(module).st, s1, s2, batch_size)
 
 
-OBJECTIVES = {"cosine": cosine_similarity_loss, "softmax": softmax_pair_loss, "contrastive": contrastive_loss}
+# Gold pairs' objective in score distillation, by name: silver pairs are fitted to the teacher's score.
+DISTILLED = {"cosent-distill": cosent_loss, "angle-distill": angle_loss}
+OBJECTIVES = {"cosine": cosine_similarity_loss, "cosent": cosent_loss, "angle": angle_loss,
+              "softmax": softmax_pair_loss, "contrastive": contrastive_loss,
+              **{name: score_distillation_loss for name in DISTILLED}}
 
 
 @dataclass
@@ -155,7 +171,7 @@ class CrossEncoderRecipe:
         module, self._tokenizer = load_cross_encoder(self.model, device=device)
         return module
 
-    def loss(self, module, s1, s2, labels):
+    def loss(self, module, s1, s2, labels, silver=None):  # the teacher trains on gold alone
         enc = self._tokenizer(
             list(s1), list(s2), truncation=True, max_length=self.max_length, padding=True, return_tensors="pt"
         ).to(labels.device)

@@ -97,7 +97,7 @@ def _train_trial(config: dict, data: pa.Table, dev: pa.Table) -> None:
     s1, s2, labels = schema.pair_lists(data)
     recipe = make_recipe(config["kind"], **config["recipe"])
     hp = HParams(**{**config["hparams"], "seed": config["seed"]})
-    trainer = PairTrainer(recipe, s1, s2, labels, hp, device=device, log=lambda line: None, name=config["name"])
+    trainer = PairTrainer(recipe, s1, s2, labels, hp, silver=schema.silver_flags(data), device=device, log=lambda line: None, name=config["name"])
     resume = config.get("resume", {}).get(str(config["seed"]))
     if resume is not None:
         restore_checkpoint(trainer, resume)
@@ -175,7 +175,7 @@ def seed_search(
     }
     # with_parameters puts the pairs in the object store once; every trial reads them from there.
     trainable = ray.tune.with_resources(
-        ray.tune.with_parameters(_trial, data=pairs.select(columns), dev=dev.select(columns)),
+        ray.tune.with_parameters(_trial, data=pairs.select(schema.training_columns(pairs)), dev=dev.select(columns)),
         {"cpu": plan.cpus_per_trial, "gpu": plan.gpus_per_trial},
     )
     storage = str(storage_dir) if is_uri(storage_dir) else str(Path(storage_dir).absolute())

@@ -253,8 +253,59 @@ def test_binary_objectives_train_and_save_only_the_encoder(tiny_model, tmp_path,
 
 
 def test_unknown_objective_is_rejected(tiny_model):
-    with pytest.raises(ValueError, match="valid: contrastive, cosine, softmax"):
+    with pytest.raises(ValueError, match="valid: angle, angle-distill, contrastive, cosent, cosent-distill, cosine, softmax"):
         make_recipe("bi_encoder", model=tiny_model, objective="triplet").build("cpu")
+
+
+class _SilverSpy:
+    """A recipe without a transformer that records the silver flags each batch's loss is given."""
+
+    def __init__(self):
+        self.seen: list[tuple[list[str], list[bool] | None]] = []
+
+    def build(self, device):
+        return torch.nn.Linear(1, 1)
+
+    def loss(self, module, s1, s2, labels, silver=None):
+        self.seen.append((list(s1), None if silver is None else silver.tolist()))
+        return module.weight.sum() * labels.mean()
+
+
+def test_the_loop_hands_each_batch_its_own_silver_flags():
+    s1 = [f"s{i}" for i in range(10)]
+    silver = np.array([i % 3 == 0 for i in range(10)])
+    spy = _SilverSpy()
+    hp = HParams(epochs=2, lr=1e-3, batch_size=4, warmup_ratio=0.0, seed=1)
+    train_pairs(spy, s1, s1, np.zeros(10, np.float32), hp, silver=silver, log=lambda _: None)
+    assert len(spy.seen) == 6 and sorted(x for batch, _ in spy.seen[:3] for x in batch) == sorted(s1)
+    for batch, flags in spy.seen:  # shuffled rows, each with its own flag
+        assert flags == [int(x[1:]) % 3 == 0 for x in batch]
+    plain = _SilverSpy()
+    train_pairs(plain, s1, s1, np.zeros(10, np.float32), hp, log=lambda _: None)
+    assert all(flags is None for _, flags in plain.seen)  # pairs that do not say: no flags
+    with pytest.raises(ValueError, match="3 silver flags for 10 pairs"):
+        train_pairs(_SilverSpy(), s1, s1, np.zeros(10, np.float32), hp, silver=silver[:3])
+
+
+@pytest.mark.parametrize("objective", ["angle-distill"])  # the ranking losses alone: test_objectives.py
+def test_regression_objectives_learn_and_distillation_needs_the_silver_flags(tiny_model, objective):
+    s1, s2, labels = _toy_pairs(16)
+    silver = np.arange(16) % 2 == 1
+    hp = HParams(epochs=6, lr=1e-3, batch_size=8, warmup_ratio=0.0, seed=2)
+    recipe = make_recipe("bi_encoder", model=tiny_model, max_length=32, objective=objective)
+    torch.manual_seed(hp.seed)
+    start = make_recipe("bi_encoder", model=tiny_model, max_length=32, objective=objective)
+    flags = torch.from_numpy(silver) if objective.endswith("-distill") else None
+    module = start.build("cpu")
+    with torch.no_grad():
+        initial = start.loss(module, s1, s2, torch.from_numpy(labels), silver=flags).item()
+    module, _ = train_pairs(recipe, s1, s2, labels, hp, silver=silver, log=lambda _: None)
+    with torch.no_grad():
+        final = recipe.loss(module, s1, s2, torch.from_numpy(labels), silver=flags).item()
+    assert final < 0.5 * initial, (initial, final)
+    if objective.endswith("-distill"):
+        with pytest.raises(ValueError, match="needs to know which pairs are silver"):
+            recipe.loss(module, s1, s2, torch.from_numpy(labels))
 
 
 @pytest.mark.parametrize("kind,precision,grouping", [("bi", "fp32", 0), ("cross", "fp32", 0), ("bi", "bf16", 0),
