@@ -10,7 +10,8 @@
 
 Every error the job can foresee (``AugSBERTError``: config, data, models, training that
 cannot succeed) is printed as one ``augsbert: error:`` line, exit status 2. SIGINT and
-SIGTERM stop the local Ray the job started and exit with 130 and 143.
+SIGTERM, wherever they arrive (also while Ray Train trains), stop the local Ray the job
+started, print ``augsbert: interrupted`` and exit with 130 and 143 (``signals``).
 """
 
 from __future__ import annotations
@@ -21,6 +22,8 @@ import os
 import sys
 from contextlib import ExitStack
 
+from augsbert_ray import signals
+from augsbert_ray.cluster_address import choose as choose_address
 from augsbert_ray.errors import AugSBERTError
 
 
@@ -82,26 +85,41 @@ def main(argv: list[str] | None = None) -> int:
                         else f"strategy {cfg.sampling.strategy}")
                 print(f"{path}: ok (job '{cfg.name}', {mode}, run dir {cfg.resolved_run_dir})")
             return 0
-        overrides = list(args.overrides) + ([f"ray.address={args.address}"] if args.address else [])
-        cfg = load_job(args.job, overrides)
-        return _run(cfg, args.fresh, args.verbose)
+        with signals.handled():
+            overrides = list(args.overrides) + ([f"ray.address={args.address}"] if args.address else [])
+            cfg = load_job(args.job, overrides)
+            address = choose_address(cfg.ray.address, cfg.source, args.address,
+                                     overridden=any(o.startswith("ray.address=") for o in args.overrides))
+            return _run(cfg, address, args.fresh, args.verbose)
     except AugSBERTError as e:
         print(f"augsbert: error: {e}", file=sys.stderr)
         return 2
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as e:
         print("augsbert: interrupted", file=sys.stderr)
-        return 130
+        return signals.exit_status(e)
 
 
-def _run(cfg, fresh: bool, verbose: bool) -> int:
+def _run(cfg, address, fresh: bool, verbose: bool) -> int:
     """Runs a job and prints its summary. Whatever way it ends (done, an error, SIGINT,
-    SIGTERM), the copies of models it unpacked are removed and the local Ray it started is
-    stopped."""
+    SIGTERM), the copies of models it unpacked are removed, the local Ray it started is
+    stopped and the run directory is free for the next run.
+
+    Before anything is loaded: the cluster address answers, the storage of a remote run
+    directory answers, and the run directory can be created and is held by no other run
+    (``run_lock.RunLock``, held until the job ends)."""
+    from augsbert_ray.cluster_address import check as check_address
     from augsbert_ray.preflight import check_job
     from augsbert_ray.report import summary_markdown
+    from augsbert_ray.run_lock import RunLock
+    from augsbert_ray.rundir import check_storage, is_uri, local_root
 
-    check_job(cfg)  # every check that needs no cluster, before the run directory (and its logs) exists
-    metrics = _run_watched(cfg, fresh=fresh, verbose=verbose)
+    check_address(address)
+    location = cfg.resolved_run_dir
+    if is_uri(location):
+        check_storage(str(location))
+    with RunLock(local_root(location), shown=str(location)):
+        check_job(cfg)  # every check that needs no cluster, before the job's own files (its logs) exist
+        metrics = _run_watched(cfg, fresh=fresh, verbose=verbose)
     print()
     print(summary_markdown(metrics))
     return 0
