@@ -17,6 +17,7 @@ started, print ``augsbert: interrupted`` and exit with 130 and 143 (``signals``)
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import os
 import sys
@@ -86,7 +87,8 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"{path}: ok (job '{cfg.name}', {mode}, run dir {cfg.resolved_run_dir})")
             return 0
         with signals.handled():
-            overrides = list(args.overrides) + ([f"ray.address={args.address}"] if args.address else [])
+            # Quoted, so that the address is taken as written ("head:" would be a YAML mapping).
+            overrides = list(args.overrides) + ([f"ray.address={json.dumps(args.address)}"] if args.address else [])
             cfg = load_job(args.job, overrides)
             address = choose_address(cfg.ray.address, cfg.source, args.address,
                                      overridden=any(o.startswith("ray.address=") for o in args.overrides))

@@ -51,6 +51,15 @@ def holder(root: str | os.PathLike) -> dict:
     return record if isinstance(record, dict) else {}
 
 
+def _exists(path: Path) -> bool:
+    """``path.exists()``, False where the path cannot even be looked up (a name too long):
+    creating it then says why."""
+    try:
+        return path.exists()
+    except OSError:
+        return False
+
+
 class RunLock:
     """The exclusive claim of one run on its run directory's local root (a context manager).
 
@@ -130,10 +139,10 @@ class RunLock:
     def _make_root(self) -> None:
         missing = []
         folder = self.root
-        while not folder.exists() and folder != folder.parent:
+        while not _exists(folder) and folder != folder.parent:
             missing.append(folder)
             folder = folder.parent
-        if folder.exists() and not folder.is_dir():
+        if _exists(folder) and not folder.is_dir():
             raise RunDirUnusable(f"run directory {self.shown}: {folder} is a file, not a directory")
         for path in reversed(missing):
             try:
