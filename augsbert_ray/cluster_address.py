@@ -3,7 +3,8 @@
 The address comes from, in order: ``augsbert run --address``, ``ray.address`` (in the job
 file or an override), the ``RAY_ADDRESS`` environment variable; with none of them the job
 starts a local Ray. ``choose`` records which one it was, so that a message can say where to
-fix it. ``check`` refuses an address Ray cannot parse and one where nothing answers, within
+fix it. ``check`` refuses an address Ray cannot parse, one where nothing answers and one where
+something answers that is not a gRPC server (Ray's GCS and client server are), within
 seconds: ``ray.init`` would otherwise retry the connection for minutes, printing nothing.
 """
 
@@ -87,15 +88,17 @@ def parse(address: str) -> tuple[str, str | None, int | None]:
     return kind, m["ip6"] or m["host"], port
 
 
-def check(choice: AddressChoice, timeout_s: float = PROBE_TIMEOUT_S) -> None:
-    """Refuses an address that is malformed or where nothing listens (a TCP connection
-    within ``timeout_s``). A local Ray (no address) passes.
+def check(choice: AddressChoice, timeout_s: float | None = None) -> None:
+    """Refuses an address that is malformed, where nothing listens (a TCP connection within
+    ``timeout_s``, default ``PROBE_TIMEOUT_S``) or where what listens is no gRPC server. A
+    local Ray (no address) passes.
 
     Raises:
         ClusterAddressError: naming the address, where it was given and what to do.
     """
     if choice.address is None:
         return
+    timeout_s = PROBE_TIMEOUT_S if timeout_s is None else timeout_s
     try:
         kind, host, port = parse(choice.address)
     except ValueError as e:
@@ -116,6 +119,29 @@ def check(choice: AddressChoice, timeout_s: float = PROBE_TIMEOUT_S) -> None:
         raise ClusterAddressError(f"{choice.describe()}: no Ray cluster answers at {host}:{port} "
                                   f"({e.strerror or e}); start it (ray start --head) or give the right "
                                   "address") from None
+    if not _speaks_grpc(host, port, timeout_s):
+        raise ClusterAddressError(f"{choice.describe()}: something listens at {host}:{port}, but it is not a Ray "
+                                  f"cluster (no gRPC answer within {timeout_s:g} s); the head's GCS port is "
+                                  "usually 6379, Ray Client's 10001")
+
+
+def _speaks_grpc(host: str, port: int, timeout_s: float) -> bool:
+    """Whether a gRPC server (Ray's GCS, or its client server) answers at ``host:port``: Ray
+    would wait minutes on anything else that accepts connections. With TLS on
+    (``RAY_USE_TLS``) the handshake needs Ray's certificates, so only the TCP check holds."""
+    if os.environ.get("RAY_USE_TLS", "0").lower() in ("1", "true"):
+        return True
+    import grpc
+
+    target = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+    channel = grpc.insecure_channel(target)
+    try:
+        grpc.channel_ready_future(channel).result(timeout=timeout_s)
+        return True
+    except grpc.FutureTimeoutError:
+        return False
+    finally:
+        channel.close()
 
 
 def _auto(choice: AddressChoice) -> tuple[str | None, int | None]:

@@ -45,10 +45,27 @@ def test_an_address_where_nothing_listens_fails_at_once():
     assert f"'127.0.0.1:{port}' (from ray.address in job.yaml): no Ray cluster answers" in str(info.value)
 
 
-def test_an_address_that_answers_passes():
-    with socket.socket() as s:
+def test_a_listener_that_is_not_a_ray_cluster_is_refused():
+    with socket.socket() as s:  # accepts connections, answers nothing (ray.init would wait minutes)
         s.bind(("127.0.0.1", 0))
         s.listen()
-        check(AddressChoice(f"127.0.0.1:{s.getsockname()[1]}", "--address"))
-        check(AddressChoice(f"ray://127.0.0.1:{s.getsockname()[1]}", "--address"))
+        port = s.getsockname()[1]
+        with pytest.raises(ClusterAddressError) as info:
+            check(AddressChoice(f"127.0.0.1:{port}", "--address"), timeout_s=0.5)
+    assert f"something listens at 127.0.0.1:{port}, but it is not a Ray cluster" in str(info.value)
+
+
+def test_a_grpc_server_passes():
+    from concurrent import futures
+
+    import grpc
+
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=1))
+    port = server.add_insecure_port("127.0.0.1:0")
+    server.start()
+    try:
+        check(AddressChoice(f"127.0.0.1:{port}", "--address"))
+        check(AddressChoice(f"ray://127.0.0.1:{port}", "--address"))
+    finally:
+        server.stop(None)
     check(AddressChoice(None, "no address given"))

@@ -1349,10 +1349,12 @@ PLACES = {
     "held": ("{DIR}/held", True),
 }
 NAMES = {"fuzz-places": False, "n" * 255: False, "n" * 300: True}
-# Cluster addresses -> whether they doom the job; {PORT}: a port where something listens, {CLOSED}: one where nothing does.
+# Cluster addresses -> whether they doom the job; {PORT}: a gRPC server's port (as Ray's GCS is),
+# {PLAIN}: a port where something that is not one listens, {CLOSED}: one where nothing does.
 ADDRESSES = {
     None: False, "127.0.0.1:{PORT}": False, "ray://127.0.0.1:{PORT}": False, "127.0.0.1:{CLOSED}": True,
-    "ray://127.0.0.1:{CLOSED}": True, "nonsense": True, "127.0.0.1:99999": True, "head:": True,
+    "ray://127.0.0.1:{CLOSED}": True, "127.0.0.1:{PLAIN}": True, "nonsense": True, "127.0.0.1:99999": True,
+    "head:": True,
 }
 ADDRESS_ORIGINS = {"flag": "--address", "override": "the override ray.address=", "job": "ray.address in",
                    "env": "the RAY_ADDRESS environment variable"}
@@ -1366,18 +1368,26 @@ def place_cases(draw) -> dict:
 
 
 @pytest.fixture(scope="module")
-def listening_port():
+def listening_ports():
+    """(a gRPC server's port, a plain listener's port)."""
     import socket
+    from concurrent import futures
 
+    import grpc
+
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=1))
+    port = server.add_insecure_port("127.0.0.1:0")
+    server.start()
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         s.listen(64)
-        yield s.getsockname()[1]
+        yield port, s.getsockname()[1]
+    server.stop(None)
 
 
-@_fuzz(24)
+@_fuzz(16)
 @given(case=place_cases())
-def test_run_directories_and_addresses_fail_in_one_line_or_reach_ray(workdir, listening_port, case):
+def test_run_directories_and_addresses_fail_in_one_line_or_reach_ray(workdir, listening_ports, case):
     import contextlib
     import io
     import socket
@@ -1385,7 +1395,7 @@ def test_run_directories_and_addresses_fail_in_one_line_or_reach_ray(workdir, li
     from pathlib import Path
     from unittest import mock
 
-    from augsbert_ray import runtime
+    from augsbert_ray import cluster_address, runtime
     from augsbert_ray.cli import main
     from augsbert_ray.run_lock import LOCK_NAME, RunLock
 
@@ -1403,7 +1413,8 @@ def test_run_directories_and_addresses_fail_in_one_line_or_reach_ray(workdir, li
     place, place_dooms = PLACES[case["place"]]
     address = case["address"]
     if address is not None:
-        address = address.replace("{PORT}", str(listening_port)).replace("{CLOSED}", str(closed))
+        address = (address.replace("{PORT}", str(listening_ports[0])).replace("{PLAIN}", str(listening_ports[1]))
+                   .replace("{CLOSED}", str(closed)))
     address_dooms = ADDRESSES[case["address"]]
     name_dooms = NAMES[case["name"]]
     run_dir = place.replace("{DIR}", str(folder))
@@ -1434,6 +1445,7 @@ def test_run_directories_and_addresses_fail_in_one_line_or_reach_ray(workdir, li
         os.environ.update(env)
         os.chdir(folder)
         with mock.patch.object(runtime, "start_ray", side_effect=WouldStartRay), \
+                mock.patch.object(cluster_address, "PROBE_TIMEOUT_S", 0.5), \
                 contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
             try:
                 rc = main(["run", str(folder / "job.yaml"), *args])
