@@ -12,7 +12,10 @@ Whole ``augsbert run`` invocations are fuzzed too (``test_whole_runs_fail_in_one
 a job file, overrides, tiny data files and model folders, valid or corrupted, run through
 the CLI up to the point where Ray would start. Each is accepted (it reaches that point) or
 refused with exit status 2 and one ``augsbert: error:`` line naming a file or a key, with
-nothing written into the run directory.
+nothing written into the run directory. Run directories, job names and cluster addresses
+are fuzzed the same way (``test_run_directories_and_addresses_fail_in_one_line_or_reach_ray``):
+each wrong one is one line naming the run directory, the key, or the address and where it
+was given, and leaves nothing behind.
 
 The figures (inputs tried, accepted, rejected with a typed error, untyped errors) are
 printed by ``test_zz_fuzz_summary``, the module's last test.
