@@ -41,7 +41,11 @@ class Interrupted(KeyboardInterrupt):
 
 
 def exit_status(exc: BaseException) -> int:
-    """The exit status of a job stopped by ``exc`` (130 for Ctrl-C, 143 for SIGTERM)."""
+    """The exit status of a job stopped by ``exc`` (130 for Ctrl-C, 143 for SIGTERM): the
+    first signal the job received, as code on the way (Ray's ``ray.get``) may turn
+    ``Interrupted`` into a plain ``KeyboardInterrupt``."""
+    if _received:
+        return 128 + _received[0]
     return 128 + int(getattr(exc, "signum", signal.SIGINT))
 
 
@@ -77,7 +81,7 @@ def handled():
     finally:
         for signum, handler in before.items():
             signal.signal(signum, handler if handler is not None else signal.SIG_DFL)
-        _received.clear()
+        # _received is kept for exit_status, until the next handled block.
 
 
 def active() -> bool:

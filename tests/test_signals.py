@@ -18,6 +18,7 @@ def test_a_signal_raises_interrupted_and_the_handlers_are_put_back(signum, statu
             os.kill(os.getpid(), signum)
             time.sleep(5)  # the handler raises in here
     assert signals.exit_status(info.value) == status
+    assert signals.exit_status(KeyboardInterrupt()) == status  # what Ray's ray.get may raise instead
     assert signal.getsignal(signal.SIGTERM) is before and not signals.active()
 
 
