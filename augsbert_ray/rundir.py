@@ -11,7 +11,9 @@ anything ``pyarrow.fs`` opens). With a URI the job works in a local staging copy
 what an earlier run left there (markers and artifacts, not Ray's checkpoints), and after
 each completed stage uploads what changed, markers last, so a marker on the storage
 always means its artifacts are there too. Ray Train and Ray Tune write their checkpoints
-straight to the storage, so workers on other nodes need no shared disk.
+straight to the storage, so workers on other nodes need no shared disk. The lock that keeps
+a second run out (``run_lock``) lives in the local root too, so for a URI it covers the runs
+staged on this machine only.
 """
 
 from __future__ import annotations
