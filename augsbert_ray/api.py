@@ -48,7 +48,7 @@ def load_job(path: str | os.PathLike, overrides: Sequence[str] = ()):
     return _load(path, list(overrides))
 
 
-def run(job, fresh: bool = False, *, verbose: bool = False):
+def run(job, fresh: bool = False, *, verbose: bool = False, address=None):
     """Runs a job end to end, as ``augsbert run`` does, and returns its metrics.
 
     A re-run resumes: stages whose inputs, config and models are unchanged are skipped.
@@ -61,6 +61,12 @@ def run(job, fresh: bool = False, *, verbose: bool = False):
         job: a ``JobConfig`` (``load_job``) or the path of a job file.
         fresh: redo every stage, ignoring what earlier runs finished.
         verbose: show Ray's, Ray Data's, Ray Train's and transformers' own messages.
+        address: a Ray address, or a ``cluster_address.AddressChoice`` saying where it was
+            given (default: the job's ``ray.address``, else ``RAY_ADDRESS``, else a local Ray).
+
+    Before anything is loaded, the cluster address must answer, the storage of a remote run
+    directory must answer, and the run directory must be held by no other run: it is claimed
+    (``run_lock.RunLock``) until the job ends.
 
     Returns:
         The run's ``metrics.RunMetrics`` (also in ``<run dir>/metrics.json``).
@@ -71,11 +77,24 @@ def run(job, fresh: bool = False, *, verbose: bool = False):
     """
     from augsbert_ray.preflight import check_job
 
+    from augsbert_ray.cluster_address import AddressChoice, check, choose
+    from augsbert_ray.run_lock import RunLock
+    from augsbert_ray.rundir import check_storage, is_uri, local_root
+
     cfg = load_job(job) if isinstance(job, (str, os.PathLike)) else job
-    # every check that needs no cluster, before the run directory (and its logs) exists; what is
-    # allowed but likely a mistake is said before the display takes the terminal
-    check_job(cfg, warn=lambda line: print(f"augsbert: warning: {line}", file=sys.stderr))
-    return _run_watched(cfg, fresh=fresh, verbose=verbose)
+    if isinstance(address, str):  # the job then connects there (runtime.start_ray reads ray.address)
+        cfg = cfg.model_copy(update={"ray": cfg.ray.model_copy(update={"address": address})})
+    if not isinstance(address, AddressChoice):
+        address = choose(cfg.ray.address, cfg.source, address)
+    check(address)
+    location = cfg.resolved_run_dir
+    if is_uri(location):
+        check_storage(str(location))
+    with RunLock(local_root(location), shown=str(location)):
+        # every check that needs no cluster, before the job's own files (its logs) exist; what is
+        # allowed but likely a mistake is said before the display takes the terminal
+        check_job(cfg, warn=lambda line: print(f"augsbert: warning: {line}", file=sys.stderr))
+        return _run_watched(cfg, fresh=fresh, verbose=verbose)
 
 
 def job_stages(cfg) -> list[str]:

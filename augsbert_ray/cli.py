@@ -11,15 +11,19 @@
 
 Every error the job can foresee (``AugSBERTError``: config, data, models, training that
 cannot succeed) is printed as one ``augsbert: error:`` line, exit status 2. SIGINT and
-SIGTERM stop the local Ray the job started and exit with 130 and 143.
+SIGTERM, wherever they arrive (also while Ray Train trains), stop the local Ray the job
+started, print ``augsbert: interrupted`` and exit with 130 and 143 (``signals``).
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
 
+from augsbert_ray import signals
+from augsbert_ray.cluster_address import choose as choose_address
 from augsbert_ray.errors import AugSBERTError
 
 
@@ -121,26 +125,31 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"{path}: ok (job '{cfg.name}', {mode}, run dir {cfg.resolved_run_dir})")
             return 0
         if args.command == "label":
-            return _label(args)
-        overrides = list(args.overrides) + ([f"ray.address={args.address}"] if args.address else [])
-        cfg = load_job(args.job, overrides)
-        return _run(cfg, args.fresh, args.verbose)
+            with signals.handled():
+                return _label(args)
+        with signals.handled():
+            # Quoted, so that the address is taken as written ("head:" would be a YAML mapping).
+            overrides = list(args.overrides) + ([f"ray.address={json.dumps(args.address)}"] if args.address else [])
+            cfg = load_job(args.job, overrides)
+            address = choose_address(cfg.ray.address, cfg.source, args.address,
+                                     overridden=any(o.startswith("ray.address=") for o in args.overrides))
+            return _run(cfg, address, args.fresh, args.verbose)
     except AugSBERTError as e:
         print(f"augsbert: error: {e}", file=sys.stderr)
         return 2
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as e:
         print("augsbert: interrupted", file=sys.stderr)
-        return 130
+        return signals.exit_status(e)
 
 
-def _run(cfg, fresh: bool, verbose: bool) -> int:
+def _run(cfg, address, fresh: bool, verbose: bool) -> int:
     """Runs a job and prints its summary. Whatever way it ends (done, an error, SIGINT,
-    SIGTERM), the copies of models it unpacked are removed and the local Ray it started is
-    stopped."""
+    SIGTERM), the copies of models it unpacked are removed, the local Ray it started is
+    stopped and the run directory is free for the next run (``api.run``)."""
     from augsbert_ray.api import run
     from augsbert_ray.report import summary_markdown
 
-    metrics = run(cfg, fresh=fresh, verbose=verbose)
+    metrics = run(cfg, fresh=fresh, verbose=verbose, address=address)
     print()
     print(summary_markdown(metrics))
     return 0

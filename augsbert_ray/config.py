@@ -444,6 +444,7 @@ class EnvReference:
 # one ordinary path component. "." and ".." would be the current or the parent directory,
 # and a leading dot a hidden one.
 _JOB_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
+_NAME_MAX = 255  # bytes in one path component (NAME_MAX of Linux and macOS file systems)
 
 
 class JobConfig(_Strict):
@@ -485,7 +486,19 @@ class JobConfig(_Strict):
                 "with a letter or a digit and hold only letters, digits, '_', '.' and '-' "
                 "('.' or '..' would be the current or the parent directory)"
             )
+        if len(name.encode()) > _NAME_MAX:
+            raise ValueError(f"a name of {len(name.encode())} bytes is too long: it names the run directory "
+                             f"runs/<name>/, and a directory name holds at most {_NAME_MAX} bytes")
         return name
+
+    @field_validator("run_dir")
+    @classmethod
+    def _check_run_dir(cls, run_dir: str) -> str:
+        if not run_dir.strip():
+            # An empty path would be the current directory, which the run would fill with its folders.
+            raise ValueError("is empty; give the directory the job writes to (by default runs/${name}, "
+                             "or '.' if the current directory is meant)")
+        return run_dir
 
     def __eq__(self, other: object) -> bool:
         # Two configs are equal when they configure the same job: where each was loaded
@@ -548,11 +561,12 @@ class JobConfig(_Strict):
 
     @property
     def resolved_run_dir(self) -> Path | str:
-        """The run directory: a local Path, or a storage URI (``s3://...``) kept as a string."""
+        """The run directory: a local Path (``~`` expanded), or a storage URI (``s3://...``) kept
+        as a string."""
         from augsbert_ray.rundir import is_uri
 
         location = self.run_dir.replace("${name}", self.name)
-        return location if is_uri(location) else Path(location)
+        return location if is_uri(location) else Path(location).expanduser()
 
 
 _ENV = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")

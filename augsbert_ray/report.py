@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import json
+import os
 import platform
 from dataclasses import asdict
+from pathlib import Path
 
 from augsbert_ray.metrics import RunMetrics, StageRecord
 from augsbert_ray.rundir import RunDir
@@ -278,8 +280,11 @@ def write_density_plot(path, gold_labels, silver_labels, title: str) -> None:
     ax.set_title(title)
     ax.legend()
     fig.tight_layout()
-    fig.savefig(path)
+    # Temporary name, then rename: `augsbert report` on a running job never lists a half-written plot.
+    tmp = Path(path).with_name(f".{Path(path).name}.tmp")
+    fig.savefig(tmp, format="png")
     plt.close(fig)
+    os.replace(tmp, path)
 
 
 def show_run(run_dir) -> str:

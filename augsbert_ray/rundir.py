@@ -11,7 +11,9 @@ anything ``pyarrow.fs`` opens). With a URI the job works in a local staging copy
 what an earlier run left there (markers and artifacts, not Ray's checkpoints), and after
 each completed stage uploads what changed, markers last, so a marker on the storage
 always means its artifacts are there too. Ray Train and Ray Tune write their checkpoints
-straight to the storage, so workers on other nodes need no shared disk.
+straight to the storage, so workers on other nodes need no shared disk. The lock that keeps
+a second run out (``run_lock``) lives in the local root too, so for a URI it covers the runs
+staged on this machine only.
 """
 
 from __future__ import annotations
@@ -75,6 +77,54 @@ def is_uri(location: str | os.PathLike) -> bool:
     """True for ``scheme://...`` locations other than ``file://``."""
     text = str(location)
     return bool(_URI.match(text)) and not text.startswith("file://")
+
+
+STORAGE_TIMEOUT_S = 15.0
+
+
+def check_storage(uri: str, timeout_s: float = STORAGE_TIMEOUT_S) -> None:
+    """Refuses a run directory URI that ``pyarrow.fs`` cannot open, or whose storage does not
+    answer within ``timeout_s`` (offline, a bucket that does not exist, no credentials): the
+    job would otherwise fail or wait after loading its data.
+
+    Raises:
+        AugSBERTError: naming the URI and what went wrong.
+    """
+    import threading
+
+    import pyarrow as pa
+    import pyarrow.fs as pafs
+
+    from augsbert_ray.errors import AugSBERTError
+
+    scheme = uri.split("://", 1)[0].lower()
+    outcome: dict = {}
+
+    def probe() -> None:
+        try:
+            fs, path = pafs.FileSystem.from_uri(uri)
+            outcome["info"] = fs.get_file_info(path)
+        except BaseException as e:  # noqa: BLE001 - reported to the caller
+            outcome["error"] = e
+
+    # A daemon thread: a storage client that never answers must not keep the process alive.
+    thread = threading.Thread(target=probe, name="augsbert-storage-probe", daemon=True)
+    thread.start()
+    thread.join(timeout_s)
+    if thread.is_alive():
+        raise AugSBERTError(f"run directory {uri}: the storage did not answer within {timeout_s:g} s (offline? "
+                            "credentials? the bucket's region?)")
+    error = outcome.get("error")
+    if isinstance(error, (pa.ArrowInvalid, pa.ArrowNotImplementedError)) and "filesystem" in str(error).lower():
+        raise AugSBERTError(f"run directory {uri}: '{scheme}://' is not a storage this installation can open "
+                            "(pyarrow.fs opens s3://, gs://, hdfs://, abfs://, file://; a local directory is a "
+                            "plain path)") from None
+    if error is not None:
+        first = str(error).splitlines()[0] if str(error) else type(error).__name__
+        raise AugSBERTError(f"run directory {uri}: the storage cannot be used: {first}") from None
+    info = outcome["info"]
+    if info.type == pafs.FileType.File:
+        raise AugSBERTError(f"run directory {uri}: is a file, not a directory")
 
 
 def local_root(location: str | os.PathLike) -> Path:

@@ -50,6 +50,9 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from augsbert_ray import signals
+from augsbert_ray.errors import AugSBERTError
+
 log = logging.getLogger(__name__)
 
 # Loggers of Ray's driver-side libraries whose console output start_ray redirects.
@@ -157,9 +160,22 @@ def start_ray(address: str | None = None, num_cpus: int | None = None,
         if not verbose:
             quiet_ray_output(log_dir)  # before ray.init, which logs the token notice
         job_env = {**(env_vars or {})}
+        ours = signals.active()
+        if ours:  # Ctrl-C ends the job, not only the Ray Tune run in progress (see signals)
+            _set_env({"TUNE_DISABLE_SIGINT_HANDLER": "1"}, only_unset=True)
         if address:
             runtime_env = {"env_vars": job_env} if job_env else None
-            ctx = ray.init(address=address, log_to_driver=True, runtime_env=runtime_env)
+            try:
+                ctx = ray.init(address=address, log_to_driver=True, runtime_env=runtime_env)
+            except SystemExit as e:  # ray.init's own SIGTERM handler, while it connects
+                restore_ray_output()
+                raise _interrupted(e, ours) from None
+            except (ConnectionError, RuntimeError, TimeoutError, ValueError) as e:
+                restore_ray_output()
+                raise AugSBERTError(f"Ray address '{address}': could not connect: {_first_line(e)}") from None
+            finally:
+                if ours:
+                    signals.install()
         else:
             for key, value in LOCAL_TRAIN_ENV_DEFAULTS.items():
                 os.environ.setdefault(key, value)
@@ -167,12 +183,25 @@ def start_ray(address: str | None = None, num_cpus: int | None = None,
             # Every worker pins itself to this cluster (pin_worker_to_cluster).
             runtime_env = {"worker_process_setup_hook": pin_worker_to_cluster(quiet=not verbose),
                            **({"env_vars": job_env} if job_env else {})}
-            with _local_only():
-                ctx = ray.init(**local_ray_options(num_cpus), dashboard_host="127.0.0.1", log_to_driver=True,
-                               runtime_env=runtime_env)
+            try:
+                with _local_only():
+                    ctx = ray.init(**local_ray_options(num_cpus), dashboard_host="127.0.0.1", log_to_driver=True,
+                                   runtime_env=runtime_env)
+            except SystemExit as e:
+                _abandon_local_start()
+                raise _interrupted(e, ours) from None
+            except Exception as e:  # noqa: BLE001 - e.g. a node that timed out starting on a loaded machine
+                _abandon_local_start()
+                raise AugSBERTError(f"the local Ray did not start: {_first_line(e)} (Ray's logs: "
+                                    "/tmp/ray/session_latest/logs; on a busy machine, try again, or give it fewer "
+                                    "CPUs with ray.num_cpus)") from None
+            finally:
+                if ours:
+                    signals.install()
             _local = {"session": ctx.address_info["session_dir"]}
             atexit.register(stop_ray)
-            _stop_on_sigterm()
+            if not ours:
+                _stop_on_sigterm()
         _pin_driver()
         _owned[:] = [True]
     session = (ctx.address_info.get("session_dir") if ctx is not None else None)
@@ -185,6 +214,33 @@ def start_ray(address: str | None = None, num_cpus: int | None = None,
         logs=os.path.join(session, "logs") if session else None,
         dashboard=(ctx.dashboard_url or None) if ctx is not None else None,
     )
+
+
+def _first_line(e: BaseException) -> str:
+    text = str(e).strip()
+    return text.splitlines()[0] if text else type(e).__name__
+
+
+def _interrupted(e: SystemExit, ours: bool) -> BaseException:
+    """``ray.init`` ends the process on SIGTERM with ``sys.exit(15)``: as an interruption
+    when the job handles its signals (``signals.handled``)."""
+    if ours and e.code == signal.SIGTERM:
+        return signals.Interrupted(signal.SIGTERM)
+    return e
+
+
+def _abandon_local_start(grace_s: float = 5.0) -> None:
+    """After a ``ray.init`` that failed to start a local Ray: what it started is stopped."""
+    import ray
+
+    processes = _descendants(os.getpid())
+    try:
+        ray.shutdown()
+    except Exception:  # noqa: BLE001 - nothing to shut down
+        pass
+    _kill_leftovers(processes, grace_s, {"session": "a start that failed"})
+    restore_ray_output()
+    _unpin()
 
 
 def stop_ray(grace_s: float = 5.0) -> None:

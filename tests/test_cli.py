@@ -113,7 +113,7 @@ def test_overrides_after_a_flag_are_overrides(tmp_path, capsys, monkeypatch):
     from augsbert_ray import cli
 
     seen = {}
-    monkeypatch.setattr(cli, "_run", lambda cfg, fresh, verbose: seen.update(cfg=cfg, fresh=fresh) or 0)
+    monkeypatch.setattr(cli, "_run", lambda cfg, address, fresh, verbose: seen.update(cfg=cfg, fresh=fresh) or 0)
     job = str(write(tmp_path, MINIMAL))
     assert main(["run", job, "seed=3", "--fresh", "sampling.top_k=7", "--verbose", "bi_encoder.epochs=2"]) == 0
     assert seen["fresh"] and seen["cfg"].seed == 3 and seen["cfg"].sampling.top_k == 7
@@ -136,3 +136,63 @@ def test_warnings_reach_the_terminal_before_the_run(tmp_path, capsys, monkeypatc
     err = capsys.readouterr().err.splitlines()
     assert any(line.startswith("augsbert: warning: sampling.top_k=50 is not below the 4 distinct") for line in err)
     assert any("dev.csv: 2 of the 2 data.dev pairs are also training pairs" in line for line in err)
+
+
+# A run that stands for one in the middle of its work: once it holds its run directory, it
+# writes a file there, slowly, until it is killed (no data loaded, no Ray).
+_WRITING_RUN = """
+import sys, time
+from unittest import mock
+from augsbert_ray import preflight
+from augsbert_ray.cli import main
+
+def writing(cfg, warn=None):
+    with open(sys.argv[2] + "/partial.bin", "wb") as f:
+        while True:
+            f.write(b"x" * 4096)
+            f.flush()
+            time.sleep(0.05)
+
+with mock.patch.object(preflight, "check_job", writing):
+    main(["run", sys.argv[1], "run_dir=" + sys.argv[2]])
+"""
+
+
+def test_two_runs_into_one_directory_the_second_refused_then_the_killed_runs_lock_taken_over(
+        tmp_path, capsys, monkeypatch):
+    import os
+    import socket
+    import subprocess
+    import sys
+    import time
+
+    from augsbert_ray import preflight
+    from augsbert_ray.run_lock import holder
+
+    class Claimed(Exception):
+        pass
+
+    job = _stsb_job(tmp_path, "g\tf\ty\t1\t2.5\tA man.\tA dog.\ng\tf\ty\t2\t1.5\tA cat.\tA car.\n")
+    run_dir = tmp_path / "run"
+    first = subprocess.Popen([sys.executable, "-c", _WRITING_RUN, job, str(run_dir)],
+                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        deadline = time.monotonic() + 120
+        while not (run_dir / "partial.bin").exists() and first.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert (run_dir / "partial.bin").exists(), first.stderr.read() if first.poll() is not None else "timeout"
+        assert main(["run", job, f"run_dir={run_dir}"]) == 2
+        line = _one_error_line(capsys.readouterr().err)
+        assert f"run directory {run_dir} is in use by run {first.pid} on host {socket.gethostname()}" in line
+    finally:
+        first.kill()  # mid-write
+        first.wait()
+    assert holder(run_dir)["pid"] == first.pid
+
+    def claimed(cfg, warn=None):
+        assert holder(run_dir)["pid"] == os.getpid()
+        raise Claimed
+
+    monkeypatch.setattr(preflight, "check_job", claimed)
+    with pytest.raises(Claimed):  # the killed run's lock is taken over
+        main(["run", job, f"run_dir={run_dir}"])

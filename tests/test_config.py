@@ -258,3 +258,20 @@ def test_a_loaded_config_remembers_its_file_and_environment_variables(tmp_path, 
     [ref] = cfg.env_references("data.train.path")
     assert (ref.name, ref.default, ref.value) == ("MY_DATA", "/default", None)
     assert cfg.env_references("data.test.path") == []
+
+
+def test_run_dir_empty_is_refused_and_tilde_is_expanded(tmp_path, monkeypatch):
+    path = write(tmp_path, MINIMAL)
+    with pytest.raises(ConfigError) as info:
+        load_job(path, ["run_dir="])
+    assert info.value.key == "run_dir" and "is empty" in str(info.value)
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    assert load_job(path, ["run_dir=~/runs/${name}"]).resolved_run_dir == tmp_path / "home" / "runs" / "t"
+
+
+def test_a_name_too_long_for_a_directory_is_refused(tmp_path):
+    path = write(tmp_path, MINIMAL)
+    assert load_job(path, ["name=" + "n" * 255]).name == "n" * 255
+    with pytest.raises(ConfigError) as info:
+        load_job(path, ["name=" + "n" * 256])
+    assert info.value.key == "name" and "256 bytes is too long" in str(info.value)

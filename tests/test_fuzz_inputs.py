@@ -12,7 +12,10 @@ Whole ``augsbert run`` invocations are fuzzed too (``test_whole_runs_fail_in_one
 a job file, overrides, tiny data files and model folders, valid or corrupted, run through
 the CLI up to the point where Ray would start. Each is accepted (it reaches that point) or
 refused with exit status 2 and one ``augsbert: error:`` line naming a file or a key, with
-nothing written into the run directory.
+nothing written into the run directory. Run directories, job names and cluster addresses
+are fuzzed the same way (``test_run_directories_and_addresses_fail_in_one_line_or_reach_ray``):
+each wrong one is one line naming the run directory, the key, or the address and where it
+was given, and leaves nothing behind.
 
 Mistakes knowable before Ray starts (damaged weights, layers or positions a model lacks, a hub
 id offline, a GPU this machine lacks, folds past the pairs, booleans for numbers, compressed
@@ -1618,6 +1621,160 @@ def test_report_on_damaged_run_files_prints_or_fails_in_one_line(workdir, metric
     lines = err.getvalue().splitlines()
     assert rc == 2 and len(lines) == 1 and lines[0].startswith(f"augsbert: error: {path}"), err.getvalue()
     FIGURES["report"]["rejected"] += 1
+
+
+# ----------------------------------------------------------------------------------------
+# Whole `augsbert run` invocations: run directories, job names and cluster addresses
+# ----------------------------------------------------------------------------------------
+
+# run_dir kinds -> whether they doom the job. {DIR} is the example's folder, {NAME} the job's name.
+PLACES = {
+    "plain": ("{DIR}/runs/${name}", False), "nested": ("{DIR}/a/b/c", False), "tilde": ("~/runs/${name}", False),
+    "existing": ("{DIR}/existing", False), "stale_lock": ("{DIR}/stale", False), "empty": ("", True),
+    "file": ("{DIR}/afile", True), "under_file": ("{DIR}/afile/run", True), "proc": ("/proc/augsbert/run", True),
+    "long_component": ("{DIR}/" + "d" * 300, True), "unknown_scheme": ("foo://bar/run", True),
+    "held": ("{DIR}/held", True),
+}
+NAMES = {"fuzz-places": False, "n" * 255: False, "n" * 300: True}
+# Cluster addresses -> whether they doom the job; {PORT}: a gRPC server's port (as Ray's GCS is),
+# {PLAIN}: a port where something that is not one listens, {CLOSED}: one where nothing does.
+ADDRESSES = {
+    None: False, "127.0.0.1:{PORT}": False, "ray://127.0.0.1:{PORT}": False, "127.0.0.1:{CLOSED}": True,
+    "ray://127.0.0.1:{CLOSED}": True, "127.0.0.1:{PLAIN}": True, "nonsense": True, "127.0.0.1:99999": True,
+    "head:": True,
+}
+ADDRESS_ORIGINS = {"flag": "--address", "override": "the override ray.address=", "job": "ray.address in",
+                   "env": "the RAY_ADDRESS environment variable"}
+FIGURES["places"] = collections.Counter()
+
+
+@st.composite
+def place_cases(draw) -> dict:
+    return {"place": draw(st.sampled_from(list(PLACES))), "name": draw(st.sampled_from(list(NAMES))),
+            "address": draw(st.sampled_from(list(ADDRESSES))), "via": draw(st.sampled_from(list(ADDRESS_ORIGINS)))}
+
+
+@pytest.fixture(scope="module")
+def listening_ports():
+    """(a gRPC server's port, a plain listener's port)."""
+    import socket
+    from concurrent import futures
+
+    import grpc
+
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=1))
+    port = server.add_insecure_port("127.0.0.1:0")
+    server.start()
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen(64)
+        yield port, s.getsockname()[1]
+    server.stop(None)
+
+
+@_fuzz(16)
+@given(case=place_cases())
+def test_run_directories_and_addresses_fail_in_one_line_or_reach_ray(workdir, listening_ports, case):
+    import contextlib
+    import io
+    import socket
+    import tempfile
+    from pathlib import Path
+    from unittest import mock
+
+    from augsbert_ray import cluster_address, runtime
+    from augsbert_ray.cli import main
+    from augsbert_ray.run_lock import LOCK_NAME, RunLock
+
+    folder = Path(tempfile.mkdtemp(dir=workdir, prefix="place-"))
+    (folder / "afile").write_text("not a directory")
+    (folder / "existing").mkdir()
+    (folder / "stale").mkdir()
+    (folder / "stale" / LOCK_NAME).write_text('{"host": "gone", "pid": 999999}')  # left by a killed run
+    data = folder / "pairs.csv"
+    data.write_text("".join(f"main-captions\tMSRvid\t2012test\t{i:04d}\t{i * 1.1:.1f}\tA man {i}.\tA dog {i}.\n"
+                            for i in range(4)))
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        closed = s.getsockname()[1]
+    place, place_dooms = PLACES[case["place"]]
+    address = case["address"]
+    if address is not None:
+        address = (address.replace("{PORT}", str(listening_ports[0])).replace("{PLAIN}", str(listening_ports[1]))
+                   .replace("{CLOSED}", str(closed)))
+    address_dooms = ADDRESSES[case["address"]]
+    name_dooms = NAMES[case["name"]]
+    run_dir = place.replace("{DIR}", str(folder))
+    lines = [f"name: {case['name']}", f"run_dir: '{run_dir}'", "data:"]
+    lines += [f"  {split}: {{format: stsb, path: '{data}'}}" for split in ("train", "dev", "test")]
+    args, env = [], {"HOME": str(folder / "home")}
+    if address is not None:
+        if case["via"] == "job":
+            lines.append(f"ray: {{address: '{address}'}}")
+        elif case["via"] == "flag":
+            args += ["--address", address]
+        elif case["via"] == "override":
+            args.append(f"ray.address={address}")
+        else:
+            env["RAY_ADDRESS"] = address
+    (folder / "job.yaml").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    expected = Path(run_dir.replace("~", str(folder / "home"), 1).replace("${name}", case["name"]))
+    saved = {k: os.environ.get(k) for k in ("HOME", "RAY_ADDRESS")}
+    cwd = os.getcwd()
+    out, err = io.StringIO(), io.StringIO()
+    FIGURES["places"]["tried"] += 1
+    held = None
+    if case["place"] == "held":  # a live run holds it, and has written something
+        held = RunLock(folder / "held").__enter__()
+        (folder / "held" / "gold").mkdir()
+    try:
+        os.environ.pop("RAY_ADDRESS", None)
+        os.environ.update(env)
+        os.chdir(folder)
+        with mock.patch.object(runtime, "start_ray", side_effect=WouldStartRay), \
+                mock.patch.object(cluster_address, "PROBE_TIMEOUT_S", 0.5), \
+                contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            try:
+                rc = main(["run", str(folder / "job.yaml"), *args])
+            except WouldStartRay:
+                rc = None
+            except BaseException:
+                FIGURES["places"]["untyped"] += 1
+                raise
+    finally:
+        os.chdir(cwd)
+        for k, v in saved.items():
+            os.environ.pop(k, None) if v is None else os.environ.__setitem__(k, v)
+        if held is not None:
+            held.release()
+    assert "Traceback" not in out.getvalue() + err.getvalue()
+    assert not (folder / "~").exists(), "a literal ~ folder"
+    dooms = place_dooms or name_dooms or address_dooms
+    if rc is None:
+        FIGURES["places"]["accepted"] += 1
+        assert not dooms, f"accepted a doomed job: {case}"
+        assert (expected / "gold").is_dir() and (expected / LOCK_NAME).exists()
+        return
+    FIGURES["places"]["rejected" if rc == 2 else "untyped"] += 1
+    assert rc == 2, (rc, err.getvalue())
+    lines = err.getvalue().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("augsbert: error: "), err.getvalue()
+    assert dooms, f"refused a good job: {lines[0]}"
+    named = []
+    if address_dooms:
+        named += [f"Ray address '{address}' (from {ADDRESS_ORIGINS[case['via']]}"]
+        if case["via"] == "override":  # YAML reads the value first ("head:" is a mapping)
+            named += ["key 'ray.address'"]
+    if place_dooms:
+        named += ["key 'run_dir'"] if case["place"] == "empty" else [f"run directory {run_dir}"]
+    if name_dooms:
+        named += ["key 'name'"]
+    assert any(n in lines[0] for n in named), (named, lines[0])
+    if case["place"] == "held" and f"run directory {run_dir}" in lines[0]:
+        assert f"is in use by run {os.getpid()} on host {socket.gethostname()}" in lines[0]
+    left = sorted(p.name for p in folder.iterdir())
+    assert left == sorted(["afile", "existing", "stale", "pairs.csv", "job.yaml"] + (["held"] if held else [])), left
+    assert not list((folder / "existing").iterdir())
 
 
 # ----------------------------------------------------------------------------------------

@@ -90,3 +90,25 @@ def test_report_on_an_unfinished_run_says_so_and_what_is_left(tmp_path):
     (tmp_path / "metrics.json").write_text(json.dumps({**_good(), "complete": True}))
     done = show_run(tmp_path)
     assert "Unfinished" not in done and "failure" not in done and "every stage was done by an earlier run" in done
+
+
+def test_the_density_plot_is_never_seen_half_written(tmp_path, monkeypatch):
+    # `augsbert report` on a running job lists the plots: each appears whole, by a rename.
+    import os
+
+    from augsbert_ray import report
+
+    target = tmp_path / "silver_density.png"
+    target.write_bytes(b"an earlier run's plot")
+    renames = []
+    real_replace = os.replace
+
+    def replace(src, dst):
+        assert target.read_bytes() == b"an earlier run's plot"  # untouched until the new one is whole
+        renames.append((os.path.basename(src), os.path.basename(dst)))
+        real_replace(src, dst)
+
+    monkeypatch.setattr(report.os, "replace", replace)
+    report.write_density_plot(target, [0.1, 0.5, 0.9], [0.2, 0.4], "t")
+    assert renames == [(".silver_density.png.tmp", "silver_density.png")]
+    assert target.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and [p.name for p in tmp_path.iterdir()] == [target.name]

@@ -37,3 +37,41 @@ def test_tables_roundtrip(tmp_path):
     t = pa.table({"a": ["x", "y"]})
     rd.write_table("sub/t.parquet", t)
     assert rd.read_table("sub/t.parquet").equals(t)
+
+
+def test_a_storage_scheme_pyarrow_cannot_open_is_refused_at_once():
+    import pytest
+
+    from augsbert_ray.errors import AugSBERTError
+    from augsbert_ray.rundir import check_storage
+
+    with pytest.raises(AugSBERTError, match=r"run directory foo://bar/run: 'foo://' is not a storage"):
+        check_storage("foo://bar/run")
+
+
+def test_a_storage_that_does_not_answer_is_refused_within_the_timeout(monkeypatch):
+    import threading
+    import time
+
+    import pyarrow.fs as pafs
+    import pytest
+
+    from augsbert_ray.errors import AugSBERTError
+    from augsbert_ray.rundir import check_storage
+
+    release = threading.Event()
+
+    class Hanging:
+        @staticmethod
+        def from_uri(uri):
+            release.wait(30)  # a storage client that never answers
+            raise OSError("gave up")
+
+    monkeypatch.setattr(pafs, "FileSystem", Hanging)
+    t0 = time.monotonic()
+    try:
+        with pytest.raises(AugSBERTError, match=r"s3://b/run: the storage did not answer within 0.5 s"):
+            check_storage("s3://b/run", timeout_s=0.5)
+    finally:
+        release.set()
+    assert time.monotonic() - t0 < 5

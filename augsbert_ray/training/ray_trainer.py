@@ -337,6 +337,15 @@ _UNUSED_ON_ONE_NODE = "PlacementGroupCleanerCallback"
 _trainer_cls = None
 
 
+class _JobOwnsCtrlC:
+    """Ray Train's ``fit`` installs a SIGINT handler that aborts the training run and ends the
+    process with status 1; Ctrl-C ends the whole job instead (``augsbert_ray.signals``: status
+    130, its clean-up), and a re-run resumes the training from its latest checkpoint."""
+
+    def _register_sigint_handler(self, controller):
+        pass
+
+
 def _trainer_class():
     """``TorchTrainer`` without the default helpers a run of ours does not use (see above)."""
     global _trainer_cls
@@ -345,7 +354,7 @@ def _trainer_class():
 
         from augsbert_ray.runtime import driver_is_the_only_node
 
-        class _LeanTorchTrainer(TorchTrainer):
+        class _LeanTorchTrainer(_JobOwnsCtrlC, TorchTrainer):
             def _create_default_callbacks(self):
                 callbacks = super()._create_default_callbacks()
                 unused = set() if self.datasets else {_UNUSED_WITHOUT_DATASETS}

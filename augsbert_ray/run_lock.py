@@ -1,0 +1,166 @@
+"""One run at a time in a run directory.
+
+``augsbert run`` holds an exclusive ``flock`` on ``.augsbert.lock`` in the run directory's
+local root (the directory itself, or for a storage URI its local staging copy) for as long
+as the job runs, and writes its host and process id into the file. A second run into the
+same directory is refused at once, naming them. The operating system releases the lock when
+the process ends, however it ends, so a run that was killed leaves no stale lock: the next
+run takes it over.
+
+The lock covers the processes of one host (and of hosts sharing the run root on a file
+system with working ``flock``). Two hosts staging the same storage URI each have their own
+staging copy, so each its own lock.
+
+Claiming the lock also creates the run directory, so a directory that cannot be created
+or written (a file in the way, a read-only or pseudo file system, a name too long) is
+refused here, before anything else is written; a run that ends with nothing in the
+directory but the lock removes the lock and the directories it created.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import socket
+import time
+from pathlib import Path
+
+from augsbert_ray.errors import AugSBERTError
+
+__all__ = ["LOCK_NAME", "RunDirBusy", "RunDirUnusable", "RunLock", "holder"]
+
+LOCK_NAME = ".augsbert.lock"
+
+
+class RunDirBusy(AugSBERTError):
+    """Another live run holds the run directory."""
+
+
+class RunDirUnusable(AugSBERTError):
+    """The run directory cannot be created or written."""
+
+
+def holder(root: str | os.PathLike) -> dict:
+    """What the lock file of a run root says about its holder (``host``, ``pid``,
+    ``started``); empty when it says nothing readable."""
+    try:
+        record = json.loads((Path(root) / LOCK_NAME).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return record if isinstance(record, dict) else {}
+
+
+def _exists(path: Path) -> bool:
+    """``path.exists()``, False where the path cannot even be looked up (a name too long):
+    creating it then says why."""
+    try:
+        return path.exists()
+    except OSError:
+        return False
+
+
+class RunLock:
+    """The exclusive claim of one run on its run directory's local root (a context manager).
+
+    Args:
+        root: the run directory's local root (``rundir.local_root``).
+        shown: how to name the run directory in messages (its URI, or the path as given).
+
+    Raises (on enter):
+        RunDirBusy: a live run holds it (naming its host and process id).
+        RunDirUnusable: it cannot be created or written (naming the path and why).
+    """
+
+    def __init__(self, root: str | os.PathLike, shown: str | None = None):
+        self.root = Path(root)
+        self.shown = shown or str(root)
+        self._fd: int | None = None
+        self._created: list[Path] = []
+
+    def __enter__(self) -> "RunLock":
+        self._make_root()
+        path = self.root / LOCK_NAME
+        while True:
+            try:
+                fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+            except OSError as e:
+                self._remove_created()
+                raise RunDirUnusable(f"run directory {self.shown}: cannot write in {self.root}: "
+                                     f"{e.strerror or e}") from None
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                os.close(fd)
+                raise RunDirBusy(self._busy_message()) from None
+            # A run that ended between our open and our lock may have removed the file it
+            # held: a lock on a removed file locks nothing, so start again on the new one.
+            try:
+                same = os.stat(path).st_ino == os.fstat(fd).st_ino
+            except FileNotFoundError:
+                same = False
+            if same:
+                break
+            os.close(fd)
+        self._fd = fd
+        record = {"host": socket.gethostname(), "pid": os.getpid(), "started": time.strftime("%Y-%m-%d %H:%M:%S")}
+        os.ftruncate(fd, 0)
+        os.write(fd, (json.dumps(record) + "\n").encode())
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.release()
+
+    def release(self) -> None:
+        """Gives the lock up; a run root left holding only the lock is removed (with the
+        directories this run created)."""
+        if self._fd is None:
+            return
+        try:
+            if self.root.is_dir() and [p.name for p in self.root.iterdir()] == [LOCK_NAME]:
+                (self.root / LOCK_NAME).unlink()
+                self._remove_created()
+        except OSError:
+            pass
+        finally:
+            os.close(self._fd)  # closing releases the flock
+            self._fd = None
+
+    def _busy_message(self) -> str:
+        who = holder(self.root)
+        if who.get("pid"):
+            by = f"run {who['pid']} on host {who.get('host', '?')}" + (
+                f", started {who['started']}" if who.get("started") else "")
+        else:
+            by = "another run (just starting)"
+        return (f"run directory {self.shown} is in use by {by}; one run at a time can use a run directory: wait for "
+                "it to end (or stop it), or give this job another run_dir or name")
+
+    def _make_root(self) -> None:
+        missing = []
+        folder = self.root
+        while not _exists(folder) and folder != folder.parent:
+            missing.append(folder)
+            folder = folder.parent
+        if _exists(folder) and not folder.is_dir():
+            raise RunDirUnusable(f"run directory {self.shown}: {folder} is a file, not a directory")
+        for path in reversed(missing):
+            try:
+                path.mkdir()
+            except FileExistsError:
+                if not path.is_dir():
+                    self._remove_created()
+                    raise RunDirUnusable(f"run directory {self.shown}: {path} is a file, not a directory") from None
+            except OSError as e:
+                self._remove_created()
+                raise RunDirUnusable(f"run directory {self.shown}: cannot create {path}: {e.strerror or e}") from None
+            else:
+                self._created.append(path)
+
+    def _remove_created(self) -> None:
+        for path in reversed(self._created):
+            try:
+                path.rmdir()
+            except OSError:
+                break
+        self._created.clear()
