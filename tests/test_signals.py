@@ -97,6 +97,8 @@ def test_sigterm_while_ray_connects_is_an_interruption_not_rays_exit_15(monkeypa
         time.sleep(5)
 
     monkeypatch.setattr(ray, "init", connecting)
+    # start_ray connects only when this process has no Ray yet: an earlier test may have left one
+    monkeypatch.setattr(ray, "is_initialized", lambda: False)
     with signals.handled(), pytest.raises(signals.Interrupted) as info:
         runtime.start_ray("127.0.0.1:6379")
     assert signals.exit_status(info.value) == 143
