@@ -336,23 +336,6 @@ def conform(table: pa.Table, target: pa.Schema) -> pa.Table:
     return pa.Table.from_arrays(cols, schema=target)
 
 
-def exact_shards(tables: Iterator[pa.Table], size: int) -> Iterator[pa.Table]:
-    """Tables cut and joined into shards of exactly ``size`` rows (the last one may be shorter)."""
-    buf: list[pa.Table] = []
-    held = 0
-    for rows in tables:
-        while rows.num_rows:
-            take = min(size - held, rows.num_rows)
-            buf.append(rows.slice(0, take))
-            held += take
-            rows = rows.slice(take)
-            if held == size:
-                yield pa.concat_tables(buf).combine_chunks()
-                buf, held = [], 0
-    if held:
-        yield pa.concat_tables(buf).combine_chunks()
-
-
 def candidates_of(rows: pa.Table, columns: ColumnMap, file_index: int, first_row: int) -> pa.Table:
     """The labelling pipeline's view of a shard of input rows (see the module docstring)."""
     n = rows.num_rows
@@ -376,10 +359,12 @@ class Shard:
 
 def shards(inputs: PairInputs, size: int) -> Iterator[Shard]:
     """Every input's rows in shards of ``size`` rows; a shard never spans two files."""
+    from augsbert_ray.labeling import exact_shards
+
     i = 0
     for file_index, f in enumerate(inputs.files):
         first = 0
-        for rows in exact_shards(file_tables(inputs, f), size):
+        for rows in map(pa.Table.combine_chunks, exact_shards(file_tables(inputs, f), size)):
             yield Shard(i, rows, candidates_of(rows, inputs.columns, file_index, first), first)
             i += 1
             first += rows.num_rows

