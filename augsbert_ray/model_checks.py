@@ -15,7 +15,6 @@ A hub id while the hub is on is checked when it is downloaded.
 
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 
@@ -134,16 +133,12 @@ def read_config(folder: Path) -> tuple[dict, Path] | None:
     Raises:
         ModelError: the file is not a JSON object.
     """
+    from augsbert_ray.models import _config
+
     path = folder / "config.json"
     if not path.is_file():
         return None
-    try:
-        config = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, ValueError) as e:
-        raise ModelError(f"{path}: not readable as JSON: {e}") from None
-    if not isinstance(config, dict):
-        raise ModelError(f"{path}: not a JSON object")
-    return config, path
+    return _config(folder), path
 
 
 def check_limits(cfg: JobConfig, encoder: str, config: dict, path: Path) -> None:
