@@ -214,7 +214,7 @@ def main(argv: list[str] | None = None) -> int:
         Path(args.result).write_text(json.dumps(one_run(args)))
         return 0
 
-    from augsbert_ray.report import provenance, write_result
+    from provenance import provenance, write_result
 
     root = Path(args.keep or tempfile.mkdtemp(prefix="augsbert-scale-"))
     root.mkdir(parents=True, exist_ok=True)

@@ -2,10 +2,11 @@
 
 Each leaf key of three jobs (in-domain with KDE sampling and a seed search, in-domain with
 semantic search, and domain adaptation with labelled target pairs) is changed to another
-valid value, and the stages whose fingerprints change must be exactly the stages that
-declare the key and their dependants: none for placement keys (actors, CPUs, GPUs, batch
-sizes, workers), and for data files only what their content reaches. A table of cases
-that matter most pins the answer independently of the declarations.
+valid value, and the stages whose fingerprints change must be exactly the stages whose
+params (what their ``run`` sees, placement fields included) change, and their dependants:
+none for placement keys (actors, CPUs, GPUs, batch sizes, workers), whatever params they
+reach, and for data files only what their content reaches. A table of cases that matter
+most pins the answer independently of the params.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from pydantic import BaseModel, ValidationError
 
 from augsbert_ray.config import JobConfig, validate_tree
 from augsbert_ray.pipeline import recipe
-from augsbert_ray.stages.base import _covered, config_leaves
+from augsbert_ray.stages.base import config_leaves
 
 pytestmark = pytest.mark.timeout(180)
 ALWAYS = ("gold", "target", "auto", "teacher_check", "ship")  # stages that run every time: no fingerprint to keep
@@ -129,8 +130,9 @@ def _dependants(stages, changed: set[str], artifacts: set[str], cfg) -> set[str]
 
 
 def _expected(path: str, base_cfg: JobConfig, base_plan: dict, new_cfg: JobConfig, new_plan: dict) -> set[str]:
-    """The stages that declare ``path`` (a non-placement key) under either config, plus what
-    the loading stages' changed content reaches, plus their dependants."""
+    """For a non-placement ``path``, the stages whose params differ between the two configs
+    (compared whole, placement fields too) or that only one of them has, plus what the loading
+    stages' changed content reaches, plus their dependants."""
     from augsbert_ray.stages.base import _is_placement
 
     stages = recipe(new_cfg)
@@ -138,13 +140,10 @@ def _expected(path: str, base_cfg: JobConfig, base_plan: dict, new_cfg: JobConfi
     placement = owner is not None and _is_placement(owner, name)
     direct = set()
     if not placement:
-        for cfg in (base_cfg, new_cfg):
-            for stage in recipe(cfg):
-                if stage.always:
-                    continue
-                if any(_covered(path, frozenset([r])) or r.startswith(path + ".")
-                       for r in stage.declare(cfg).reads):
-                    direct.add(stage.name)
+        before = {s.name: s.declare(base_cfg).params.model_dump(mode="json") for s in recipe(base_cfg)}
+        for stage in stages:
+            if not stage.always and stage.declare(new_cfg).params.model_dump(mode="json") != before.get(stage.name):
+                direct.add(stage.name)
     contents = {k.removesuffix("#content") for k in new_plan if k.endswith("#content")
                 and new_plan[k] != base_plan.get(k)}
     reached = _dependants(stages, direct, contents, new_cfg)
