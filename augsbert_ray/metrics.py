@@ -58,7 +58,10 @@ def _result(stage: str, data: Any):
             return kind.model_validate(data, context={"stage": stage})
         except ValidationError:
             pass
-    return Recorded.model_validate(data if isinstance(data, dict) else {})
+    try:
+        return Recorded.model_validate(data if isinstance(data, dict) else {})
+    except ValidationError:  # keys pydantic cannot hold as fields: nothing of it is shown anyway
+        return Recorded()
 
 
 class StageRecord(BaseModel):
