@@ -19,7 +19,6 @@ Example:
 from __future__ import annotations
 
 import json
-import platform
 from pathlib import Path
 from typing import Any
 
@@ -28,20 +27,6 @@ from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
 from augsbert_ray.errors import DataError
 
 MODELS = ("zero_shot", "gold_only", "cross_encoder", "target_gold", "augsbert")
-
-
-def versions() -> dict[str, str]:
-    """Versions of the libraries a result depends on ("absent" for one not installed)."""
-    import importlib.metadata as md
-
-    out = {"python": platform.python_version()}
-    for name in ("ray", "torch", "transformers", "sentence-transformers", "pyarrow"):
-        try:
-            out[name.replace("-", "_")] = md.version(name)
-        except md.PackageNotFoundError:
-            out[name.replace("-", "_")] = "absent"
-    out["machine"] = f"{platform.machine()} {platform.processor() or ''}".strip()
-    return out
 
 
 def _result(stage: str, data: Any):

@@ -121,7 +121,7 @@ class CardData:
             typed results), where they ran.
         published_as: ``models/bi-encoder`` for the shipped copy's card, else empty.
         hidden_size, layers: the saved model's dimensions.
-        versions: library versions (``metrics.versions``).
+        versions: library versions (``versions.versions``).
         final: the card is brought up to date by the job (False: written when the model was trained).
     """
 

@@ -12,7 +12,8 @@ import json
 import os
 from pathlib import Path
 
-from augsbert_ray.metrics import ClusterInfo, RunMetrics, StageRecord, versions
+from augsbert_ray.metrics import ClusterInfo, RunMetrics, StageRecord
+from augsbert_ray.versions import versions
 from augsbert_ray.rundir import RunDir
 from augsbert_ray.stages.base import ScoreRow, SummaryContext
 

@@ -84,7 +84,7 @@ def write_trained_card(model: str, model_dir: Path, base_model: str, training: T
         training: how it was trained (``training_facts``).
         gold_train: gold (or target) pairs it trained on.
         silver: the silver pairs it trained on, where it did.
-        versions: library versions (``metrics.versions``).
+        versions: library versions (``versions.versions``).
 
     Returns:
         The card's path.

@@ -78,7 +78,7 @@ def sentence_pairs(data_dir: Path, n: int, seed: int = 0) -> tuple[list[str], li
 
 
 def write(out: Path, name: str, data: dict, lines: list[str]) -> None:
-    from augsbert_ray.metrics import versions
+    from augsbert_ray.versions import versions
 
     out.mkdir(parents=True, exist_ok=True)
     (out / f"{name}.json").write_text(json.dumps({**data, "versions": versions()}, indent=2, default=str))

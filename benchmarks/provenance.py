@@ -13,7 +13,7 @@ import sys
 from datetime import datetime, timezone
 from pathlib import Path
 
-from augsbert_ray.metrics import versions
+from augsbert_ray.versions import versions
 
 
 def cpu_description() -> str:

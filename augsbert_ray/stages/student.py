@@ -18,7 +18,7 @@ import pyarrow as pa
 from augsbert_ray import schema
 from augsbert_ray.config import BiEncoderConfig, SeedSearchConfig, TrainingConfig, resolved_objective
 from augsbert_ray.evaluation import PRIMARY_METRIC
-from augsbert_ray.metrics import versions
+from augsbert_ray.versions import versions
 from augsbert_ray.model_card import SilverFacts
 from augsbert_ray.run_cards import training_facts, write_trained_card
 from augsbert_ray.schema import PAIR_COLUMNS

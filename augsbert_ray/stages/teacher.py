@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from augsbert_ray.config import CrossEncoderConfig, SeedSearchConfig, TrainingConfig
 from augsbert_ray.evaluation import PRIMARY_METRIC
-from augsbert_ray.metrics import versions
+from augsbert_ray.versions import versions
 from augsbert_ray.run_cards import training_facts, write_trained_card
 from augsbert_ray.schema import PAIR_COLUMNS
 from augsbert_ray.stages.base import Declaration, Stage, StageParams, placement_field
