@@ -72,7 +72,7 @@ class StageRecord(BaseModel):
         return _result(info.data.get("name", ""), value)
 
     def to_dict(self) -> dict:
-        return {**self.model_dump(mode="json", exclude={"result"}), "result": self.result.model_dump(mode="json")}
+        return {**self.model_dump(mode="json", exclude={"result"}), "result": self.result.record()}
 
 
 class ClusterInfo(BaseModel):

@@ -5,8 +5,8 @@ its name and version, its params' dump (placement settings left out), the
 fingerprints of its input artifacts, and any extra identity it names. A stage's outputs
 live in ``stages/<name>/<fingerprint[:16]>/`` of the run directory with a marker
 (``done.json``: the fingerprint, the stage's result and each output's size) written
-last, so a folder with a marker is complete. A stage whose folder has a valid marker (its result
-valid as the stage's result type) is skipped; a changed setting gives a new fingerprint, so a new folder: work of another
+last, so a folder with a marker is complete. A stage whose folder has a valid marker is
+skipped; a changed setting gives a new fingerprint, so a new folder: work of another
 configuration is never resumed or overwritten (switching a setting back reuses it). An
 interrupted stage resumes inside its own folder (Ray Train checkpoints, committed
 labelling shards). ``fresh`` empties a stage's folder before running it.
@@ -304,7 +304,7 @@ class Runner:
         missing = [name for name, sig in outputs.items() if sig is None]
         if missing:
             raise RuntimeError(f"stage '{stage.name}' did not write {', '.join(missing)}")
-        record = {"stage": stage.name, "fingerprint": fp, "seconds": seconds, "result": result.model_dump(mode="json"),
+        record = {"stage": stage.name, "fingerprint": fp, "seconds": seconds, "result": result.record(),
                   "outputs": outputs}
         self.rd.write_text(f"{rel}/{MARKER}", json.dumps(record, indent=2, default=str))
         self.rd.push()

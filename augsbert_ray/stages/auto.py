@@ -141,10 +141,9 @@ class AutoResult(StageResult):
         for r in self.settings:
             teacher = r.get("teacher_dev", {}).get(m)
             own = " (the job's own)" if r.get("job_setting") else ""
+            pilot = "" if r.get("pilot_dev") is None else format(r["pilot_dev"], ".2f")
             lines.append(f"| {r['setting']}{own} | {'' if teacher is None else f'{teacher:.2f}'} | "
-                         f"{r.get('silver', '')} | "
-                         f"{'' if r.get('pilot_dev') is None else format(r['pilot_dev'], '.2f')} | {r['seconds']:.0f} | "
-                         f"{r['fate']} |")
+                         f"{r.get('silver', '')} | {pilot} | {r['seconds']:.0f} | {r['fate']} |")
         return lines
 
     def view(self, stage: str) -> dict:

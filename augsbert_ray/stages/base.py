@@ -111,6 +111,10 @@ class StageResult(BaseModel):
     # NaN stays NaN in JSON (a model that scored every pair the same has an undefined score).
     model_config = ConfigDict(extra="ignore", ser_json_inf_nan="constants")
 
+    def record(self) -> dict:
+        """The result as JSON-able data (numpy numbers as Python's), as markers and metrics store it."""
+        return self.model_dump(mode="json", fallback=_json_fallback)
+
     def section(self, ctx: SummaryContext) -> list[str]:
         return []
 
@@ -133,6 +137,12 @@ class StageResult(BaseModel):
     def baseline_scores(self) -> dict[str, dict[str, dict[str, Any]]]:
         """baseline -> split -> metric -> value, for the baselines this stage computed."""
         return {}
+
+
+def _json_fallback(value: Any) -> Any:
+    if hasattr(value, "tolist"):  # numpy scalars and arrays
+        return value.tolist()
+    return str(value)
 
 
 class Recorded(StageResult):

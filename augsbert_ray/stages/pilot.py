@@ -133,7 +133,8 @@ class Pilot(Stage):
         params = PilotParams(seed=cfg.seed, bi_encoder=cfg.bi_encoder, training=cfg.training, task=cfg.task,
                              mix=mixes_gold(cfg), fraction=self.fraction if trial else ev.pilot_fraction,
                              folds=0 if trial else ev.pilot_folds, confidence=ev.pilot_confidence,
-                             silver_sets=tuple(self.silver_sets) if trial else None, gold_repeat=self.gold_repeat, objective=self.objective, baseline=self.baseline,
+                             silver_sets=tuple(self.silver_sets) if trial else None, gold_repeat=self.gold_repeat,
+                             objective=self.objective, baseline=self.baseline,
                              batch_size=ev.batch_size)
         silver = self.silver_sets if trial else {"silver": silver_artifact(cfg)}
         return Declaration(params, inputs={"gold": "gold/train.parquet", "dev": "gold/dev.parquet",

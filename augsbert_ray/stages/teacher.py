@@ -47,7 +47,8 @@ class Teacher(Stage):
     def work(self, params: TeacherParams, results):
         if "gold" not in results or params.seed_search is not None:
             return None
-        return planned_steps(params.cross_encoder, results["gold"].train, params.training), "steps", "cross_encoder step"
+        steps = planned_steps(params.cross_encoder, results["gold"].train, params.training)
+        return steps, "steps", "cross_encoder step"
 
     def declare(self, cfg) -> Declaration:
         search = searched(cfg, "cross_encoder")
