@@ -298,3 +298,20 @@ def test_the_job_name_and_run_directory_place_results_only(world, tmp_path):
     a = _plan(validate_tree(base_tree), tmp_path / "a")
     b = _plan(validate_tree({**base_tree, "name": "other", "run_dir": str(tmp_path / "elsewhere")}), tmp_path / "b")
     assert a == b
+
+
+def test_a_stages_variant_is_in_its_params_never_guessed_from_its_inputs(world):
+    from augsbert_ray.stages import AugSBERT, GoldOnly, Pilot, Silver, TargetGold, Teacher
+
+    kde, ss, adapt = (validate_tree(_base(world, kind)) for kind in ("kde+search", "ss", "adaptation"))
+    assert Silver().declare(kde).params.selection.sampling.strategy == "kde"  # labels a pool, keeps a selection
+    assert Silver().declare(ss).params.selection is None
+    for stage in (Teacher(), GoldOnly(), AugSBERT()):  # the seed search is on for both encoders in kde+search
+        assert stage.declare(kde).params.seed_search is not None and stage.declare(ss).params.seed_search is None
+    assert TargetGold().declare(adapt).params.seed_search is None  # dev is the source's: never searched
+    assert TargetGold().declare(adapt).params.objective == "softmax"  # the binary target's objective
+    assert AugSBERT().declare(ss).params.mix and not AugSBERT().declare(adapt).params.mix
+    trial = Pilot.trial({"a": "silver/silver.parquet"}, 0.25).declare(ss).params
+    job = Pilot().declare(ss).params
+    assert (trial.silver_sets, trial.fraction) == (("a",), 0.25) and job.silver_sets is None
+    assert job.fraction == ss.evaluation.pilot_fraction
