@@ -22,9 +22,10 @@ import json
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, SerializeAsAny, ValidationError, field_validator
 
 from augsbert_ray.errors import DataError
+from augsbert_ray.stages.base import StageResult
 
 MODELS = ("zero_shot", "gold_only", "cross_encoder", "target_gold", "augsbert")
 
@@ -33,7 +34,7 @@ def _result(stage: str, data: Any):
     """A stored result as its stage's type (``stages.result_type_of``); kept as it is
     (``stages.base.Recorded``) where it is of another version or an unknown stage."""
     from augsbert_ray.stages import result_type_of
-    from augsbert_ray.stages.base import Recorded, StageResult
+    from augsbert_ray.stages.base import Recorded
 
     if isinstance(data, StageResult):
         return data
@@ -53,7 +54,7 @@ class StageRecord(BaseModel):
     """One stage of a run: what it is, how long it took, whether an earlier run did it, and its
     typed result (``stages.base.StageResult``)."""
 
-    model_config = ConfigDict(arbitrary_types_allowed=True, ser_json_inf_nan="constants")
+    model_config = ConfigDict(ser_json_inf_nan="constants")
 
     name: str
     kind: str  # "load", "train", "evaluate", "check", "candidates", "label"
@@ -64,7 +65,7 @@ class StageRecord(BaseModel):
     # The part of ``seconds`` that does not grow with the stage's work (starting workers,
     # loading models, checkpoints), where the stage measures it.
     fixed_seconds: float | None = None
-    result: Any = None
+    result: SerializeAsAny[StageResult]
 
     @field_validator("result", mode="before")
     @classmethod

@@ -140,7 +140,8 @@ class GoldResult(StageResult):
                         f"{self.skipped_rows}."]
 
     def view(self, stage: str) -> dict:
-        return {"data": self.model_dump(mode="json", exclude={"baselines"}, exclude_none=True)}
+        left_out = {"other_genres_left_out"} if self.other_genres_left_out is None else set()
+        return {"data": self.model_dump(mode="json", exclude={"baselines"} | left_out)}
 
     def baseline_scores(self) -> dict:
         return self.baselines
