@@ -1,7 +1,9 @@
 """A run's results as one typed record: written as ``metrics.json``, read by the report,
 ``augsbert report`` and the benchmarks.
 
-Scores are ``scores[model][split][metric]`` with models ``zero_shot``, ``gold_only``,
+Each stage's record holds its typed result (``stages.base.StageResult``); ``metrics.json``
+also carries flat views of them for programs (``scores``, ``data``, ``sampling``, ...,
+each result's ``view``). Scores are ``scores[model][split][metric]`` with models ``zero_shot``, ``gold_only``,
 ``cross_encoder``, ``target_gold`` (domain adaptation's upper bound) and ``augsbert``, splits
 ``dev``, ``test`` (and ``target_test``, ``target_dev``), and metrics as
 ``augsbert_ray.evaluation`` computes them (``spearman``; ``f1``, ``accuracy``, ``auc_0.05``).
@@ -10,23 +12,49 @@ Example:
     >>> m = RunMetrics.load("runs/stsb-bm25/metrics.json")  # doctest: +SKIP
     >>> m.score("augsbert", "test") - m.score("gold_only", "test")  # doctest: +SKIP
     -0.99
+    >>> m.result("ship").shipped  # doctest: +SKIP
+    'gold_only'
 """
 
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
+from pydantic import BaseModel, ConfigDict, SerializeAsAny, ValidationError, field_validator
+
 from augsbert_ray.errors import DataError
+from augsbert_ray.stages.base import StageResult
 
 MODELS = ("zero_shot", "gold_only", "cross_encoder", "target_gold", "augsbert")
 
 
-@dataclass
-class StageRecord:
-    """One stage of a run: what it is, how long it took, and whether an earlier run did it."""
+def _result(stage: str, data: Any):
+    """A stored result as its stage's type (``stages.result_type_of``); kept as it is
+    (``stages.base.Recorded``) where it is of another version or an unknown stage."""
+    from augsbert_ray.stages import result_type_of
+    from augsbert_ray.stages.base import Recorded
+
+    if isinstance(data, StageResult):
+        return data
+    kind = result_type_of(stage)
+    if kind is not None:
+        try:
+            return kind.model_validate(data, context={"stage": stage})
+        except ValidationError:
+            pass
+    try:
+        return Recorded.model_validate(data if isinstance(data, dict) else {})
+    except ValidationError:  # keys pydantic cannot hold as fields: nothing of it is shown anyway
+        return Recorded()
+
+
+class StageRecord(BaseModel):
+    """One stage of a run: what it is, how long it took, whether an earlier run did it, and its
+    typed result (``stages.base.StageResult``)."""
+
+    model_config = ConfigDict(ser_json_inf_nan="constants")
 
     name: str
     kind: str  # "load", "train", "evaluate", "check", "candidates", "label"
@@ -37,34 +65,45 @@ class StageRecord:
     # The part of ``seconds`` that does not grow with the stage's work (starting workers,
     # loading models, checkpoints), where the stage measures it.
     fixed_seconds: float | None = None
-    result: dict = field(default_factory=dict)
+    result: SerializeAsAny[StageResult]
+
+    @field_validator("result", mode="before")
+    @classmethod
+    def _typed(cls, value, info):
+        return _result(info.data.get("name", ""), value)
+
+    def to_dict(self) -> dict:
+        return {**self.model_dump(mode="json", exclude={"result"}), "result": self.result.record()}
 
 
-@dataclass
-class RunMetrics:
-    """Everything a finished (or partly finished) run measured."""
+class ClusterInfo(BaseModel):
+    """The Ray cluster a run used (``runtime.ClusterResources``)."""
+
+    cpus: float
+    gpus: float
+    nodes: int = 1
+    memory_gb: float = 0.0
+    object_store_gb: float = 0.0
+    logs: str | None = None
+    dashboard: str | None = None
+
+
+class RunMetrics(BaseModel):
+    """Everything a finished (or partly finished) run measured: the job, its stages with
+    their typed results, and where it ran."""
+
+    model_config = ConfigDict(ser_json_inf_nan="constants")
 
     job: str
     task: str
     primary_metric: str
     run_dir: str
-    scores: dict[str, dict[str, dict[str, Any]]] = field(default_factory=dict)
-    baselines: dict[str, dict] = field(default_factory=dict)
-    data: dict = field(default_factory=dict)
     bi_encoder_objective: str = ""
-    target: dict | None = None
-    sampling: dict = field(default_factory=dict)
-    teacher_check: dict | None = None
-    seed_search: dict[str, dict] = field(default_factory=dict)
-    calibration: dict | None = None  # the silver labels' map to the gold scale, before and after
-    pilot: dict | None = None  # the predicting teacher check: pilots' dev scores
-    auto: dict | None = None  # the autopilot: every setting tried, its pilot and fate
-    shipped: dict | None = None  # which bi-encoder models/bi-encoder is, and why
-    stages: list[StageRecord] = field(default_factory=list)
-    cluster: dict | None = None
-    versions: dict = field(default_factory=dict)
+    stages: list[StageRecord] = []
+    cluster: ClusterInfo | None = None
+    versions: dict[str, str] = {}
     complete: bool = True  # False for a run stopped before its last stage
-    stages_planned: list[str] = field(default_factory=list)  # every stage of the job, in order
+    stages_planned: list[str] = []  # every stage of the job, in order
 
     # -- derived views ----------------------------------------------------------------------
     @property
@@ -79,20 +118,53 @@ class RunMetrics:
     def stage_throughput(self) -> dict[str, str]:
         return {s.name: s.throughput for s in self.stages if s.throughput}
 
+    @property
+    def scores(self) -> dict[str, dict[str, dict[str, Any]]]:
+        """model -> split -> metric -> value, for every model scored so far."""
+        out = {}
+        for s in self.stages:
+            out.update(s.result.model_scores())
+        return out
+
+    @property
+    def baselines(self) -> dict[str, dict[str, dict[str, Any]]]:
+        """baseline (jaccard, majority) -> split -> metric -> value."""
+        out: dict = {}
+        for s in self.stages:
+            for name, splits in s.result.baseline_scores().items():
+                out.setdefault(name, {}).update(splits)
+        return out
+
     def stage(self, name: str) -> StageRecord:
         for s in self.stages:
             if s.name == name:
                 return s
         raise KeyError(f"no stage '{name}' in this run; stages: {', '.join(s.name for s in self.stages)}")
 
+    def result(self, name: str):
+        """The typed result of stage ``name`` (None if it has not run)."""
+        return next((s.result for s in self.stages if s.name == name), None)
+
     def score(self, model: str, split: str = "test", metric: str | None = None) -> float:
         """A model's score on a split (default: the task's primary metric)."""
         return self.scores[model][split][metric or self.primary_metric]
 
+    def views(self) -> dict[str, dict]:
+        """The stages' results as the flat views of ``metrics.json`` (``scores``, ``data``,
+        ``sampling``...): each result's ``view``, merged key by key."""
+        out: dict[str, dict] = {}
+        for s in self.stages:
+            for key, value in s.result.view(s.name).items():
+                out[key] = _merged(out.get(key, {}), value)
+        return out
+
     # -- JSON -----------------------------------------------------------------------------
     def to_dict(self) -> dict:
-        out = asdict(self)
-        # Flat views kept for readers of metrics.json that want one number per stage.
+        out = self.model_dump(mode="json", exclude={"stages"})
+        out["stages"] = [s.to_dict() for s in self.stages]
+        # Flat views kept for programs that read metrics.json (one number per stage, the scores...).
+        out.update({"scores": {}, "baselines": {}, "data": {}, "sampling": {}, "seed_search": {}} | self.views())
+        out["baselines"] = self.baselines
         out["stage_seconds"] = self.stage_seconds
         out["stages_reused"] = self.stages_reused
         out["stage_throughput"] = self.stage_throughput
@@ -109,12 +181,12 @@ class RunMetrics:
             DataError: naming ``source`` and the first field that is missing or of the wrong type.
         """
         check_fields(data, source)
-        known = {f.name for f in fields(cls)}
-        kwargs = {k: v for k, v in data.items() if k in known}
-        stage_fields = {f.name for f in fields(StageRecord)}
-        kwargs["stages"] = [StageRecord(**{k: v for k, v in s.items() if k in stage_fields})
-                            for s in data.get("stages", [])]
-        return cls(**kwargs)
+        try:
+            return cls.model_validate({k: v for k, v in data.items() if k in cls.model_fields})
+        except ValidationError as e:
+            err = e.errors()[0]
+            raise DataError(source, None, ".".join(str(p) for p in err["loc"]),
+                            f"{err['msg']}; the file is damaged or not a run's metrics: " + AGAIN) from None
 
     @classmethod
     def load(cls, path: str | Path) -> "RunMetrics":
@@ -128,6 +200,13 @@ class RunMetrics:
         if path.is_dir() and not path.name == "metrics.json":
             path = path / "metrics.json"
         return cls.from_dict(read_json_object(path), str(path))
+
+
+def _merged(a: dict, b: dict) -> dict:
+    out = dict(a)
+    for k, v in b.items():
+        out[k] = _merged(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) else v
+    return out
 
 
 AGAIN = "rerun the job to write it again (finished stages are reused)"

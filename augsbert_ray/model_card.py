@@ -117,10 +117,11 @@ class CardData:
         gold: gold pairs per split (train, dev, test) where known.
         silver: the silver pairs (AugSBERT only).
         scores: ``RunMetrics.scores`` as far as measured (model -> split -> metric -> value, x100).
-        teacher_check: ``RunMetrics.teacher_check``; shipped: ``RunMetrics.shipped``.
+        teacher_check, shipped: the teacher check's and the ship stage's results (``model_dump`` of their
+            typed results), where they ran.
         published_as: ``models/bi-encoder`` for the shipped copy's card, else empty.
         hidden_size, layers: the saved model's dimensions.
-        versions: library versions (``report.versions``).
+        versions: library versions (``versions.versions``).
         final: the card is brought up to date by the job (False: written when the model was trained).
     """
 

@@ -12,12 +12,12 @@ from typing import Callable
 
 from augsbert_ray.config import JobConfig, dump_job
 from augsbert_ray.metrics import RunMetrics
-from augsbert_ray.preflight import check_models, check_paths, kde_needs_labels
+from augsbert_ray.preflight import check_models, check_paths
 from augsbert_ray.rundir import RunDir
 from augsbert_ray.runner import Done, Runner
-from augsbert_ray.stages import (AutoPilot, Calibrate, Candidates, Evaluate, Gold, Pilot, Ship, Silver, Stage, Student,
-                                 TargetSets, Teacher, TeacherCheck, source_of)
-from augsbert_ray.stages.student import mixes_gold
+from augsbert_ray.stages import (AugSBERT, AutoPilot, Calibrate, Candidates, Evaluate, Gold, GoldOnly, Pilot, Ship,
+                                 Silver, Stage, TargetGold, TargetSets, Teacher, TeacherCheck, source_of)
+from augsbert_ray.stages.gold import has_upper_bound
 
 # Where each stage's outputs are published in the run directory (the latest run's view).
 PUBLISHED = {
@@ -35,29 +35,23 @@ PUBLISHED = {
 }
 
 
-def has_upper_bound(cfg: JobConfig) -> bool:
-    """Domain adaptation with labelled target pairs: a bi-encoder trained on them is the upper bound."""
-    t = cfg.target
-    return t is not None and t.upper_bound and t.pairs is not None and t.pairs.labelled
-
-
 def recipe(cfg: JobConfig) -> list[Stage]:
     """The stages of a job, in order: the paper's steps, one line each."""
     adapting = cfg.target is not None
     return [
-        Gold(kde_needs_labels(cfg)),  # gold pairs (and below, target sets), loaded and checked before Ray starts
+        Gold(),  # gold pairs (and below, target sets), loaded and checked before Ray starts
         *([TargetSets()] if adapting else []),  # domain adaptation: target pairs and test sets
         *([AutoPilot()] if cfg.auto.enabled else []),  # the settings below chosen on dev by pilots
         Teacher(), Evaluate("cross_encoder"),  # step 1: cross-encoder on gold
         Evaluate("zero_shot"),  # reference: the untrained bi-encoder
-        Student("gold_only"), Evaluate("gold_only"),  # reference: bi-encoder on gold only
-        *([Student("target_gold"), Evaluate("target_gold")] if has_upper_bound(cfg) else []),  # upper bound
+        GoldOnly(), Evaluate("gold_only"),  # reference: bi-encoder on gold only
+        *([TargetGold(), Evaluate("target_gold")] if has_upper_bound(cfg) else []),  # upper bound
         TeacherCheck(),  # AugSBERT helps only if the teacher beats gold-only on dev
         Candidates(source_of(cfg)),  # step 2.1: unlabelled pairs
         Silver(),  # step 2.2: the cross-encoder labels them
         *([Calibrate()] if cfg.labeling.calibration != "none" else []),  # the labels on the gold scale
-        *([Pilot(mixes_gold(cfg))] if cfg.evaluation.pilot else []),  # do the labels help? a short trial
-        Student("augsbert"), Evaluate("augsbert"),  # step 3: bi-encoder on gold + silver
+        *([Pilot()] if cfg.evaluation.pilot else []),  # do the labels help? a short trial
+        AugSBERT(), Evaluate("augsbert"),  # step 3: bi-encoder on gold + silver
         Ship(),  # the better of AugSBERT and gold only on dev (or AugSBERT, as configured)
     ]
 
@@ -106,7 +100,7 @@ def run_job(cfg: JobConfig, log: Callable[[str], None] = print, fresh: bool = Fa
             if stage.name == "auto":  # the rest of the job runs the setting the autopilot chose
                 from augsbert_ray.stages.auto import Setting
 
-                runner.cfg = cfg = Setting("chosen", done.result["overrides"]).apply(cfg)
+                runner.cfg = cfg = Setting("chosen", done.result.overrides).apply(cfg)
                 ran = {s.name for s in stages[:i]}
                 stages[i:] = [s for s in recipe(cfg) if s.name not in ran]
                 runner.expect(stages)

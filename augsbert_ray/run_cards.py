@@ -84,7 +84,7 @@ def write_trained_card(model: str, model_dir: Path, base_model: str, training: T
         training: how it was trained (``training_facts``).
         gold_train: gold (or target) pairs it trained on.
         silver: the silver pairs it trained on, where it did.
-        versions: library versions (``report.versions``).
+        versions: library versions (``versions.versions``).
 
     Returns:
         The card's path.
@@ -128,38 +128,43 @@ def run_card(model: str, cfg, metrics, model_dir: Path, published_as: str = "") 
     Returns:
         The card's data; None if the model's stage has not run in this job.
     """
-    results = {s.name: s.result for s in metrics.stages}
-    if model not in results:
+    result = metrics.result(model)
+    if result is None:
         return None
-    stats = results[model].get("train", {})
+    gold = metrics.result("gold")
+    gold_counts = {} if gold is None else {"train": gold.train, "dev": gold.dev, "test": gold.test}
     if model == "cross_encoder":
-        training = training_facts(cfg.cross_encoder, "bce", cfg.seed, cfg.training.precision, stats,
-                                  metrics.data.get("train"))
+        training = training_facts(cfg.cross_encoder, "bce", cfg.seed, cfg.training.precision, result.train,
+                                  gold_counts.get("train"))
         base = cfg.cross_encoder.model
     else:
         task = (cfg.target.task or cfg.task) if model == "target_gold" else cfg.task
         training = training_facts(cfg.bi_encoder, resolved_objective(cfg.bi_encoder.objective, task), cfg.seed,
-                                  cfg.training.precision, stats, results[model].get("train_pairs"))
+                                  cfg.training.precision, result.train, result.train_pairs)
         base = cfg.bi_encoder.model
     silver = None
     if model == "augsbert":
-        s = metrics.sampling
-        silver = SilverFacts(pairs=s.get("silver", 0), gold_repeat=cfg.bi_encoder.gold_repeat,
+        candidates, labels = metrics.result("candidates"), metrics.result("silver")
+        silver = SilverFacts(pairs=0 if labels is None else labels.silver, gold_repeat=cfg.bi_encoder.gold_repeat,
                              mixed_with_gold=cfg.target is None or cfg.target.mix_source_gold,
-                             strategy=s.get("strategy"), top_k=s.get("top_k"), candidates=s.get("candidates"),
-                             labelled=s.get("labelled"),
+                             strategy=None if candidates is None else candidates.headline(),
+                             top_k=None if candidates is None else candidates.top_k,
+                             candidates=None if candidates is None else candidates.candidates,
+                             labelled=None if labels is None else labels.labelled,
                              teacher=f"the job's cross-encoder (models/cross-encoder, finetuned from "
                                      f"{base_model_id(cfg.cross_encoder.model) or cfg.cross_encoder.model})",
                              calibration=cfg.labeling.calibration)
     dataset, hub = _dataset(cfg)
     config = model_config(model_dir)
+    check, shipped = metrics.result("teacher_check"), metrics.result("ship")
     return CardData(model=model, base_model=base, path=str(model_dir), training=training,
                     base_model_hub=base_model_id(base), job=cfg.name,
                     task=cfg.task, metric=metrics.primary_metric, dataset=dataset, hub_datasets=hub,
-                    gold={k: metrics.data[k] for k in ("train", "dev", "test") if k in metrics.data},
-                    silver=silver, scores=metrics.scores, teacher_check=metrics.teacher_check,
-                    shipped=metrics.shipped, published_as=published_as, hidden_size=config.get("hidden_size"),
-                    layers=config.get("num_hidden_layers"), versions=metrics.versions, final=True)
+                    gold=gold_counts, silver=silver, scores=metrics.scores,
+                    teacher_check=None if check is None else check.model_dump(),
+                    shipped=None if shipped is None else shipped.model_dump(), published_as=published_as,
+                    hidden_size=config.get("hidden_size"), layers=config.get("num_hidden_layers"),
+                    versions=metrics.versions, final=True)
 
 
 def publish_cards(cfg, root: Path, metrics, published: dict[str, str]) -> list[Path]:
@@ -175,10 +180,10 @@ def publish_cards(cfg, root: Path, metrics, published: dict[str, str]) -> list[P
         The cards written.
     """
     written = []
-    shipped = metrics.shipped
+    shipped = metrics.result("ship")
     for stage, rel in published.items():
         folder = root / rel
-        model = shipped["shipped"] if stage == "ship" and shipped else stage
+        model = shipped.shipped if stage == "ship" and shipped else stage
         if (stage == "ship" and not shipped) or not folder.is_dir():
             continue
         card = run_card(model, cfg, metrics, folder, published_as=rel if stage == "ship" else "")

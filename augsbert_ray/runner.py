@@ -1,7 +1,7 @@
 """Runs a job's stages: fingerprints from declarations, reuse of finished work, publishing.
 
 Each stage's fingerprint is computed from what it declares (``stages.base.Declaration``):
-its name and version, the fingerprinted values of the config paths it reads, the
+its name and version, its params' dump (placement settings left out), the
 fingerprints of its input artifacts, and any extra identity it names. A stage's outputs
 live in ``stages/<name>/<fingerprint[:16]>/`` of the run directory with a marker
 (``done.json``: the fingerprint, the stage's result and each output's size) written
@@ -28,7 +28,7 @@ from typing import Any, Callable
 
 from augsbert_ray.config import JobConfig
 from augsbert_ray.rundir import RunDir, fingerprint
-from augsbert_ray.stages.base import Artifact, Declaration, Inputs, Settings, Stage, declared_value
+from augsbert_ray.stages.base import Artifact, Declaration, Inputs, Stage, StageResult, fingerprint_settings
 
 MARKER = "done.json"
 
@@ -39,7 +39,7 @@ class Done:
 
     name: str
     fp: str
-    result: dict
+    result: StageResult
     seconds: float
     reused: bool
     folder: Path
@@ -130,7 +130,7 @@ class Runner:
         missing = [aid for aid in decl.inputs.values() if aid not in self.artifacts]
         if missing:
             raise RuntimeError(f"stage '{stage.name}' needs {', '.join(missing)}, which no earlier stage produced")
-        settings = {path: declared_value(cfg, path, model_content_id) for path in sorted(decl.reads)}
+        settings = fingerprint_settings(decl.params, model_content_id)
         inputs = {name: self.artifacts[aid].fp for name, aid in sorted(decl.inputs.items())}
         return fingerprint(stage.name, stage.version, settings, inputs, decl.extra)
 
@@ -174,7 +174,7 @@ class Runner:
                 self._on_start(stage.name)
             t0 = time.perf_counter()
             try:
-                result = stage.run(inputs, Settings(cfg, frozenset(decl.reads), stage.name), env)
+                result = stage.run(inputs, decl.params, env)
             except BaseException:
                 if stage.always:  # nothing to resume in a loading stage: leave no half-written folder
                     self.rd.discard(rel)
@@ -251,7 +251,7 @@ class Runner:
         for stage in self._stages:
             if stage.name in self.done:
                 continue
-            work = stage.work(self.cfg, {name: d.result for name, d in self.done.items()})
+            work = stage.work(stage.declare(self.cfg).params, {name: d.result for name, d in self.done.items()})
             if work is not None:
                 total, unit, rate_key = work
                 self.progress.plan(stage.name, total=total, unit=unit, rate_key=rate_key)
@@ -292,14 +292,20 @@ class Runner:
         if changed:
             self.log(f"[{stage.name}] completed earlier, but {', '.join(changed)} is missing or changed; redoing it")
             return None
-        return record
+        result = stage.load_result(record.get("result"))
+        if result is None:
+            self.log(f"[{stage.name}] completed earlier, but its recorded result is of another version; redoing it")
+            return None
+        return {**record, "result": result}
 
-    def _mark(self, stage: Stage, fp: str, rel: str, decl: Declaration, result: dict, seconds: float) -> None:
+    def _mark(self, stage: Stage, fp: str, rel: str, decl: Declaration, result: StageResult,
+              seconds: float) -> None:
         outputs = {name: self.rd.signature(f"{rel}/{name}") for name in decl.outputs}
         missing = [name for name, sig in outputs.items() if sig is None]
         if missing:
             raise RuntimeError(f"stage '{stage.name}' did not write {', '.join(missing)}")
-        record = {"stage": stage.name, "fingerprint": fp, "seconds": seconds, "result": result, "outputs": outputs}
+        record = {"stage": stage.name, "fingerprint": fp, "seconds": seconds, "result": result.record(),
+                  "outputs": outputs}
         self.rd.write_text(f"{rel}/{MARKER}", json.dumps(record, indent=2, default=str))
         self.rd.push()
 

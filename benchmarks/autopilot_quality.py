@@ -66,7 +66,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", default="benchmarks/results/autopilot_quality")
     args = p.parse_args(argv)
 
-    from augsbert_ray.report import provenance, write_result
+    from provenance import provenance, write_result
 
     rows, raw = [], {}
     for job in args.jobs:

@@ -62,7 +62,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from augsbert_ray import schema
     from augsbert_ray.candidates.bm25 import BM25Index, build_index
-    from augsbert_ray.report import provenance, write_result
+    from provenance import provenance, write_result
 
     docs = corpus(Path(args.data_dir), args.scale)
     n, k = len(docs), args.k

@@ -81,7 +81,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", default="benchmarks/results/domain_adaptation")
     args = p.parse_args(argv)
 
-    from augsbert_ray.report import provenance, write_result
+    from provenance import provenance, write_result
 
     runs: dict[str, dict] = {}
     for job in args.jobs:

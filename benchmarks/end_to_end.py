@@ -143,7 +143,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from augsbert_ray.config import load_job
     from augsbert_ray.pipeline import run_job
-    from augsbert_ray.report import provenance, write_result
+    from provenance import provenance, write_result
 
     root = Path(args.root or tempfile.mkdtemp(prefix="augsbert-e2e-"))
     cfg = load_job(args.job, args.extra + [f"run_dir={root / 'engine'}"])

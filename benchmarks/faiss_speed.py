@@ -85,7 +85,7 @@ def main(argv: list[str] | None = None) -> int:
     from augsbert_ray.candidates.semantic import ShardedIndex, build_faiss_index, embed_texts
     from augsbert_ray.config import FaissConfig
     from augsbert_ray.models import load_bi_encoder
-    from augsbert_ray.report import provenance, write_result
+    from provenance import provenance, write_result
 
     threads = args.threads or os.cpu_count()
     faiss.omp_set_num_threads(threads)

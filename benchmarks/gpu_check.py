@@ -78,7 +78,7 @@ def sentence_pairs(data_dir: Path, n: int, seed: int = 0) -> tuple[list[str], li
 
 
 def write(out: Path, name: str, data: dict, lines: list[str]) -> None:
-    from augsbert_ray.report import versions
+    from augsbert_ray.versions import versions
 
     out.mkdir(parents=True, exist_ok=True)
     (out / f"{name}.json").write_text(json.dumps({**data, "versions": versions()}, indent=2, default=str))
@@ -91,7 +91,7 @@ def device_name(device: str) -> str:
 
     if device.startswith("cuda"):
         return f"{torch.cuda.get_device_name()} ({torch.cuda.get_device_properties(0).total_memory / 2**30:.0f} GiB)"
-    from augsbert_ray.report import cpu_description
+    from provenance import cpu_description
 
     return cpu_description()
 

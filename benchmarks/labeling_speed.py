@@ -157,7 +157,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from augsbert_ray.config import LabelingConfig
     from augsbert_ray.models import load_cross_encoder
-    from augsbert_ray.report import write_result
+    from provenance import write_result
     from augsbert_ray.scoring import CPU_TOKEN_BUDGET, GPU_TOKEN_BUDGET, prepare_model, resolve_precision, score_pairs
 
     gpu = args.device.startswith("cuda")
@@ -300,7 +300,7 @@ def main(argv: list[str] | None = None) -> int:
 def render(args, rows, diffs, spread, compute, rates, lengths, ceiling, base, where, gpu, default_budget, max_pairs,
            argv, done: str) -> list[str]:
     """The result's table and readings, from what has been measured so far (``done`` says what)."""
-    from augsbert_ray.report import provenance
+    from provenance import provenance
 
     lines = ["# Labelling throughput vs CrossEncoder.predict", "",
              f"{args.pairs:,} STSb sentence pairs (dev + test, cycled), cross-encoder from `{args.model}`, "

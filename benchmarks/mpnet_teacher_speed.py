@@ -144,7 +144,7 @@ def main(argv: list[str] | None = None) -> int:
 
     import torch
 
-    from augsbert_ray.report import provenance, write_result
+    from provenance import provenance, write_result
 
     if args.rates is not None:
         earlier = json.loads(args.rates.read_text(encoding="utf-8"))

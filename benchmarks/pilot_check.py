@@ -65,7 +65,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from augsbert_ray.config import load_job
     from augsbert_ray.pipeline import run_job
-    from augsbert_ray.report import provenance, write_result
+    from provenance import provenance, write_result
 
     rows, raw = [], {}
     for job in args.jobs:

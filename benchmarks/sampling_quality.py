@@ -32,7 +32,7 @@ from scipy.stats import wasserstein_distance
 
 from augsbert_ray.config import load_job
 from augsbert_ray.pipeline import run_job
-from augsbert_ray.report import versions
+from augsbert_ray.versions import versions
 
 STRATEGIES = {"None": None, "RS": "rs", "KDE": "kde", "BM25": "bm25", "SS": "ss", "BM25+SS": "bm25+ss"}
 

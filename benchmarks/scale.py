@@ -184,8 +184,8 @@ def one_run(args) -> dict:
         mem.stage = "end"
     c, s = m.stage("candidates"), m.stage("silver")
     out.update(candidates_s=c.seconds, labelling_s=s.seconds)
-    out.update(sentences=c.result["sentences"], candidates=c.result["candidates"], silver=s.result["silver"],
-               queries_per_s=c.result["sentences"] / out["candidates_s"], pairs_per_s=s.result["pairs_per_s"],
+    out.update(sentences=c.result.sentences, candidates=c.result.candidates, silver=s.result.silver,
+               queries_per_s=c.result.sentences / out["candidates_s"], pairs_per_s=s.result.pairs_per_s,
                peak_driver_rss=mem.peak_rss, peak_total_pss=mem.peak_total, stages=mem.stage_peaks)
     return out
 
@@ -214,7 +214,7 @@ def main(argv: list[str] | None = None) -> int:
         Path(args.result).write_text(json.dumps(one_run(args)))
         return 0
 
-    from augsbert_ray.report import provenance, write_result
+    from provenance import provenance, write_result
 
     root = Path(args.keep or tempfile.mkdtemp(prefix="augsbert-scale-"))
     root.mkdir(parents=True, exist_ok=True)

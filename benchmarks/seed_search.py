@@ -26,7 +26,7 @@ import numpy as np
 from augsbert_ray.config import load_job
 from augsbert_ray.evaluation import PRIMARY_METRIC, bi_encoder_predictions, task_metrics
 from augsbert_ray.models import load_bi_encoder, resolve_model
-from augsbert_ray.report import versions
+from augsbert_ray.versions import versions
 from augsbert_ray.runtime import per_worker_cpus, start_ray
 from augsbert_ray.schema import PAIR_COLUMNS
 from augsbert_ray.stages.gold import load_gold

@@ -20,7 +20,7 @@ from pathlib import Path
 
 from augsbert_ray.config import load_job
 from augsbert_ray.pipeline import run_job
-from augsbert_ray.report import cpu_description
+from provenance import cpu_description
 
 ROWS = [("zero_shot", "Zero-shot bi-encoder"), ("gold_only", "Bi-encoder, gold only (SBERT)"),
         ("cross_encoder", "Cross-encoder (teacher)"), ("augsbert", "AugSBERT-BM25 bi-encoder")]

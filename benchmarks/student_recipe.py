@@ -274,7 +274,7 @@ def _report_gold_only(rows: list[dict], names: list[str], args, out: Path, teach
 
 def _write(lines: list[str], rows: list[dict], args, argv, out: Path, teacher_test: float) -> None:
     try:
-        from augsbert_ray.report import provenance
+        from provenance import provenance
 
         import torch
 

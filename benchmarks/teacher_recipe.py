@@ -44,7 +44,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", default="benchmarks/results/teacher_recipe")
     args = p.parse_args(argv)
 
-    from augsbert_ray.report import provenance, write_result
+    from provenance import provenance, write_result
 
     root = args.root or Path(tempfile.mkdtemp(prefix="augsbert-teacher-"))
     rows = []

@@ -61,7 +61,7 @@ def main(argv: list[str] | None = None) -> int:
     from bm25_speed import corpus
 
     from augsbert_ray.models import resolve_model
-    from augsbert_ray.report import provenance, write_result
+    from provenance import provenance, write_result
     from augsbert_ray.scoring import tokenize_pairs
 
     sentences = corpus(Path(args.data_dir), 1)

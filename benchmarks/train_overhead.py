@@ -172,7 +172,7 @@ def main(argv: list[str] | None = None) -> int:
         log_monitor_child(args.log_monitor_child)
         return 0
 
-    from augsbert_ray.report import provenance, write_result
+    from provenance import provenance, write_result
 
     data: dict = {}
     lines: list[str] = []

@@ -22,7 +22,7 @@ from augsbert_ray.config import load_job
 from augsbert_ray.evaluation import task_metrics
 from augsbert_ray.models import resolve_model
 from augsbert_ray.evaluation import PRIMARY_METRIC
-from augsbert_ray.report import provenance, write_result
+from provenance import provenance, write_result
 from augsbert_ray.schema import PAIR_COLUMNS, pair_lists
 from augsbert_ray.stages.gold import load_gold
 from augsbert_ray.training.fit import hparams

@@ -29,14 +29,14 @@ def test_the_autopilot_chooses_on_dev_and_trains_the_choice(tmp_path, tiny_stsb,
     })
     lines = []
     m = run_job(cfg, log=lines.append)
-    a = m.auto
+    a = m.result("auto").model_dump()
     grid = [f"teacher 1x0.0001, bm25 top-{k}, calibration {c}, gold x{r}, cosent-distill objective"
             for k in (1, 2) for c in ("none", "isotonic") for r in (1, 2)]
     own = "teacher 1x0.0001, bm25 top-2, calibration none, gold x1, cosent-distill objective"
     assert [r["setting"] for r in a["settings"]] == [own] + [g for g in grid if g != own]
     assert [r["job_setting"] for r in a["settings"]] == [True] + [False] * 7
     # Gold's weight changes only the pilot: gold counted twice beside the same silver.
-    gold, by_label = m.data["train"], {r["setting"]: r for r in a["settings"]}
+    gold, by_label = m.result("gold").train, {r["setting"]: r for r in a["settings"]}
     for x1, x2 in zip(grid[::2], grid[1::2]):
         x1, x2 = by_label[x1], by_label[x2]
         assert x2["silver"] == x1["silver"] and x2["pilot_train_pairs"] - x1["pilot_train_pairs"] == gold
@@ -63,13 +63,13 @@ def test_the_autopilot_chooses_on_dev_and_trains_the_choice(tmp_path, tiny_stsb,
     assert len(list((rd / "stages" / "candidates").iterdir())) == 2  # once per amount, whatever the calibration
     assert len(list((rd / "stages" / "silver").iterdir())) == 2
     assert {"cross_encoder", "candidates", "silver"} <= set(m.stages_reused)  # made by the search, reused
-    assert m.sampling["top_k"] == chosen[0]["overrides"]["sampling.top_k"]
-    assert m.stage("augsbert").result["train_pairs"] == chosen[0]["pilot_train_pairs"]  # gold repeated as chosen
+    assert m.result("candidates").top_k == chosen[0]["overrides"]["sampling.top_k"]
+    assert m.stage("augsbert").result.train_pairs == chosen[0]["pilot_train_pairs"]  # gold repeated as chosen
     assert m.bi_encoder_objective == chosen[0]["overrides"]["bi_encoder.objective"] == "cosent-distill"
     assert ("calibrate" in m.stage_seconds) == (chosen[0]["overrides"]["labeling.calibration"] == "isotonic")
     # Never a regression against gold only on dev: the shipped model is the better one there.
-    s = m.shipped
-    assert s["shipped"] == ("augsbert" if s["augsbert_dev"] >= s["gold_only_dev"] else "gold_only")
+    s = m.result("ship")
+    assert s.shipped == ("augsbert" if s.augsbert_dev >= s.gold_only_dev else "gold_only")
     assert (rd / "models" / "bi-encoder" / "model.safetensors").exists()
     summary = (rd / "summary.md").read_text()
     assert "Autopilot: 8 settings" in summary and "| chosen |" in summary and "Shipped as models/bi-encoder" in summary
@@ -84,7 +84,7 @@ def test_the_autopilot_chooses_on_dev_and_trains_the_choice(tmp_path, tiny_stsb,
     # A re-run does nothing again: every setting's stages and the pilots are reused.
     lines.clear()
     again = run_job(cfg, log=lines.append)
-    assert again.auto["chosen"] == a["chosen"] and again.scores == m.scores
+    assert again.result("auto").chosen == a["chosen"] and again.scores == m.scores
     # (the search itself runs again, as a loading stage does, and finds every stage it runs done)
     tried_again = [line for line in lines if line.startswith("[auto") and line.endswith("] started")]
     assert tried_again == ["[auto] started"], tried_again

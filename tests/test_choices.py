@@ -64,12 +64,12 @@ def test_the_job_ships_the_better_model_on_dev(tmp_path, policy, aug, gold, expe
         artifacts[f"{name}/model"], artifacts[f"eval_{name}/scores.json"] = model, scores
     cfg = _cfg(tmp_path, evaluation={"shipping": policy})
     done = _runner(tmp_path, cfg, artifacts).run(Ship())
-    assert done.result["shipped"] == expected
+    assert done.result.shipped == expected
     assert (tmp_path / "run" / "models" / "bi-encoder" / "model.safetensors").read_text() == expected
-    assert done.result["augsbert_dev"] == pytest.approx(aug, nan_ok=True)
-    assert done.result["gold_only_dev"] == pytest.approx(gold, nan_ok=True)
+    assert done.result.augsbert_dev == pytest.approx(aug, nan_ok=True)
+    assert done.result.gold_only_dev == pytest.approx(gold, nan_ok=True)
     if np.isnan(aug) or np.isnan(gold):
-        assert "undefined" in done.result["why"]
+        assert "undefined" in done.result.why
 
 
 def test_the_autopilot_tries_every_combination_teachers_first(tmp_path):

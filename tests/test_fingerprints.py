@@ -2,10 +2,11 @@
 
 Each leaf key of three jobs (in-domain with KDE sampling and a seed search, in-domain with
 semantic search, and domain adaptation with labelled target pairs) is changed to another
-valid value, and the stages whose fingerprints change must be exactly the stages that
-declare the key and their dependants: none for placement keys (actors, CPUs, GPUs, batch
-sizes, workers), and for data files only what their content reaches. A table of cases
-that matter most pins the answer independently of the declarations.
+valid value, and the stages whose fingerprints change must be exactly the stages whose
+params (what their ``run`` sees, placement fields included) change, and their dependants:
+none for placement keys (actors, CPUs, GPUs, batch sizes, workers), whatever params they
+reach, and for data files only what their content reaches. A table of cases that matter
+most pins the answer independently of the params.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from pydantic import BaseModel, ValidationError
 
 from augsbert_ray.config import JobConfig, validate_tree
 from augsbert_ray.pipeline import recipe
-from augsbert_ray.stages.base import _covered, config_leaves
+from augsbert_ray.stages.base import config_leaves
 
 pytestmark = pytest.mark.timeout(180)
 ALWAYS = ("gold", "target", "auto", "teacher_check", "ship")  # stages that run every time: no fingerprint to keep
@@ -129,8 +130,9 @@ def _dependants(stages, changed: set[str], artifacts: set[str], cfg) -> set[str]
 
 
 def _expected(path: str, base_cfg: JobConfig, base_plan: dict, new_cfg: JobConfig, new_plan: dict) -> set[str]:
-    """The stages that declare ``path`` (a non-placement key) under either config, plus what
-    the loading stages' changed content reaches, plus their dependants."""
+    """For a non-placement ``path``, the stages whose params differ between the two configs
+    (compared whole, placement fields too) or that only one of them has, plus what the loading
+    stages' changed content reaches, plus their dependants."""
     from augsbert_ray.stages.base import _is_placement
 
     stages = recipe(new_cfg)
@@ -138,13 +140,10 @@ def _expected(path: str, base_cfg: JobConfig, base_plan: dict, new_cfg: JobConfi
     placement = owner is not None and _is_placement(owner, name)
     direct = set()
     if not placement:
-        for cfg in (base_cfg, new_cfg):
-            for stage in recipe(cfg):
-                if stage.always:
-                    continue
-                if any(_covered(path, frozenset([r])) or r.startswith(path + ".")
-                       for r in stage.declare(cfg).reads):
-                    direct.add(stage.name)
+        before = {s.name: s.declare(base_cfg).params.model_dump(mode="json") for s in recipe(base_cfg)}
+        for stage in stages:
+            if not stage.always and stage.declare(new_cfg).params.model_dump(mode="json") != before.get(stage.name):
+                direct.add(stage.name)
     contents = {k.removesuffix("#content") for k in new_plan if k.endswith("#content")
                 and new_plan[k] != base_plan.get(k)}
     reached = _dependants(stages, direct, contents, new_cfg)
@@ -299,3 +298,20 @@ def test_the_job_name_and_run_directory_place_results_only(world, tmp_path):
     a = _plan(validate_tree(base_tree), tmp_path / "a")
     b = _plan(validate_tree({**base_tree, "name": "other", "run_dir": str(tmp_path / "elsewhere")}), tmp_path / "b")
     assert a == b
+
+
+def test_a_stages_variant_is_in_its_params_never_guessed_from_its_inputs(world):
+    from augsbert_ray.stages import AugSBERT, GoldOnly, Pilot, Silver, TargetGold, Teacher
+
+    kde, ss, adapt = (validate_tree(_base(world, kind)) for kind in ("kde+search", "ss", "adaptation"))
+    assert Silver().declare(kde).params.selection.sampling.strategy == "kde"  # labels a pool, keeps a selection
+    assert Silver().declare(ss).params.selection is None
+    for stage in (Teacher(), GoldOnly(), AugSBERT()):  # the seed search is on for both encoders in kde+search
+        assert stage.declare(kde).params.seed_search is not None and stage.declare(ss).params.seed_search is None
+    assert TargetGold().declare(adapt).params.seed_search is None  # dev is the source's: never searched
+    assert TargetGold().declare(adapt).params.objective == "softmax"  # the binary target's objective
+    assert AugSBERT().declare(ss).params.mix and not AugSBERT().declare(adapt).params.mix
+    trial = Pilot.trial({"a": "silver/silver.parquet"}, 0.25).declare(ss).params
+    job = Pilot().declare(ss).params
+    assert (trial.silver_sets, trial.fraction) == (("a",), 0.25) and job.silver_sets is None
+    assert job.fraction == ss.evaluation.pilot_fraction

@@ -1535,13 +1535,18 @@ def test_mistakes_knowable_before_ray_fail_there_in_one_line(workdir, case):
 
 
 def _run_metrics() -> dict:
-    from augsbert_ray.metrics import RunMetrics, StageRecord
+    from augsbert_ray.metrics import ClusterInfo, RunMetrics, StageRecord
+    from augsbert_ray.stages.evaluate import EvalResult
+    from augsbert_ray.stages.gold import GoldResult
 
+    scores = {"dev": {"spearman": 70.0}, "test": {"spearman": 68.0}}
     m = RunMetrics(job="r", task="regression", primary_metric="spearman", run_dir="runs/r", complete=False,
-                   data={"train": 40, "dev": 20, "test": 20, "skipped_rows": 0},
-                   scores={"gold_only": {"dev": {"spearman": 70.0}, "test": {"spearman": 68.0}}},
-                   stages=[StageRecord("gold", "load", "ab12", 0.4, False)], stages_planned=["gold", "gold_only"],
-                   cluster={"cpus": 2.0, "gpus": 0.0, "nodes": 1})
+                   stages=[StageRecord(name="gold", kind="load", fingerprint="ab12", seconds=0.4, reused=False,
+                                       result=GoldResult(train=40, dev=20, test=20)),
+                           StageRecord(name="eval_gold_only", kind="evaluate", fingerprint="cd34", seconds=0.4,
+                                       reused=False, result=EvalResult(model="gold_only", scores=scores))],
+                   stages_planned=["gold", "gold_only", "eval_gold_only"],
+                   cluster=ClusterInfo(cpus=2.0, gpus=0.0, nodes=1))
     return m.to_dict()
 
 

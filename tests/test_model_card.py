@@ -143,18 +143,31 @@ def test_the_published_cards_follow_the_run_and_skip_models_it_did_not_train(tmp
     from augsbert_ray.config import validate_tree
     from augsbert_ray.metrics import RunMetrics, StageRecord
     from augsbert_ray.run_cards import publish_cards
+    from augsbert_ray.stages.candidates import CandidatesResult
+    from augsbert_ray.stages.evaluate import EvalResult
+    from augsbert_ray.stages.gold import GoldResult
+    from augsbert_ray.stages.ship import ShipResult
+    from augsbert_ray.stages.silver import Shards, SilverResult
+    from augsbert_ray.stages.training_result import TrainResult
 
     cfg = validate_tree({"name": "j", "data": {s: {"format": "stsb", "path": f"/d/sts-{s}.csv"}
                                                for s in ("train", "dev", "test")},
                          "bi_encoder": {"num_layers": 2, "gold_repeat": 2}, "labeling": {"calibration": "isotonic"}})
-    shipped = {"shipped": "gold_only", "why": "gold only leads AugSBERT on dev (80.11 vs 79.00)", "policy": "better"}
-    train = {"train": {"steps": 10, "final_loss": 0.25, "precision": "fp32"}, "train_pairs": 700}
-    stages = [StageRecord(name, "train", "fp", 1.0, True, result=train) for name in ("cross_encoder", "gold_only",
-                                                                                       "augsbert")]
-    metrics = RunMetrics(job="j", task="regression", primary_metric="spearman", run_dir=str(tmp_path), scores=SCORES,
-                         data={"train": 500, "dev": 100, "test": 100}, shipped=shipped,
-                         sampling={"strategy": "bm25", "top_k": 3, "candidates": 900, "labelled": 900, "silver": 200},
-                         stages=stages + [StageRecord("ship", "check", "fp", 0.0, False, result=shipped)])
+    shipped = ShipResult(shipped="gold_only", metric="spearman", augsbert_dev=79.0, gold_only_dev=80.11,
+                         why="gold only leads AugSBERT on dev (80.11 vs 79.00)", policy="better")
+    train = TrainResult(train={"steps": 10, "final_loss": 0.25, "precision": "fp32"}, train_pairs=700)
+    record = lambda name, result: StageRecord(name=name, kind="stage", fingerprint="fp", seconds=1.0,  # noqa: E731
+                                              reused=True, result=result)
+    stages = [record("gold", GoldResult(train=500, dev=100, test=100)),
+              *(record(name, train) for name in ("cross_encoder", "gold_only", "augsbert")),
+              *(record(f"eval_{model}", EvalResult(model=model, scores=scores)) for model, scores in SCORES.items()),
+              record("candidates", CandidatesResult(source="gold sentences", strategy="bm25", top_k=3, sentences=300,
+                                                    candidates=900)),
+              record("silver", SilverResult(labelled=900, silver=200, pairs_per_s=1.0, actors=1, cpus_per_actor=1.0,
+                                            precision="fp32", shards=Shards(total=1, reused=0, labelled=1,
+                                                                            block_size=0))),
+              record("ship", shipped)]
+    metrics = RunMetrics(job="j", task="regression", primary_metric="spearman", run_dir=str(tmp_path), stages=stages)
     folders = {"cross_encoder": "models/cross-encoder", "gold_only": "models/bi-encoder-gold-only",
                "target_gold": "models/bi-encoder-target-gold", "augsbert": "models/bi-encoder-augsbert",
                "ship": "models/bi-encoder"}

@@ -55,9 +55,11 @@ def test_reports_all_four_models(finished_run):
         for split in ("dev", "test"):
             value = metrics.score(key, split)
             assert np.isfinite(value) and -100 <= value <= 100
-    assert metrics.data == {"train": 48, "dev": 24, "test": 24, "rows_read": {"train": 48, "dev": 24, "test": 24},
-                            "skipped_rows": 0, "subsample": {}, "dev_carved": None}
-    assert metrics.teacher_check["gap"] == pytest.approx(
+    gold = metrics.result("gold")
+    assert (gold.train, gold.dev, gold.test, gold.rows_read, gold.skipped_rows, gold.subsample, gold.dev_carved) == (
+        48, 24, 24, {"train": 48, "dev": 24, "test": 24}, 0, {}, None)
+    assert set(gold.baselines) == {"jaccard"}  # the gold stage scores the word-overlap baseline itself
+    assert metrics.result("teacher_check").gap == pytest.approx(
         metrics.score("cross_encoder", "dev") - metrics.score("gold_only", "dev"))
     assert any("[silver] labelled" in line for line in lines), "progress is logged"
     assert [s.name for s in metrics.stages] == [
@@ -77,7 +79,7 @@ def test_run_directory_artifacts(finished_run):
     assert "AugSBERT bi-encoder" in summary and "Cross-encoder" in summary
     # observability: each stage's rate and the cluster it ran on
     assert "pairs labelled/s" in summary and "training pairs/s" in summary and "Ray cluster: 1 node(s), 2 CPUs" in summary
-    assert metrics.cluster["nodes"] == 1 and set(metrics.stage_throughput) >= {"silver", "candidates", "augsbert"}
+    assert metrics.cluster.nodes == 1 and set(metrics.stage_throughput) >= {"silver", "candidates", "augsbert"}
     assert "(in the training loop, fp32)" in metrics.stage_throughput["augsbert"]
     # A published model is the stage's own, linked; its training checkpoints are gone once it is done.
     stage = metrics.stage("augsbert")
@@ -94,7 +96,7 @@ def test_silver_pairs_follow_the_rules(finished_run):
     cands, silver = pq.read_table(rd / "candidates.parquet"), pq.read_table(rd / "silver.parquet")
     gold = pq.read_table(rd / "gold/train.parquet")
     assert silver.schema == schema.SILVER_SCHEMA and silver.num_rows == cands.num_rows > 0
-    assert metrics.sampling["silver"] == silver.num_rows
+    assert metrics.result("silver").silver == silver.num_rows
     id1, id2 = silver.column(schema.ID1).to_numpy(), silver.column(schema.ID2).to_numpy()
     assert (id1 < id2).all()
     sentences = unique_sentences(gold)
@@ -120,9 +122,9 @@ def test_models_load_with_sentence_transformers(finished_run):
 def assert_cards(cfg, metrics) -> None:
     """Every published model's card names its base model and holds the run's own scores."""
     rd = cfg.resolved_run_dir
-    shipped = "AugSBERT" if metrics.shipped["shipped"] == "augsbert" else "gold-only"
+    shipped = "AugSBERT" if metrics.result("ship").shipped == "augsbert" else "gold-only"
     for folder, model in (("cross-encoder", "cross_encoder"), ("bi-encoder-gold-only", "gold_only"),
-                          ("bi-encoder-augsbert", "augsbert"), ("bi-encoder", metrics.shipped["shipped"])):
+                          ("bi-encoder-augsbert", "augsbert"), ("bi-encoder", metrics.result("ship").shipped)):
         card = (rd / "models" / folder / "README.md").read_text()
         base = cfg.cross_encoder.model if model == "cross_encoder" else cfg.bi_encoder.model
         assert card.startswith("---\n") and f"**Base model:** `{base}`" in card, folder
@@ -182,7 +184,7 @@ def test_a_rerun_reuses_finished_stages_and_a_changed_setting_trains_from_scratc
     lines.clear()
     third = run_job(changed, log=lines.append)
     assert sorted(third.stages_reused) == ["cross_encoder", "eval_cross_encoder"]
-    assert third.sampling["candidates"] < metrics.sampling["candidates"]
+    assert third.result("candidates").candidates < metrics.result("candidates").candidates
     assert not any("resumed from the checkpoint" in line for line in lines)
     reference = run_job(changed.model_copy(update={"run_dir": str(fresh_dir)}), log=lambda line: None)
     assert sorted(reference.stages_reused) == ["cross_encoder", "eval_cross_encoder"]
@@ -214,9 +216,9 @@ def test_gold_repeat_retrains_only_augsbert_on_gold_repeated(finished_run, tmp_p
     again = run_job(changed, log=lambda line: None)
     assert {"gold_only", "candidates", "silver"} <= set(again.stages_reused)
     assert "augsbert" not in again.stages_reused
-    silver, gold = metrics.sampling["silver"], metrics.data["train"]
-    assert metrics.stage("augsbert").result["train_pairs"] == silver + gold
-    assert again.stage("augsbert").result["train_pairs"] == silver + 3 * gold
+    silver, gold = metrics.result("silver").silver, metrics.result("gold").train
+    assert metrics.stage("augsbert").result.train_pairs == silver + gold
+    assert again.stage("augsbert").result.train_pairs == silver + 3 * gold
     assert again.scores["gold_only"] == metrics.scores["gold_only"]
 
 
@@ -230,14 +232,14 @@ def test_the_pilot_scored_on_dev_then_on_folds_of_the_gold_pairs(finished_run, t
                              "evaluation": {**cfg.evaluation.model_dump(mode="json"), "pilot": True}})
     on_dev = run_job(checked, log=lambda line: None)
     assert {s for s in on_dev.stage_seconds if s not in on_dev.stages_reused} - set(ALWAYS) == {"pilot"}
-    p = on_dev.pilot
+    p = on_dev.result("pilot").model_dump()
     assert p["scored_on"] == "dev" and p["folds"] == 0 and set(p["pilots"]) == {"gold only", "gold + silver"}
     assert p["scores"] == {k: v["dev"] for k, v in p["pilots"].items()}  # one pilot per arm: its dev score
     folded = validate_tree({**checked.model_dump(mode="json"),
                             "evaluation": {**checked.evaluation.model_dump(mode="json"), "pilot_folds": 3}})
     again = run_job(folded, log=lambda line: None)
     assert {s for s in again.stage_seconds if s not in again.stages_reused} - set(ALWAYS) == {"pilot"}
-    p, gold, silver = again.pilot, metrics.data["train"], metrics.sampling["silver"]
+    p, gold, silver = again.result("pilot").model_dump(), metrics.result("gold").train, metrics.result("silver").silver
     assert p["folds"] == 3 and p["scored_on"] == f"3 folds of the gold training pairs ({gold})"
     names = [f"{arm}, fold {f}" for arm in ("gold only", "gold + silver") for f in (1, 2, 3)]
     assert sorted(p["pilots"]) == sorted(names) and all(p["pilots"][n]["dev"] is not None for n in names)
@@ -324,7 +326,7 @@ def test_seed_search_decides_every_encoder_and_works_with_semantic_search(tmp_pa
                          "seed_search": {"enabled": True, "targets": ["bi_encoder", "cross_encoder"], "seeds": [3, 4],
                                          "keep": 1, "prune_at": 0.5}})
     metrics = run_job(cfg, log=lambda line: None)
-    searched = metrics.seed_search
+    searched = metrics.to_dict()["seed_search"]
     assert sorted(searched) == ["augsbert", "cross_encoder", "gold_only"]
     for stage, rec in searched.items():
         assert rec["seeds"] == [3, 4] and rec["chosen_seed"] in (3, 4)

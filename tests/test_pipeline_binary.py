@@ -28,8 +28,9 @@ def test_binary_task_end_to_end(tmp_path, tiny_model, ray_local):
     )
     metrics = run_job(cfg, log=lambda line: None)
     assert metrics.primary_metric == "f1" and metrics.bi_encoder_objective == "softmax"
-    assert metrics.data["train"] == 48 and metrics.data["dev"] == 12  # 20% of 60 carved off
-    assert "12 of 60 training pairs" in metrics.data["dev_carved"]
+    gold = metrics.result("gold")
+    assert gold.train == 48 and gold.dev == 12  # 20% of 60 carved off
+    assert "12 of 60 training pairs" in gold.dev_carved
     for key in MODELS:
         s = metrics.scores[key]
         assert s["dev"]["threshold"] == s["test"]["threshold"]  # chosen on dev, applied to test

@@ -1,5 +1,6 @@
-"""summary.md of unfinished runs: written after every stage, before later stages' results exist;
-`augsbert report` on damaged or unfinished runs."""
+"""summary.md assembled from the stages' typed results, for unfinished runs too (written after
+every stage, before later stages' results exist); `augsbert report` on damaged, unfinished and
+earlier-format runs."""
 
 import json
 
@@ -7,36 +8,107 @@ import pytest
 
 from augsbert_ray.cli import main
 from augsbert_ray.errors import DataError
-from augsbert_ray.metrics import RunMetrics
+from augsbert_ray.metrics import RunMetrics, StageRecord
 from augsbert_ray.report import show_run, summary_markdown
+from augsbert_ray.stages.base import ScoreRow, StageResult
+from augsbert_ray.stages.candidates import CandidatesResult
+from augsbert_ray.stages.evaluate import EvalResult
+from augsbert_ray.stages.gold import GoldResult, TargetResult, TargetSetCount
+from augsbert_ray.stages.silver import Shards, SilverResult
 
 
-def _target_run(data: dict, sampling: dict) -> RunMetrics:
+def _record(name: str, result: StageResult, kind: str = "stage", reused: bool = False) -> StageRecord:
+    return StageRecord(name=name, kind=kind, fingerprint="f" * 64, seconds=1.0, reused=reused, result=result)
+
+
+GOLD = GoldResult(train=40, dev=20, test=20, baselines={"jaccard": {"dev": {"f1": 50.0}, "test": {"f1": 48.0}}})
+
+
+def _target_run(*records: StageRecord) -> RunMetrics:
     return RunMetrics(job="da", task="binary", primary_metric="f1", run_dir="runs/da", complete=False,
-                      data={"train": 40, "dev": 20, "test": 20, "skipped_rows": 0},
-                      sampling=sampling,
-                      target={"task": "binary", "metric": "auc_0.05", "data": data, "mix_source_gold": False,
-                              "candidates": {}})
+                      stages=[_record("gold", GOLD, "load"), *records])
 
 
 def test_a_domain_adaptation_summary_before_the_target_sets_are_loaded():
-    text = summary_markdown(_target_run({}, {}))
-    assert "(unfinished run)" in text and "Domain adaptation" not in text
+    text = summary_markdown(_target_run())
+    assert "(unfinished run)" in text and "Domain adaptation" not in text and "Target task" not in text
+    assert "| Jaccard word overlap | 50.00 | 48.00 |" in text  # the gold stage's own rows
 
 
 def test_a_corpus_summary_before_its_pairs_are_labelled_and_after():
-    data = {"test": {"pairs": 30}}
-    before = summary_markdown(_target_run(data, {"strategy": "bm25", "sentences": 40, "candidates": 14}))
-    assert "on 30 target test pairs. Silver: target corpus pairs, not labelled yet (target silver only)." in before
-    after = summary_markdown(_target_run(data, {"strategy": "bm25", "sentences": 40, "candidates": 14, "labelled": 14, "silver": 12}))
-    assert "Silver: 12 bm25 pairs of 40 target corpus sentences labelled by the cross-encoder" in after
+    target = _record("target", TargetResult(sets={"test": TargetSetCount(pairs=30)}, task="binary",
+                                            baselines={"jaccard": {"target_test": {"auc_0.05": 12.0}}}))
+    candidates = _record("candidates", CandidatesResult(source="target corpus", strategy="bm25", top_k=3,
+                                                        sentences=40, candidates=14))
+    before = summary_markdown(_target_run(target, candidates))
+    assert "# da: AugSBERT (bm25) (unfinished run)" in before
+    assert "Target task: binary; AUC(0.05) x100 on 30 target test pairs." in before
+    assert "No upper bound: a target corpus has no labels." in before
+    assert "Candidates: 14 pairs from 40 sentences (target corpus, bm25)." in before and "Labelled" not in before
+    assert "| Jaccard word overlap | 12.00 |" in before  # no model scored on the target test set yet
+    silver = _record("silver", SilverResult(labelled=14, silver=12, pairs_per_s=1.0, actors=1, cpus_per_actor=1.0,
+                                            precision="fp32", shards=Shards(total=1, reused=0, labelled=1,
+                                                                            block_size=0)))
+    scored = _record("eval_augsbert", EvalResult(model="augsbert", scores={"target_test": {"auc_0.05": 33.0}},
+                                                 target_metric="auc_0.05"))
+    after = summary_markdown(_target_run(target, candidates, silver, scored))
+    assert "Labelled: 14; silver pairs used: 12" in after
+    table = after[after.index("## Domain adaptation"):]
+    assert table.index("| AugSBERT: bi-encoder on target silver | 33.00 |") < table.index("| Jaccard word overlap | 12.00 |")
+
+
+class _Toy(StageResult):
+    """A result of a stage the report has never heard of."""
+
+    widgets: int
+
+    def section(self, ctx):
+        return [f"Toy stage {ctx.stage}: {self.widgets} widgets."]
+
+    def rows(self, ctx):
+        return [ScoreRow(-1, "Toy model", {"test": {ctx.metric: 1.5}})]
+
+
+def test_the_summary_is_assembled_from_the_results_own_sections_and_rows():
+    m = RunMetrics(job="t", task="regression", primary_metric="spearman", run_dir="runs/t",
+                   stages=[_record("gold", GoldResult(train=4, dev=2, test=2)), _record("toy", _Toy(widgets=3))])
+    text = summary_markdown(m)
+    assert "Toy stage toy: 3 widgets." in text and "| Toy model |  | 1.50 |" in text
+    assert text.index("Gold pairs: train 4") < text.index("Toy stage toy")  # sections in stage order
+
+
+def test_metrics_json_round_trips_typed_results_and_keeps_its_flat_views(tmp_path):
+    m = _target_run(_record("eval_gold_only", EvalResult(model="gold_only", scores={"dev": {"f1": 60.0}})))
+    m.write(tmp_path / "metrics.json")
+    data = json.loads((tmp_path / "metrics.json").read_text())
+    assert data["data"]["train"] == 40 and data["scores"] == {"gold_only": {"dev": {"f1": 60.0}}}
+    assert data["baselines"]["jaccard"]["test"] == {"f1": 48.0}
+    back = RunMetrics.load(tmp_path)
+    assert isinstance(back.result("gold"), GoldResult) and back.result("gold").train == 40
+    assert back.scores == m.scores and summary_markdown(back) == summary_markdown(m)
+
+
+def test_a_metrics_file_of_the_earlier_format_still_reports(tmp_path):
+    # Results were plain dicts, and evaluation results named no model: the stage name says it.
+    old = {"job": "r", "task": "regression", "primary_metric": "spearman", "run_dir": "runs/r",
+           "data": {"train": 40, "dev": 20, "test": 20}, "scores": {"gold_only": {"test": {"spearman": 68.0}}},
+           "stages": [{"name": "gold", "kind": "load", "fingerprint": "a", "seconds": 1.0, "reused": False,
+                       "result": {"train": 40, "dev": 20, "test": 20, "skipped_rows": 0}},
+                      {"name": "eval_gold_only", "kind": "evaluate", "fingerprint": "b", "seconds": 1.0,
+                       "reused": False, "result": {"scores": {"test": {"spearman": 68.0}}}},
+                      {"name": "silver", "kind": "label", "fingerprint": "c", "seconds": 1.0, "reused": False,
+                       "result": {"an": "earlier shape"}}]}
+    (tmp_path / "metrics.json").write_text(json.dumps(old))
+    text = show_run(tmp_path)
+    assert "| Bi-encoder, gold only |  | 68.00 |" in text and "Gold pairs: train 40, dev 20, test 20" in text
 
 
 # -- `augsbert report` on damaged or unfinished runs ---------------------------------------------
-def _good() -> dict:
+def _good(reused: bool = False) -> dict:
     m = RunMetrics(job="r", task="regression", primary_metric="spearman", run_dir="runs/r", complete=False,
-                   data={"train": 40, "dev": 20, "test": 20, "skipped_rows": 0},
-                   scores={"gold_only": {"dev": {"spearman": 70.0}, "test": {"spearman": 68.0}}},
+                   stages=[_record("gold", GoldResult(train=40, dev=20, test=20), "load", reused),
+                           _record("eval_gold_only", EvalResult(model="gold_only", scores={
+                               "dev": {"spearman": 70.0}, "test": {"spearman": 68.0}}), "evaluate", reused)],
                    stages_planned=["gold", "gold_only", "eval_gold_only", "teacher"])
     return m.to_dict()
 
@@ -84,10 +156,10 @@ def test_report_on_an_unfinished_run_says_so_and_what_is_left(tmp_path):
                                                "TrainingError: boom\n")
     text = show_run(tmp_path)
     assert "every stage was done by an earlier run" not in text
-    assert "Unfinished run: 0 of 4 stages done; not done: gold, gold_only, eval_gold_only, teacher." in text
+    assert "Unfinished run: 2 of 4 stages done; not done: gold_only, teacher." in text
     assert "Ray had not started when this report was written" in text
     assert "The job log's last failure: 10:00:09 [4/4] teacher failed after 8s: TrainingError: boom" in text
-    (tmp_path / "metrics.json").write_text(json.dumps({**_good(), "complete": True}))
+    (tmp_path / "metrics.json").write_text(json.dumps({**_good(reused=True), "complete": True}))
     done = show_run(tmp_path)
     assert "Unfinished" not in done and "failure" not in done and "every stage was done by an earlier run" in done
 

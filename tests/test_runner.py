@@ -1,4 +1,4 @@
-"""The stage runner on toy stages (no Ray): reuse, resumption, --fresh, outputs, declared reads."""
+"""The stage runner on toy stages (no Ray): reuse, resumption, --fresh, outputs, params and results."""
 
 from __future__ import annotations
 
@@ -9,7 +9,8 @@ import pytest
 from augsbert_ray.config import validate_tree
 from augsbert_ray.rundir import RunDir
 from augsbert_ray.runner import Runner, publish
-from augsbert_ray.stages.base import Declaration, Settings, Stage, UndeclaredSetting
+from augsbert_ray.stages.base import (Declaration, Stage, StageParams, StageResult, UndeclaredSetting,
+                                      fingerprint_settings, placement_field)
 
 
 def _cfg(**extra):
@@ -17,42 +18,63 @@ def _cfg(**extra):
                                                    for s in ("train", "dev", "test")}, **extra})
 
 
+class SourceParams(StageParams):
+    epochs: int
+    actors: int | None = placement_field(None)
+
+
+class Count(StageResult):
+    n: int
+    resumed: bool = False
+
+
 class Source(Stage):
     """Writes a number that depends on cross_encoder.epochs; "resumes" from a partial file."""
 
     name = "source"
     needs_ray = False
+    result_type = Count
 
     def __init__(self):
         self.calls = []
 
     def declare(self, cfg):
-        return Declaration(reads=("cross_encoder.epochs", "labeling.actors"), outputs=("n.json",))
+        return Declaration(SourceParams(epochs=cfg.cross_encoder.epochs, actors=cfg.labeling.actors),
+                           outputs=("n.json",))
 
-    def run(self, inputs, settings, env):
+    def run(self, inputs, params, env):
         partial = env.out / "partial"
         resumed = partial.exists()  # what a checkpoint left by an interrupted run looks like
         partial.write_text("state")
         self.calls.append({"resumed": resumed, "fresh": env.fresh})
-        (env.out / "n.json").write_text(json.dumps(settings.cross_encoder.epochs * 10))
-        return {"n": settings.cross_encoder.epochs * 10, "resumed": resumed}
+        (env.out / "n.json").write_text(json.dumps(params.epochs * 10))
+        return Count(n=params.epochs * 10, resumed=resumed)
+
+
+class SeedParams(StageParams):
+    seed: int
+
+
+class Value(StageResult):
+    value: int
 
 
 class Double(Stage):
     name = "double"
     needs_ray = False
+    result_type = Value
 
     def __init__(self):
         self.calls = 0
 
     def declare(self, cfg):
-        return Declaration(reads=("seed",), inputs={"n": "source/n.json"}, outputs=("out.json",))
+        return Declaration(SeedParams(seed=cfg.seed), inputs={"n": "source/n.json"}, outputs=("out.json",))
 
-    def run(self, inputs, settings, env):
+    def run(self, inputs, params, env):
         self.calls += 1
-        value = inputs.json("n") * 2 + settings.seed
+        value = inputs.json("n") * 2 + params.seed
         (env.out / "out.json").write_text(json.dumps(value))
-        return {"value": value}
+        return Value(value=value)
 
 
 def test_a_finished_stage_is_reused_and_a_changed_setting_gets_its_own_folder(tmp_path):
@@ -63,9 +85,9 @@ def test_a_finished_stage_is_reused_and_a_changed_setting_gets_its_own_folder(tm
     assert not first.reused and again.reused and len(src.calls) == 1 and again.result == first.result
     changed = Runner(_cfg(cross_encoder={"epochs": 7}), rd)
     done = changed.run(src)
-    assert done.result["n"] == 70 and done.folder != first.folder
+    assert done.result.n == 70 and done.folder != first.folder
     assert src.calls[-1] == {"resumed": False, "fresh": False}  # nothing of the other setting's run is seen
-    assert changed.run(dbl).result["value"] == 140 + 42
+    assert changed.run(dbl).result.value == 140 + 42
     # Back to the first setting: its folder is still there and is reused.
     assert Runner(_cfg(), rd).run(src).reused and len(src.calls) == 2
 
@@ -84,7 +106,7 @@ def test_an_interrupted_stage_resumes_in_its_folder_and_fresh_starts_over(tmp_pa
     folder = runner.folder(src, runner.fingerprint(src))
     folder.mkdir(parents=True)
     (folder / "partial").write_text("state")  # a run that died before its marker
-    assert runner.run(src).result["resumed"] is True
+    assert runner.run(src).result.resumed is True
     done = Runner(_cfg(), rd, fresh=True).run(src)  # --fresh: the stage's folder is emptied first
     assert not done.reused and src.calls[-1] == {"resumed": False, "fresh": True}
 
@@ -102,29 +124,54 @@ def test_a_missing_output_redoes_the_stage_and_dependants_follow(tmp_path):
     assert any("n.json is missing or changed; redoing it" in line for line in lines)
 
 
-def test_a_stage_reads_only_what_it_declares(tmp_path):
-    class Sneaky(Source):
+def test_a_stage_sees_its_params_only_frozen_and_its_declared_inputs_only(tmp_path):
+    class Sneaky(Double):
         name = "sneaky"
 
-        def run(self, inputs, settings, env):
-            return {"lr": settings.cross_encoder.lr}  # declared: cross_encoder.epochs only
+        def run(self, inputs, params, env):
+            return Value(value=inputs.json("other"))  # declared: n only
 
-    with pytest.raises(UndeclaredSetting, match="read 'cross_encoder.lr'"):
-        Runner(_cfg(), RunDir(tmp_path / "run")).run(Sneaky())
-    view = Settings(_cfg(), frozenset({"sampling"}), "x")
-    assert view.sampling.faiss.index == "flat"  # a whole section is readable
-    with pytest.raises(UndeclaredSetting):
-        view.seed
-    with pytest.raises(AttributeError):
-        view.sampling.top_k = 4
+    runner = Runner(_cfg(), RunDir(tmp_path / "run"))
+    runner.run(Source())
+    with pytest.raises(UndeclaredSetting, match="input 'other'"):
+        runner.run(Sneaky())
+    params = Source().declare(_cfg()).params
+    with pytest.raises(ValueError):
+        params.epochs = 4  # frozen
+
+
+def test_the_fingerprint_is_the_params_dump_without_placement_with_models_by_content():
+    from augsbert_ray.config import CrossEncoderConfig
+
+    class P(StageParams):
+        cross_encoder: CrossEncoderConfig
+        batch: int = placement_field(8)
+
+    params = P(cross_encoder=CrossEncoderConfig(model="some/model"), batch=32)
+    dump = fingerprint_settings(params, lambda name: f"id-of-{name}")
+    assert "batch" not in dump and dump["cross_encoder"]["model"] == "id-of-some/model"
+    assert dump["cross_encoder"]["epochs"] == params.cross_encoder.epochs
+
+
+def test_a_stored_result_of_another_shape_redoes_the_stage(tmp_path):
+    rd = RunDir(tmp_path / "run")
+    src = Source()
+    done = Runner(_cfg(), rd).run(src)
+    marker = done.folder / "done.json"
+    record = json.loads(marker.read_text())
+    marker.write_text(json.dumps({**record, "result": {"count": "not this stage's"}}))
+    lines = []
+    again = Runner(_cfg(), rd, lines.append).run(src)
+    assert not again.reused and len(src.calls) == 2 and again.result.n == done.result.n
+    assert any("recorded result is of another version" in line for line in lines)
 
 
 def test_a_stage_must_write_what_it_declares(tmp_path):
     class Lazy(Source):
         name = "lazy"
 
-        def run(self, inputs, settings, env):
-            return {}
+        def run(self, inputs, params, env):
+            return Count(n=0)
 
     with pytest.raises(RuntimeError, match="did not write n.json"):
         Runner(_cfg(), RunDir(tmp_path / "run")).run(Lazy())

@@ -1,8 +1,10 @@
-"""The stages of an AugSBERT job, one module each (see ``base`` for what a stage is).
+"""The stages of an AugSBERT job, one module each (see ``base`` for what a stage is: its
+params, its inputs and outputs, ``run`` and its typed result).
 
 - ``gold``: gold pairs, and a domain-adaptation job's target sets (loaded before Ray starts)
 - ``teacher``: step 1, the cross-encoder on gold
-- ``student``: bi-encoders: gold only (the reference), the target upper bound, and step 3
+- ``student``: bi-encoders: ``GoldOnly`` (the reference), ``TargetGold`` (the target upper
+  bound) and ``AugSBERT`` (step 3)
 - ``candidates``: step 2.1, unlabelled pairs from a registry of sources
 - ``silver``: step 2.2, the teacher's labels
 - ``evaluate``: one model's scores on the evaluation sets, and the teacher check
@@ -12,16 +14,27 @@
 """
 
 from augsbert_ray.stages.auto import AutoPilot
-from augsbert_ray.stages.base import Declaration, Inputs, Settings, Stage, UndeclaredSetting
+from augsbert_ray.stages.base import (Declaration, Inputs, Stage, StageParams, StageResult, SummaryContext,
+                                      UndeclaredSetting)
 from augsbert_ray.stages.candidates import SOURCES, Candidates, source_of
 from augsbert_ray.stages.evaluate import Evaluate, TeacherCheck
 from augsbert_ray.stages.gold import Gold, TargetSets
 from augsbert_ray.stages.pilot import Pilot
 from augsbert_ray.stages.ship import Ship
 from augsbert_ray.stages.silver import Calibrate, Silver
-from augsbert_ray.stages.student import Student
+from augsbert_ray.stages.student import AugSBERT, GoldOnly, TargetGold
 from augsbert_ray.stages.teacher import Teacher
 
-__all__ = ["AutoPilot", "Calibrate", "Candidates", "Declaration", "Evaluate", "Gold", "Inputs", "Pilot", "SOURCES",
-           "Settings", "Ship", "Silver", "Stage", "Student", "TargetSets", "Teacher", "TeacherCheck",
-           "UndeclaredSetting", "source_of"]
+__all__ = ["AugSBERT", "AutoPilot", "Calibrate", "Candidates", "Declaration", "Evaluate", "Gold", "GoldOnly", "Inputs",
+           "Pilot", "SOURCES", "Ship", "Silver", "Stage", "StageParams", "StageResult", "SummaryContext",
+           "TargetGold", "TargetSets", "Teacher", "TeacherCheck", "UndeclaredSetting", "result_type_of", "source_of"]
+
+
+def result_type_of(stage: str) -> type[StageResult] | None:
+    """The result type of the job's stage named ``stage`` (None for a name no stage has): how
+    a stored result is read back (``metrics.RunMetrics.load``)."""
+    if stage.startswith("eval_"):
+        return Evaluate.result_type
+    named = (Gold, TargetSets, AutoPilot, Teacher, GoldOnly, TargetGold, AugSBERT, TeacherCheck, Candidates, Silver,
+             Calibrate, Pilot, Ship)
+    return next((cls.result_type for cls in named if cls.name == stage), None)

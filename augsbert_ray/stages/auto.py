@@ -30,7 +30,10 @@ import json
 import time
 from dataclasses import dataclass
 
-from augsbert_ray.stages.base import Declaration, Stage
+from typing import Any
+
+from augsbert_ray.config import AutoConfig
+from augsbert_ray.stages.base import Declaration, Stage, StageParams, StageResult, SummaryContext
 
 
 @dataclass(frozen=True)
@@ -104,6 +107,49 @@ def _stage_config(setting: Setting, cfg):
     return Setting(setting.label, shared).apply(cfg)
 
 
+class AutoParams(StageParams):
+    auto: AutoConfig
+
+
+class AutoResult(StageResult):
+    """The autopilot's choice: every setting tried, its pilot, cost and fate."""
+
+    chosen: str
+    overrides: dict[str, Any]
+    why: str = ""
+    lead_over_job_setting: dict[str, Any] | None = None
+    settings: list[dict[str, Any]]
+    gold_only_pilot_dev: float | None = None
+    metric: str
+    pilot_fraction: float
+    budget_minutes: float
+    seconds: float
+    predicts_silver_helps: bool | None = None
+    pilot_verdict: str | None = None
+    pilot_gain: dict[str, Any] | None = None
+
+    def section(self, ctx: SummaryContext) -> list[str]:
+        m = self.metric
+        gold = "n/a" if self.gold_only_pilot_dev is None else f"{self.gold_only_pilot_dev:.2f}"
+        lines = [f"Autopilot: {len(self.settings)} settings, pilots of {self.pilot_fraction:.0%} of the student's "
+                 f"steps scored on dev ({m}); gold only: {gold}. Chose {self.chosen}"
+                 + (f": {self.why}" if self.why else "")
+                 + f"; {self.seconds:.0f} s of the {self.budget_minutes:g}-minute budget."
+                 + (f" Best silver pilot against gold only: {self.pilot_verdict}." if self.pilot_verdict else ""), "",
+                 f"| setting | teacher dev {m} | silver pairs | pilot dev {m} | cost, s | fate |",
+                 "|---|---:|---:|---:|---:|---|"]
+        for r in self.settings:
+            teacher = r.get("teacher_dev", {}).get(m)
+            own = " (the job's own)" if r.get("job_setting") else ""
+            pilot = "" if r.get("pilot_dev") is None else format(r["pilot_dev"], ".2f")
+            lines.append(f"| {r['setting']}{own} | {'' if teacher is None else f'{teacher:.2f}'} | "
+                         f"{r.get('silver', '')} | {pilot} | {r['seconds']:.0f} | {r['fate']} |")
+        return lines
+
+    def view(self, stage: str) -> dict:
+        return {"auto": self.model_dump()}
+
+
 class AutoPilot(Stage):
     """Tries the settings of ``auto`` with pilots and picks the best on dev (see the module docstring)."""
 
@@ -111,19 +157,20 @@ class AutoPilot(Stage):
     kind = "search"
     always = True  # what it runs is reused through the fingerprints of the stages it runs
     unit = "settings"
+    result_type = AutoResult
 
     def declare(self, cfg) -> Declaration:
-        return Declaration(reads=("auto",), outputs=("search.json",))
+        return Declaration(AutoParams(auto=cfg.auto), outputs=("search.json",))
 
-    def run(self, inputs, settings, env) -> dict:
+    def run(self, inputs, params: AutoParams, env) -> AutoResult:
         from augsbert_ray.stages.candidates import Candidates, source_of
         from augsbert_ray.stages.evaluate import Evaluate
         from augsbert_ray.stages.pilot import Pilot
         from augsbert_ray.stages.silver import Calibrate, Silver
-        from augsbert_ray.stages.student import Student, mixes_gold, silver_artifact
+        from augsbert_ray.stages.student import GoldOnly, silver_artifact
         from augsbert_ray.stages.teacher import Teacher
 
-        runner, auto = env.runner, settings.auto
+        runner, auto = env.runner, params.auto
         runner.ensure_cluster()
         own = job_setting(runner.cfg) if auto.keep_job_setting else None
         candidates = settings_to_try(auto, own)
@@ -142,7 +189,7 @@ class AutoPilot(Stage):
             child = runner.child(cfg, log_prefix=f"[auto: {setting.label}] ")
             stages = [Teacher(), Evaluate("cross_encoder")]
             if cfg.sampling.strategy in ("ss", "bm25+ss") and cfg.sampling.ss_model == "gold_only":
-                stages.append(Student("gold_only"))  # the embedding model of semantic search
+                stages.append(GoldOnly())  # the embedding model of semantic search
             stages += [Candidates(source_of(cfg)), Silver()]
             if cfg.labeling.calibration != "none":
                 stages.append(Calibrate())
@@ -157,21 +204,21 @@ class AutoPilot(Stage):
                 gold_repeat[setting.label] = cfg.bi_encoder.gold_repeat
             if OBJECTIVE_KEY in setting.overrides:
                 objective[setting.label] = setting.overrides[OBJECTIVE_KEY]
-            teacher_dev = child.done["eval_cross_encoder"].result["scores"]["dev"]
+            teacher_dev = child.done["eval_cross_encoder"].result.scores["dev"]
             records.append({"setting": setting.label, "overrides": setting.overrides, "fate": "piloted",
                             "seconds": seconds, "teacher_dev": teacher_dev,
-                            "silver": child.done["silver"].result["silver"], "job_setting": setting is own})
+                            "silver": child.done["silver"].result.silver, "job_setting": setting is own})
             if report is not None:
                 report.advance(1)
         pilot_runner = runner.child(runner.cfg, log_prefix="[auto] ")
-        pilots = pilot_runner.run(Pilot(mixes_gold(runner.cfg), silver_sets=tried, gold_repeat=gold_repeat,
-                                        objective=objective,
-                                        fraction_key="auto.pilot_fraction", folds_key=None,
-                                        baseline=own.label if own is not None and own.label in tried else None))
-        scores = {k: v["dev"] for k, v in pilots.result["pilots"].items()}
+        pilots = pilot_runner.run(Pilot.trial(tried, auto.pilot_fraction, gold_repeat=gold_repeat,
+                                              objective=objective,
+                                              baseline=own.label if own is not None and own.label in tried else None))
+        piloted = pilots.result
+        scores = {k: v["dev"] for k, v in piloted.pilots.items()}
         for r in records:
             if r["setting"] in scores:
-                pilot = pilots.result["pilots"][r["setting"]]
+                pilot = piloted.pilots[r["setting"]]
                 r["pilot_dev"] = scores[r["setting"]]
                 r["seconds"] += pilot["seconds"]
                 r["pilot_train_pairs"] = pilot["train_pairs"]
@@ -183,7 +230,7 @@ class AutoPilot(Stage):
         kept = next((r for r in scored if r["job_setting"]), None)
         why = f"the best pilot on dev ({best['pilot_dev']:.2f})"
         if kept is not None and kept is not best:
-            lead = pilots.result["over_baseline"]  # the best pilot's gain over the job's own, on dev
+            lead = piloted.over_baseline  # the best pilot's gain over the job's own, on dev
             span = (f"{lead['difference']:+.2f}, {lead['confidence']:.0%} interval {lead['low']:+.2f} to "
                     f"{lead['high']:+.2f}")
             if lead["low"] > 0:
@@ -194,22 +241,22 @@ class AutoPilot(Stage):
                 best = kept
         elif kept is not None:
             why = f"the job's own setting, the best pilot on dev ({best['pilot_dev']:.2f})"
-            lead = pilots.result["over_baseline"]
+            lead = piloted.over_baseline
             if lead is not None:
                 why += f"; the next best, {lead['rival']}, trailed it by {-lead['difference']:.2f}"
         best["fate"] = "chosen"
         for r in scored:
             if r is not best:
                 r["fate"] = "pilot only"
-        result = {"chosen": best["setting"], "overrides": best["overrides"], "why": why,
-                  "lead_over_job_setting": pilots.result["over_baseline"], "settings": records,
-                  "gold_only_pilot_dev": scores.get("gold only"), "metric": pilots.result["metric"],
-                  "pilot_fraction": auto.pilot_fraction, "budget_minutes": auto.budget_minutes,
-                  "seconds": time.perf_counter() - started,
-                  "predicts_silver_helps": pilots.result["predicts_silver_helps"],
-                  "pilot_verdict": pilots.result["verdict"], "pilot_gain": pilots.result["gain"]}
-        (env.out / "search.json").write_text(json.dumps(result, indent=2), encoding="utf-8")
-        gold = result["gold_only_pilot_dev"]
-        env.log(f"[auto] chose {best['setting']} of {len(scored)} settings tried in {result['seconds']:.0f} s: "
+        result = AutoResult(chosen=best["setting"], overrides=best["overrides"], why=why,
+                            lead_over_job_setting=piloted.over_baseline, settings=records,
+                            gold_only_pilot_dev=scores.get("gold only"), metric=piloted.metric,
+                            pilot_fraction=auto.pilot_fraction, budget_minutes=auto.budget_minutes,
+                            seconds=time.perf_counter() - started,
+                            predicts_silver_helps=piloted.predicts_silver_helps,
+                            pilot_verdict=piloted.verdict, pilot_gain=piloted.gain)
+        (env.out / "search.json").write_text(json.dumps(result.model_dump(), indent=2), encoding="utf-8")
+        gold = result.gold_only_pilot_dev
+        env.log(f"[auto] chose {best['setting']} of {len(scored)} settings tried in {result.seconds:.0f} s: "
                 f"{why}; gold-only pilot {'n/a' if gold is None else f'{gold:.2f}'}")
         return result

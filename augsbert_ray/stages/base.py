@@ -1,39 +1,155 @@
-"""What a stage is: the config it reads, the artifacts it takes and writes, and ``run``.
+"""What a stage is: its params, the artifacts it takes and writes, ``run`` and its result.
 
-A stage declares everything its result depends on (``Declaration``): the dotted config
-paths it reads (a whole section or single keys), its inputs (artifacts of earlier stages,
-by id) and the artifacts it writes. The runner (``augsbert_ray.runner``) derives the
-stage's fingerprint from exactly that, so a stage is redone when, and only when, something
-it declared changed; settings marked ``placement`` in the config (actors, CPUs, GPUs, batch
-sizes, workers) are readable but never part of a fingerprint, and model settings count by
-the model's content. A stage sees the config through ``Settings``, which refuses to read
-anything not declared: a fingerprint cannot silently miss a setting the stage uses.
+A stage declares everything its result depends on (``Declaration``): one frozen, typed
+params object built from the job config (``StageParams``: the settings ``run`` uses, and
+nothing else of the config reaches ``run``), its inputs (artifacts of earlier stages, by
+id) and the artifacts it writes. The runner (``augsbert_ray.runner``) derives the stage's
+fingerprint from exactly that: the params' dump (``fingerprint_settings``), in which
+settings marked ``placement`` (actors, CPUs, GPUs, batch sizes, workers) are left out and
+model settings count by the model's content, and the inputs' fingerprints. A stage is
+redone when, and only when, something it declared changed.
+
+``run`` returns a typed result (``StageResult``), stored in the stage's marker and in the
+run's ``metrics.json``; the result renders the stage's own part of ``summary.md``.
 
 Example:
+    >>> class CountParams(StageParams):
+    ...     top_k: int
+    >>> class Counted(StageResult):
+    ...     count: int
+    ...     def section(self, ctx):
+    ...         return [f"Counted {self.count} pairs."]
     >>> class Count(Stage):
     ...     name = "count"
+    ...     result_type = Counted
     ...     def declare(self, cfg):
-    ...         return Declaration(reads=("sampling.top_k",), inputs={"pairs": "candidates/candidates.parquet"},
-    ...                            outputs=("count.json",))
-    ...     def run(self, inputs, settings, env):
-    ...         n = inputs.table("pairs").num_rows * settings.sampling.top_k
+    ...         return Declaration(CountParams(top_k=cfg.sampling.top_k),
+    ...                            inputs={"pairs": "candidates/candidates.parquet"}, outputs=("count.json",))
+    ...     def run(self, inputs, params, env):
+    ...         n = inputs.table("pairs").num_rows * params.top_k
     ...         (env.out / "count.json").write_text(str(n))
-    ...         return {"count": n}
+    ...         return Counted(count=n)
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, ClassVar, Iterable, Mapping
 
-from pydantic import BaseModel
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from augsbert_ray.errors import AugSBERTError
 
 
 class UndeclaredSetting(AugSBERTError):
-    """A stage read a config key it does not declare (a bug in the stage, not in the job)."""
+    """A stage used an input it does not declare (a bug in the stage, not in the job)."""
+
+
+# A params field that only places or sizes work (left out of the fingerprint), and one that
+# names a model (fingerprinted by the model's content): the config schema's own marks.
+PLACEMENT = {"placement": True}
+MODEL = {"model": True}
+
+
+def placement_field(default: Any = None) -> Any:
+    """A params field copied from a ``placement`` setting of the config."""
+    return Field(default, json_schema_extra=PLACEMENT)
+
+
+def model_field(default: Any = None) -> Any:
+    """A params field holding a model setting (a name or path) of the config."""
+    return Field(default, json_schema_extra=MODEL)
+
+
+class StageParams(BaseModel):
+    """The settings a stage's ``run`` uses, built from the job config by its ``declare``.
+
+    Config sections held as they are keep their own ``placement`` and ``model`` marks; a
+    single value copied from such a setting is declared with ``placement_field`` or
+    ``model_field``. A variant of a stage (a seed search on or off, a selection after
+    labelling) is a field, never guessed from the inputs ``run`` was handed.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid", arbitrary_types_allowed=True)
+
+
+class NoParams(StageParams):
+    """A stage that reads no setting."""
+
+
+@dataclass(frozen=True)
+class SummaryContext:
+    """What a result's section may know of the run besides itself."""
+
+    task: str
+    metric: str  # the task's primary metric
+    complete: bool = True
+    stage: str = ""  # the stage whose section is rendered
+
+
+@dataclass(frozen=True)
+class ScoreRow:
+    """One row of a scores table in ``summary.md``: ``order`` places it among the others."""
+
+    order: int
+    title: str
+    scores: Mapping[str, Mapping[str, Any]]  # split -> metric -> value
+    metric: str | None = None  # the metric shown (a target row's); None: the task's primary metric
+
+
+class StageResult(BaseModel):
+    """What a stage's ``run`` returns: stored as JSON in its marker and in ``metrics.json``.
+
+    A result renders its own part of ``summary.md``: ``section`` (its lines, placed in stage
+    order), ``rows`` and ``target_rows`` (rows of the gold and the target scores tables), and
+    ``headline`` (what the summary's title names, e.g. the sampling strategy). ``view`` is
+    its part of the flat views of ``metrics.json`` that programs read (``scores``, ``data``,
+    ``sampling``...); views of several results under one key are merged.
+    """
+
+    # NaN stays NaN in JSON (a model that scored every pair the same has an undefined score).
+    model_config = ConfigDict(extra="ignore", ser_json_inf_nan="constants")
+
+    def record(self) -> dict:
+        """The result as JSON-able data (numpy numbers as Python's), as markers and metrics store it."""
+        return self.model_dump(mode="json", fallback=_json_fallback)
+
+    def section(self, ctx: SummaryContext) -> list[str]:
+        return []
+
+    def rows(self, ctx: SummaryContext) -> list[ScoreRow]:
+        return []
+
+    def target_rows(self, ctx: SummaryContext) -> list[ScoreRow]:
+        return []
+
+    def headline(self) -> str | None:
+        return None
+
+    def view(self, stage: str) -> dict[str, Any]:
+        return {}
+
+    def model_scores(self) -> dict[str, dict[str, dict[str, Any]]]:
+        """model -> split -> metric -> value, for the models this stage scored."""
+        return {}
+
+    def baseline_scores(self) -> dict[str, dict[str, dict[str, Any]]]:
+        """baseline -> split -> metric -> value, for the baselines this stage computed."""
+        return {}
+
+
+def _json_fallback(value: Any) -> Any:
+    if hasattr(value, "tolist"):  # numpy scalars and arrays
+        return value.tolist()
+    return str(value)
+
+
+class Recorded(StageResult):
+    """A result this version cannot read as its stage's type (a record of another version):
+    kept as it is, rendering nothing."""
+
+    model_config = ConfigDict(extra="allow", ser_json_inf_nan="constants")
 
 
 @dataclass(frozen=True)
@@ -41,16 +157,15 @@ class Declaration:
     """What a stage's result depends on, and what it writes.
 
     Args:
-        reads: dotted config paths, each a section (``cross_encoder``) or a key
-            (``labeling.precision``). Everything under a declared section is readable;
-            its non-placement keys are fingerprinted.
+        params: the settings ``run`` gets (``StageParams``); its dump is the fingerprint's
+            settings part (placement fields left out, models counted by content).
         inputs: local name -> artifact id (``"<stage>/<artifact>"``) of an earlier stage.
         outputs: artifact names this stage writes into its folder (files or directories).
         extra: anything else the result depends on that is neither config nor an artifact
             (e.g. a corpus's file names, sizes and modification times); fingerprinted as is.
     """
 
-    reads: tuple[str, ...] = ()
+    params: StageParams = field(default_factory=NoParams)
     inputs: Mapping[str, str] = field(default_factory=dict)
     outputs: tuple[str, ...] = ()
     extra: Any = None
@@ -94,82 +209,23 @@ class Inputs:
         return json.loads(self.path(name).read_text(encoding="utf-8"))
 
 
-def _is_placement(model: BaseModel, name: str) -> bool:
+def _mark(model: BaseModel, name: str, mark: str) -> bool:
     extra = type(model).model_fields[name].json_schema_extra
-    return isinstance(extra, dict) and bool(extra.get("placement"))
+    return isinstance(extra, dict) and bool(extra.get(mark))
+
+
+def _is_placement(model: BaseModel, name: str) -> bool:
+    return _mark(model, name, "placement")
 
 
 def _is_model(model: BaseModel, name: str) -> bool:
-    extra = type(model).model_fields[name].json_schema_extra
-    return isinstance(extra, dict) and bool(extra.get("model"))
+    return _mark(model, name, "model")
 
 
-def _covered(path: str, declared: frozenset[str]) -> bool:
-    """``path`` is declared or lies under a declared section."""
-    parts = path.split(".")
-    return any(".".join(parts[:i]) in declared for i in range(1, len(parts) + 1))
-
-
-def _on_the_way(path: str, declared: frozenset[str]) -> bool:
-    """``path`` is a section above a declared key (reading it gives a view, not values)."""
-    return any(d.startswith(path + ".") for d in declared)
-
-
-class Settings:
-    """A read-only view of the job config that allows only a stage's declared paths.
-
-    Attribute access walks the config (``settings.cross_encoder.epochs``); a section comes
-    back as another view, a key as its value. Reading a key that is neither declared nor
-    under a declared section raises ``UndeclaredSetting``. Methods and properties of a
-    config section are available where the whole section is declared.
-    """
-
-    __slots__ = ("_node", "_path", "_declared", "_stage")
-
-    def __init__(self, node: BaseModel, declared: frozenset[str], stage: str, path: str = ""):
-        object.__setattr__(self, "_node", node)
-        object.__setattr__(self, "_path", path)
-        object.__setattr__(self, "_declared", declared)
-        object.__setattr__(self, "_stage", stage)
-
-    def __getattr__(self, name: str) -> Any:
-        if name.startswith("_"):
-            raise AttributeError(name)
-        path = f"{self._path}.{name}" if self._path else name
-        node = self._node
-        if name not in type(node).model_fields:  # a method or property of the section
-            if self._path and _covered(self._path, self._declared):
-                return getattr(node, name)
-            raise UndeclaredSetting(f"stage '{self._stage}' used '{path}'; only a stage that declares all of "
-                                    f"'{self._path or 'the job'}' may")
-        value = getattr(node, name)
-        if _covered(path, self._declared):
-            return Settings(value, self._declared, self._stage, path) if isinstance(value, BaseModel) else value
-        if _on_the_way(path, self._declared) and isinstance(value, BaseModel):
-            return Settings(value, self._declared, self._stage, path)
-        raise UndeclaredSetting(f"stage '{self._stage}' read '{path}', which it does not declare")
-
-    def __setattr__(self, name: str, value: Any) -> None:
-        raise AttributeError("stage settings are read-only")
-
-    def __repr__(self) -> str:
-        return f"Settings({self._stage}: {self._path or 'job'})"
-
-
-def declared_value(cfg: BaseModel, path: str, model_id: Callable[[str], str]) -> Any:
-    """The fingerprinted value of a declared path: placement keys left out, model names
-    replaced by their content ids, sections as plain JSON-able trees."""
-    node: Any = cfg
-    parent, name = None, None
-    for part in path.split("."):
-        if not isinstance(node, BaseModel) or part not in type(node).model_fields:
-            raise KeyError(f"no config key '{path}'")
-        parent, name, node = node, part, getattr(node, part)
-    if parent is not None and _is_placement(parent, name):
-        return None
-    if parent is not None and _is_model(parent, name) and isinstance(node, str):
-        return model_id(node)
-    return _plain(node, model_id)
+def fingerprint_settings(params: StageParams, model_id: Callable[[str], str]) -> dict:
+    """The settings part of a stage's fingerprint: its params as a plain JSON-able tree, with
+    placement fields left out (at any depth) and model names replaced by their content ids."""
+    return _plain(params, model_id)
 
 
 def _plain(value: Any, model_id: Callable[[str], str]) -> Any:
@@ -188,6 +244,24 @@ def _plain(value: Any, model_id: Callable[[str], str]) -> Any:
     return value
 
 
+def narrowed(section: BaseModel, used: Iterable[str]) -> BaseModel:
+    """A config section with only the settings a stage uses: every non-placement key outside
+    ``used`` (dotted paths relative to the section) put back to its default, so that changing
+    it leaves the stage's params, and its fingerprint, as they were. Placement keys stay."""
+    used = set(used)
+    update = {}
+    for name, info in type(section).model_fields.items():
+        value = getattr(section, name)
+        if name in used or _is_placement(section, name):
+            continue
+        inner = {u[len(name) + 1:] for u in used if u.startswith(name + ".")}
+        if inner and isinstance(value, BaseModel):
+            update[name] = narrowed(value, inner)
+        else:
+            update[name] = info.get_default(call_default_factory=True)
+    return section.model_copy(update=update, deep=True)
+
+
 def config_leaves(model: BaseModel, prefix: str = ""):
     """Every leaf key of a config tree as (dotted path, owning model, field name).
 
@@ -203,10 +277,12 @@ def config_leaves(model: BaseModel, prefix: str = ""):
 
 
 class Stage:
-    """Base of every stage. Subclasses set ``name`` and implement ``declare`` and ``run``.
+    """Base of every stage. Subclasses set ``name`` and ``result_type`` and implement
+    ``declare`` and ``run``.
 
     Attributes:
         name: unique in a job; names the stage's folder and its entry in the report.
+        result_type: the ``StageResult`` class ``run`` returns.
         needs_ray: whether ``run`` uses the cluster (Ray starts before the first such stage
             that is not reused; a job whose stages are all reused never starts Ray).
         always: run every time (cheap stages whose outputs are fingerprinted by content,
@@ -216,6 +292,7 @@ class Stage:
 
     name: str = ""
     kind: str = "stage"  # what it does, for the report: load, train, evaluate, check, candidates, label
+    result_type: ClassVar[type[StageResult]] = StageResult
     needs_ray: bool = True
     always: bool = False
     loads: bool = False  # it reads the job's inputs (gold and target sets): what planning must run
@@ -225,20 +302,28 @@ class Stage:
     def declare(self, cfg) -> Declaration:  # pragma: no cover - every stage overrides it
         raise NotImplementedError
 
-    def run(self, inputs: Inputs, settings: Settings, env) -> dict:  # pragma: no cover
+    def run(self, inputs: Inputs, params: StageParams, env) -> StageResult:  # pragma: no cover
         raise NotImplementedError
 
-    def work(self, cfg, results: dict[str, dict]) -> tuple[float, str, str | None] | None:
+    def load_result(self, data: Any) -> StageResult | None:
+        """A stored result (a marker's JSON) as this stage's result type; None where it does
+        not validate (a record of another version: the stage is then redone)."""
+        try:
+            return self.result_type.model_validate(data, context={"stage": self.name})
+        except ValidationError:
+            return None
+
+    def work(self, params: StageParams, results: Mapping[str, StageResult]) -> tuple[float, str, str | None] | None:
         """What the stage will process, for the job's ETA: (total, unit, rate key) once known
         from the results of the stages done so far, else None. Stages with the same rate key
         do the same kind of work (e.g. bi-encoder training steps), so one's rate prices the other."""
         return None
 
-    def throughput(self, result: dict, seconds: float) -> str:
+    def throughput(self, result: StageResult, seconds: float) -> str:
         """What the stage processed per second of its wall time, as a readable rate ("" if nothing)."""
         return ""
 
-    def fixed_seconds(self, result: dict, seconds: float) -> float | None:
+    def fixed_seconds(self, result: StageResult, seconds: float) -> float | None:
         """The part of the stage's time that does not grow with its work (starting workers,
         loading models, checkpoints), where the stage can tell; None where it cannot."""
         return None

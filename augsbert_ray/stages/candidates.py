@@ -15,60 +15,111 @@ Every source writes ``sentences.parquet`` (``schema.SENTENCE_SCHEMA``) and
 
 from __future__ import annotations
 
-from typing import Callable
+from typing import Any, Callable
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.parquet as pq
 
 from augsbert_ray import schema
 from augsbert_ray.candidates import EMBEDS
 from augsbert_ray.candidates.pairs import finalize_candidates, gold_pair_keys, unique_sentences
 from augsbert_ray.runtime import per_worker_cpus
-from augsbert_ray.stages.base import Declaration, Stage
+from augsbert_ray.config import CorpusConfig, SamplingConfig
+from augsbert_ray.stages.base import (Declaration, Stage, StageParams, StageResult, SummaryContext, model_field,
+                                      narrowed, placement_field)
 
 OUTPUTS = ("sentences.parquet", "candidates.parquet")
 
-# The sampling settings that decide which pairs a strategy finds (placement keys are left
-# out of fingerprints anyway; keys of other strategies are not read at all).
-_STRATEGY_READS = {
-    "bm25": ("sampling.top_k",),
-    "ss": ("sampling.top_k", "sampling.ss_model", "sampling.faiss"),
-    "bm25+ss": ("sampling.top_k", "sampling.ss_model", "sampling.faiss"),
-    "rs": ("sampling.random_per_sentence",),
-    "kde": ("sampling.kde.pool_per_sentence",),
+# The sampling settings that decide which pairs a strategy finds (the others are put back to
+# their defaults in the stage's params; placement keys are never fingerprinted).
+_STRATEGY_USES = {
+    "bm25": ("strategy", "top_k"),
+    "ss": ("strategy", "top_k", "ss_model", "faiss"),
+    "bm25+ss": ("strategy", "top_k", "ss_model", "faiss"),
+    "rs": ("strategy", "random_per_sentence"),
+    "kde": ("strategy", "kde.pool_per_sentence"),
 }
-_PLACEMENT_READS = ("sampling.query_batch_size", "sampling.searchers", "sampling.embed_batch_size",
-                    "training.use_gpu")
 
 
-def _sampling_declaration(cfg) -> tuple[list[str], dict[str, str]]:
-    """What sampling with the job's strategy reads: its keys, the seed, and the embedding model."""
-    strategy = cfg.sampling.strategy
-    reads = ["sampling.strategy", "seed", *_STRATEGY_READS[strategy], *_PLACEMENT_READS]
-    inputs = {}
-    if strategy in EMBEDS:
-        reads.append("bi_encoder.max_length")
-        if cfg.sampling.ss_model == "gold_only":
-            inputs["embedder"] = "gold_only/model"
-        else:
-            reads.append("bi_encoder.model")
-    return reads, inputs
+class CandidatesParams(StageParams):
+    source: str  # one of SOURCES
+    seed: int = 0
+    # The job's sampling settings, those its strategy does not use at their defaults (None:
+    # the target pairs, taken as they are).
+    sampling: SamplingConfig | None = None
+    # The model that embeds the sentences (semantic search without the gold-only student);
+    # None: not embedded, or embedded by the gold-only student (an input).
+    embed_model: str | None = model_field(None)
+    max_length: int = 128  # the embedding model's (semantic search)
+    use_gpu: bool = placement_field(False)
+    corpus: CorpusConfig | None = None  # the target corpus (source ``target corpus``)
 
 
-def _sample(sentences: pa.Table, gold_keys: np.ndarray, settings, env, embedder) -> pa.Table:
+class CandidatesResult(StageResult):
+    """What the candidates stage found: how many sentences and pairs, from which source."""
+
+    source: str
+    strategy: str | None = None  # the sampling strategy (None: the target pairs as they are)
+    top_k: int | None = None
+    sentences: int
+    candidates: int
+    target_pairs: int | None = None
+    self_pairs_left_out: int | None = None
+    repeats_left_out: int | None = None
+    corpus_files: int | None = None
+    corpus_lines: dict[str, Any] | None = None
+
+    def headline(self) -> str | None:
+        return self.strategy or self.source
+
+    def section(self, ctx: SummaryContext) -> list[str]:
+        lines = [f"Candidates: {self.candidates} pairs from {self.sentences} sentences ({self.source}"
+                 + (f", {self.strategy}" if self.strategy else "") + ")."]
+        c = self.corpus_lines
+        if c:
+            lines.append(f"Target corpus: {c['lines']:,} lines read; {c['empty']:,} empty, "
+                         f"{c['too_long']:,} too long and {c['bad']:,} bad left out, {c['truncated']:,} "
+                         f"truncated, {c['duplicates']:,} repeats; {c['sentences']:,} sentences"
+                         + (f" (a seeded sample of {c['distinct']:,})." if c["sampled_out"] else "."))
+        return lines
+
+    def view(self, stage: str) -> dict:
+        out = {"sampling": {"strategy": self.strategy or self.source, "source": self.source, "top_k": self.top_k,
+                            "sentences": self.sentences, "candidates": self.candidates}}
+        target = {k: v for k, v in self.model_dump().items()
+                  if (k.endswith(("_left_out", "target_pairs")) or k.startswith("corpus")) and v is not None}
+        return out | ({"target": {"candidates": target}} if self.source != "gold sentences" else {})
+
+
+def _sampling_params(cfg, source: str, **extra) -> CandidatesParams:
+    """What sampling with the job's strategy uses: its keys, the seed, and the embedding model."""
+    s = cfg.sampling
+    embeds = s.strategy in EMBEDS
+    return CandidatesParams(
+        source=source, seed=cfg.seed, sampling=narrowed(s, _STRATEGY_USES[s.strategy]),
+        embed_model=cfg.bi_encoder.model if embeds and s.ss_model != "gold_only" else None,
+        max_length=cfg.bi_encoder.max_length if embeds else 128, use_gpu=cfg.training.use_gpu, **extra)
+
+
+def _embedder_input(cfg) -> dict[str, str]:
+    """The gold-only student, where it embeds the sentences for semantic search."""
+    embeds = cfg.sampling.strategy in EMBEDS and cfg.sampling.ss_model == "gold_only"
+    return {"embedder": "gold_only/model"} if embeds else {}
+
+
+def _sample(sentences: pa.Table, gold_keys: np.ndarray, params: CandidatesParams, env, embedder) -> pa.Table:
     """The job's sampling strategy over ``sentences`` (pairs in ``gold_keys`` left out)."""
     from augsbert_ray.candidates import SamplingContext, get_sampler
 
-    s = settings.sampling
+    s = params.sampling
     bi = None
     if s.strategy in EMBEDS:
-        bi = env.ship(embedder) if embedder is not None else env.base_model(settings.bi_encoder.model)
+        bi = env.ship(embedder) if embedder is not None else env.base_model(params.embed_model)
     ctx = SamplingContext(
-        sentences, gold_keys, s, env.out / "index", settings.seed,
-        bi_encoder=bi, max_length=settings.bi_encoder.max_length if s.strategy in EMBEDS else 128,
+        sentences, gold_keys, s, env.out / "index", params.seed,
+        bi_encoder=bi, max_length=params.max_length,
         cpus_per_actor=per_worker_cpus(None, env.cluster.cpus, s.searchers),
-        gpus_per_actor=1 if settings.training.use_gpu else 0, progress=env.reporter(),
+        gpus_per_actor=1 if params.use_gpu else 0, progress=env.reporter(),
     )
     return get_sampler(s.strategy)(ctx)
 
@@ -82,26 +133,28 @@ def _write(env, sentences: pa.Table, candidates: pa.Table) -> None:
 
 # -- the sources --------------------------------------------------------------------------------
 def _gold_declare(cfg) -> Declaration:
-    reads, inputs = _sampling_declaration(cfg)
-    return Declaration(reads=tuple(reads), inputs={"gold": "gold/train.parquet", **inputs}, outputs=OUTPUTS)
+    return Declaration(_sampling_params(cfg, "gold sentences"),
+                       inputs={"gold": "gold/train.parquet", **_embedder_input(cfg)}, outputs=OUTPUTS)
 
 
-def _gold_run(inputs, settings, env) -> dict:
+def _gold_run(inputs, params: CandidatesParams, env) -> CandidatesResult:
     gold = inputs.table("gold")
     sentences = unique_sentences(gold)
     embedder = inputs.path("embedder") if "embedder" in inputs else None
-    candidates = _sample(sentences, gold_pair_keys(gold, sentences), settings, env, embedder)
+    candidates = _sample(sentences, gold_pair_keys(gold, sentences), params, env, embedder)
     _write(env, sentences, candidates)
-    env.log(f"[candidates] {candidates.num_rows} {settings.sampling.strategy} pairs from {sentences.num_rows} "
+    env.log(f"[candidates] {candidates.num_rows} {params.sampling.strategy} pairs from {sentences.num_rows} "
             "sentences")
-    return {"source": "gold sentences", "sentences": sentences.num_rows, "candidates": candidates.num_rows}
+    return CandidatesResult(source=params.source, strategy=params.sampling.strategy, top_k=params.sampling.top_k,
+                            sentences=sentences.num_rows, candidates=candidates.num_rows)
 
 
 def _pairs_declare(cfg) -> Declaration:
-    return Declaration(inputs={"pairs": "target/pairs.parquet"}, outputs=OUTPUTS)
+    return Declaration(CandidatesParams(source="target pairs"), inputs={"pairs": "target/pairs.parquet"},
+                       outputs=OUTPUTS)
 
 
-def _pairs_run(inputs, settings, env) -> dict:
+def _pairs_run(inputs, params: CandidatesParams, env) -> CandidatesResult:
     pairs = inputs.table("pairs")
     sentences = unique_sentences(pairs)
     index = {t: i for i, t in enumerate(sentences.column(schema.TEXT).to_pylist())}
@@ -114,34 +167,33 @@ def _pairs_run(inputs, settings, env) -> dict:
     _write(env, sentences, candidates)
     env.log(f"[candidates] {candidates.num_rows} target pairs ({self_pairs} self-pairs and {repeats} repeated "
             f"pairs of {pairs.num_rows} left out) over {sentences.num_rows} sentences")
-    return {"source": "target pairs", "sentences": sentences.num_rows, "candidates": candidates.num_rows,
-            "target_pairs": pairs.num_rows, "self_pairs_left_out": self_pairs, "repeats_left_out": repeats}
+    return CandidatesResult(source=params.source, sentences=sentences.num_rows, candidates=candidates.num_rows,
+                            target_pairs=pairs.num_rows, self_pairs_left_out=self_pairs, repeats_left_out=repeats)
 
 
 def _corpus_declare(cfg) -> Declaration:
     from augsbert_ray.loaders.corpus import list_files
 
-    reads, inputs = _sampling_declaration(cfg)
     # A corpus can be large: its files' names, sizes and modification times stand for its contents.
-    return Declaration(reads=tuple(reads + ["target.corpus"]), inputs=inputs, outputs=OUTPUTS,
-                       extra=list_files(cfg.target.corpus.path))
+    return Declaration(_sampling_params(cfg, "target corpus", corpus=cfg.target.corpus), inputs=_embedder_input(cfg),
+                       outputs=OUTPUTS, extra=list_files(cfg.target.corpus.path))
 
 
-def _corpus_run(inputs, settings, env) -> dict:
+def _corpus_run(inputs, params: CandidatesParams, env) -> CandidatesResult:
     from augsbert_ray.loaders.corpus import read_corpus
 
-    c = settings.target.corpus
-    corpus = read_corpus(c, seed=settings.seed, log=env.log)
+    corpus = read_corpus(params.corpus, seed=params.seed, log=env.log)
     embedder = inputs.path("embedder") if "embedder" in inputs else None
-    candidates = _sample(corpus.sentences, np.empty(0, np.int64), settings, env, embedder)
+    candidates = _sample(corpus.sentences, np.empty(0, np.int64), params, env, embedder)
     _write(env, corpus.sentences, candidates)
-    env.log(f"[candidates] {candidates.num_rows} {settings.sampling.strategy} pairs from "
+    env.log(f"[candidates] {candidates.num_rows} {params.sampling.strategy} pairs from "
             f"{corpus.sentences.num_rows} corpus sentences")
-    return {"source": "target corpus", "sentences": corpus.sentences.num_rows, "candidates": candidates.num_rows,
-            "corpus_files": len(corpus.files), "corpus_lines": corpus.counts}
+    return CandidatesResult(source=params.source, strategy=params.sampling.strategy, top_k=params.sampling.top_k,
+                            sentences=corpus.sentences.num_rows, candidates=candidates.num_rows,
+                            corpus_files=len(corpus.files), corpus_lines=corpus.counts)
 
 
-# source name -> (declare(cfg), run(inputs, settings, env))
+# source name -> (declare(cfg), run(inputs, params, env))
 SOURCES: dict[str, tuple[Callable, Callable]] = {
     "gold sentences": (_gold_declare, _gold_run),
     "target pairs": (_pairs_declare, _pairs_run),
@@ -162,12 +214,13 @@ class Candidates(Stage):
     name = "candidates"
     kind = "candidates"
     unit = "sentences"
+    result_type = CandidatesResult
 
-    def throughput(self, result: dict, seconds: float) -> str:
+    def throughput(self, result: CandidatesResult, seconds: float) -> str:
         if not seconds:
             return ""
-        return (f"{result['candidates'] / seconds:.1f} candidate pairs/s "
-                f"({result['sentences'] / seconds:.1f} sentences/s)")
+        return (f"{result.candidates / seconds:.1f} candidate pairs/s "
+                f"({result.sentences / seconds:.1f} sentences/s)")
 
     def __init__(self, source: str):
         if source not in SOURCES:
@@ -176,12 +229,7 @@ class Candidates(Stage):
 
     def declare(self, cfg) -> Declaration:
         decl = SOURCES[self.source][0](cfg)
-        return Declaration(reads=decl.reads, inputs=decl.inputs, outputs=decl.outputs,
-                           extra=[self.source, decl.extra])
+        return Declaration(decl.params, inputs=decl.inputs, outputs=decl.outputs, extra=[self.source, decl.extra])
 
-    def run(self, inputs, settings, env) -> dict:
-        return SOURCES[self.source][1](inputs, settings, env)
-
-
-def candidate_count(path) -> int:
-    return pq.ParquetFile(path).metadata.num_rows
+    def run(self, inputs, params: CandidatesParams, env) -> CandidatesResult:
+        return SOURCES[params.source][1](inputs, params, env)

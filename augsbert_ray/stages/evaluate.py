@@ -12,16 +12,19 @@ from __future__ import annotations
 import contextlib
 import json
 import math
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
+from pydantic import ValidationInfo, model_validator
 
 from augsbert_ray import schema
 from augsbert_ray.errors import TeacherCheckError
 from augsbert_ray.evaluation import PRIMARY_METRIC, TARGET_METRIC, target_metrics, task_metrics, undefined_scores
 from augsbert_ray.runtime import driver_is_the_only_node, per_worker_cpus, remote_call
-from augsbert_ray.stages.base import Declaration, Stage
+from augsbert_ray.stages.base import (Declaration, ScoreRow, Stage, StageParams, StageResult, SummaryContext,
+                                      model_field, placement_field)
 
 PAIR_COLUMNS = schema.PAIR_COLUMNS  # (re-exported for callers that score pair tables)
 
@@ -45,14 +48,76 @@ def eval_sets(cfg, model: str) -> dict[str, str]:
     return sets
 
 
+# model -> (order, title) in the gold scores table, and in domain adaptation's target table
+ROWS = {"zero_shot": (10, "Zero-shot bi-encoder"), "gold_only": (11, "Bi-encoder, gold only"),
+        "cross_encoder": (12, "Cross-encoder (teacher)"), "augsbert": (13, "AugSBERT bi-encoder (gold + silver)")}
+TARGET_ROWS = {"target_gold": (0, "Upper bound: bi-encoder on target gold"),
+               "augsbert": (1, "AugSBERT: bi-encoder on target silver"),
+               "gold_only": (2, "Lower bound: bi-encoder on source gold"),
+               "zero_shot": (3, "Zero-shot bi-encoder"),
+               "cross_encoder": (4, "Cross-encoder (teacher, source gold)")}
+
+
+class EvaluateParams(StageParams):
+    model: str  # which model (``MODELS``)
+    task: str
+    target_task: str | None = None  # how the target sets are scored (domain adaptation)
+    max_length: int
+    base_model: str | None = model_field(None)  # the untrained bi-encoder (zero-shot), else None
+    num_layers: int | None = None  # the untrained bi-encoder's layers kept
+    mixed: bool = False  # AugSBERT trained on source gold + target silver (domain adaptation)
+    batch_size: int = placement_field(64)
+    use_gpu: bool = placement_field(False)
+    cpus_per_worker: float | None = placement_field(None)
+    num_workers: int = placement_field(1)
+
+
+class EvalResult(StageResult):
+    """One model's scores: split -> metric -> value (splits dev, test, target_test, target_dev)."""
+
+    model: str
+    scores: dict[str, dict[str, Any]]
+    target_metric: str | None = None
+    mixed: bool = False
+
+    @model_validator(mode="before")
+    @classmethod
+    def _model_from_stage(cls, data, info: ValidationInfo):
+        """A record of an earlier version names the model by its stage only (``eval_<model>``)."""
+        stage = (info.context or {}).get("stage", "")
+        if isinstance(data, dict) and "model" not in data and stage.startswith("eval_"):
+            data = {**data, "model": stage.removeprefix("eval_")}
+        return data
+
+    def rows(self, ctx: SummaryContext) -> list[ScoreRow]:
+        if self.model not in ROWS or not {"dev", "test"} & set(self.scores):
+            return []
+        return [ScoreRow(*ROWS[self.model], self.scores)]
+
+    def target_rows(self, ctx: SummaryContext) -> list[ScoreRow]:
+        if self.model not in TARGET_ROWS or "target_test" not in self.scores:
+            return []
+        order, title = TARGET_ROWS[self.model]
+        if self.model == "augsbert" and self.mixed:
+            title = title.replace("target silver", "source gold + target silver")
+        return [ScoreRow(order, title, self.scores, self.target_metric)]
+
+    def view(self, stage: str) -> dict:
+        return {"scores": {self.model: self.scores}}
+
+    def model_scores(self) -> dict:
+        return {self.model: self.scores}
+
+
 class Evaluate(Stage):
     """Scores ``model`` (see ``MODELS``) on the evaluation sets."""
 
     kind = "evaluate"
     unit = "pairs"
+    result_type = EvalResult
 
-    def throughput(self, result: dict, seconds: float) -> str:
-        pairs = sum(split.get("pairs", 0) for split in result["scores"].values())
+    def throughput(self, result: EvalResult, seconds: float) -> str:
+        pairs = sum(split.get("pairs", 0) for split in result.scores.values())
         return f"{pairs / seconds:.1f} evaluated pairs/s" if seconds else ""
 
     def __init__(self, model: str):
@@ -63,55 +128,53 @@ class Evaluate(Stage):
         self.name = f"eval_{model}"
 
     def declare(self, cfg) -> Declaration:
-        reads = ["task", "evaluation.batch_size", "training.use_gpu", "training.cpus_per_worker",
-                 "training.num_workers"]
-        if cfg.target is not None:
-            reads.append("target.task")
-        if self.encoder == "cross":
-            reads.append("cross_encoder.max_length")
-        elif self.trained_by is None:
-            reads += ["bi_encoder.model", "bi_encoder.max_length", "bi_encoder.num_layers"]
-        else:
-            reads.append("bi_encoder.max_length")
+        t, b = cfg.training, cfg.bi_encoder
+        untrained = self.encoder == "bi" and self.trained_by is None
+        params = EvaluateParams(
+            model=self.model, task=cfg.task, target_task=None if cfg.target is None else cfg.target.task or cfg.task,
+            max_length=cfg.cross_encoder.max_length if self.encoder == "cross" else b.max_length,
+            base_model=b.model if untrained else None, num_layers=b.num_layers if untrained else None,
+            mixed=self.model == "augsbert" and cfg.target is not None and cfg.target.mix_source_gold,
+            batch_size=cfg.evaluation.batch_size, use_gpu=t.use_gpu, cpus_per_worker=t.cpus_per_worker,
+            num_workers=t.num_workers)
         inputs = dict(eval_sets(cfg, self.model))
         if self.trained_by is not None:
             inputs["model"] = f"{self.trained_by}/model"
-        return Declaration(reads=tuple(reads), inputs=inputs, outputs=("scores.json", "predictions.parquet"))
+        return Declaration(params, inputs=inputs, outputs=("scores.json", "predictions.parquet"))
 
-    def run(self, inputs, settings, env) -> dict:
+    def run(self, inputs, params: EvaluateParams, env) -> EvalResult:
         sets = {name: inputs.table(name).select(PAIR_COLUMNS)
                 for name in ("dev", "test", "target_test", "target_dev") if name in inputs}
-        t = settings.training
-        cpus = per_worker_cpus(t.cpus_per_worker, env.cluster.cpus, t.num_workers)
-        batch = settings.evaluation.batch_size
+        cpus = per_worker_cpus(params.cpus_per_worker, env.cluster.cpus, params.num_workers)
+        batch, use_gpu = params.batch_size, params.use_gpu
         # One machine and no GPU to place the scoring on: score in the driver. A Ray task would
         # start a worker process that imports transformers (8-10 s on 2 cores) to score a few
         # thousand pairs, and the driver has the models' files on its own disk.
-        here = not t.use_gpu and driver_is_the_only_node()
+        here = not use_gpu and driver_is_the_only_node()
 
         def call(fn, model, *args):
             if here:
                 return fn(str(model), *args, threads=int(cpus))
-            return remote_call(fn, model, *args, num_cpus=cpus, num_gpus=1 if t.use_gpu else 0,
+            return remote_call(fn, model, *args, num_cpus=cpus, num_gpus=1 if use_gpu else 0,
                                what="scoring a model (training.cpus_per_worker, training.use_gpu)")
 
         if self.trained_by is not None:
             model = inputs.path("model") if here else env.ship(inputs.path("model"))
         if self.encoder == "cross":
-            preds = call(_predict_cross_encoder, model, sets, batch, settings.cross_encoder.max_length)
+            preds = call(_predict_cross_encoder, model, sets, batch, params.max_length)
         elif self.trained_by is None:
-            b = settings.bi_encoder
-            preds = call(_predict_bi_encoder, b.model if here else env.base_model(b.model), sets, batch,
-                         b.max_length, b.num_layers)
+            base = params.base_model
+            preds = call(_predict_bi_encoder, base if here else env.base_model(base), sets, batch,
+                         params.max_length, params.num_layers)
         else:
-            preds = call(_predict_bi_encoder, model, sets, batch, settings.bi_encoder.max_length, None)
+            preds = call(_predict_bi_encoder, model, sets, batch, params.max_length, None)
         scores = {}
         gold_sets = {s: sets[s] for s in ("dev", "test") if s in sets}
         if gold_sets:
-            scores.update(task_metrics(settings.task, {s: preds[s] for s in gold_sets}, gold_sets))
+            scores.update(task_metrics(params.task, {s: preds[s] for s in gold_sets}, gold_sets))
         target_sets = {s: sets[s] for s in ("target_test", "target_dev") if s in sets}
+        target_task = params.target_task if target_sets else None
         if target_sets:
-            target_task = settings.target.task or settings.task
             scores.update(target_metrics(target_task, {s: preds[s] for s in target_sets}, target_sets))
         (env.out / "scores.json").write_text(json.dumps(scores, indent=2), encoding="utf-8")
         pq.write_table(pa.table({
@@ -121,12 +184,12 @@ class Evaluate(Stage):
             "prediction": pa.array(np.concatenate([np.asarray(preds[s], np.float32) for s in sets])
                                    if sets else [], pa.float32()),
         }), env.out / "predictions.parquet")
-        target_task = (settings.target.task or settings.task) if target_sets else None
-        env.log(f"[{self.model}] {format_scores(scores, settings.task, target_task)}")
-        for reason in undefined_scores({s: scores[s] for s in gold_sets}, PRIMARY_METRIC[settings.task], preds):
-            env.log(f"[{self.model}] WARNING: {reason}; its {PRIMARY_METRIC[settings.task]} is undefined (NaN): "
+        env.log(f"[{self.model}] {format_scores(scores, params.task, target_task)}")
+        for reason in undefined_scores({s: scores[s] for s in gold_sets}, PRIMARY_METRIC[params.task], preds):
+            env.log(f"[{self.model}] WARNING: {reason}; its {PRIMARY_METRIC[params.task]} is undefined (NaN): "
                     "the model has collapsed to one output (a failed training, or a learning rate too high)")
-        return {"scores": scores}
+        return EvalResult(model=self.model, scores=scores, mixed=params.mixed,
+                          target_metric=TARGET_METRIC[target_task] if target_task else None)
 
 
 def format_scores(scores: dict, task: str, target_task: str | None = None) -> str:
@@ -206,6 +269,25 @@ def _free_gpu_memory() -> None:
         torch.cuda.empty_cache()
 
 
+class TeacherCheckParams(StageParams):
+    task: str
+    on_fail: str  # evaluation.teacher_check: warn or stop
+
+
+class TeacherCheckResult(StageResult):
+    metric: str
+    cross_encoder_dev: float
+    gold_only_dev: float
+    gap: float
+
+    def section(self, ctx: SummaryContext) -> list[str]:
+        return [f"Teacher check (dev): cross-encoder {self.cross_encoder_dev:.2f} vs gold-only bi-encoder "
+                f"{self.gold_only_dev:.2f} ({self.gap:+.2f})."]
+
+    def view(self, stage: str) -> dict:
+        return {"teacher_check": self.model_dump()}
+
+
 class TeacherCheck(Stage):
     """AugSBERT helps only if the teacher beats the gold-only student on dev: say so loudly.
 
@@ -220,19 +302,20 @@ class TeacherCheck(Stage):
     needs_ray = False
     always = True
     unit = "checks"
+    result_type = TeacherCheckResult
 
     def declare(self, cfg) -> Declaration:
-        return Declaration(reads=("task", "evaluation.teacher_check"),
+        return Declaration(TeacherCheckParams(task=cfg.task, on_fail=cfg.evaluation.teacher_check),
                            inputs={"teacher": "eval_cross_encoder/scores.json",
                                    "student": "eval_gold_only/scores.json"},
                            outputs=("check.json",))
 
-    def run(self, inputs, settings, env) -> dict:
-        metric = PRIMARY_METRIC[settings.task]
+    def run(self, inputs, params: TeacherCheckParams, env) -> TeacherCheckResult:
+        metric = PRIMARY_METRIC[params.task]
         ce = inputs.json("teacher")["dev"][metric]
         bi = inputs.json("student")["dev"][metric]
-        result = {"metric": metric, "cross_encoder_dev": ce, "gold_only_dev": bi, "gap": ce - bi}
-        (env.out / "check.json").write_text(json.dumps(result), encoding="utf-8")
+        result = TeacherCheckResult(metric=metric, cross_encoder_dev=ce, gold_only_dev=bi, gap=ce - bi)
+        (env.out / "check.json").write_text(json.dumps(result.model_dump()), encoding="utf-8")
         # NaN: a model that scored every dev pair the same. A teacher like that never passes.
         if math.isnan(ce) or (not math.isnan(bi) and ce <= bi):
             message = (f"the cross-encoder ({metric} {ce:.2f} on dev) is not better than the gold-only bi-encoder "
@@ -240,7 +323,7 @@ class TeacherCheck(Stage):
             if math.isnan(ce):
                 message = (f"the cross-encoder's {metric} on dev is undefined (it gave every pair the same score); "
                            "its silver labels carry nothing to learn")
-            if settings.evaluation.teacher_check == "stop":
+            if params.on_fail == "stop":
                 raise TeacherCheckError(
                     f"{message}. Stopping before labelling (evaluation.teacher_check=stop); try a stronger "
                     "teacher (cross_encoder.model / epochs / lr) or set evaluation.teacher_check=warn")

@@ -10,14 +10,19 @@ changed test file re-scores the models without retraining any (nothing trains on
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
+from pydantic import BaseModel
 
 from augsbert_ray import schema
+from augsbert_ray.config import DataConfig, TargetConfig
 from augsbert_ray.rundir import table_fingerprint
-from augsbert_ray.stages.base import Declaration, Stage
+from augsbert_ray.stages.base import Declaration, ScoreRow, Stage, StageParams, StageResult, SummaryContext
+
+Scores = dict[str, dict[str, Any]]  # split -> metric -> value
 
 SPLITS = ("train", "dev", "test")
 
@@ -91,6 +96,57 @@ def load_gold(cfg) -> dict[str, pa.Table]:
     return read_gold(cfg.data, cfg.task, kde_needs_labels(cfg))[0]
 
 
+def baselines(task: str, train: pa.Table, evals: dict[str, pa.Table], target_task: str | None = None) -> dict:
+    """The paper's baselines on the evaluation sets: Jaccard word overlap, and for a binary task
+    the majority label of the training pairs (``train``; None: no majority baseline)."""
+    from augsbert_ray.evaluation import jaccard_predictions, majority_metrics, target_metrics, task_metrics
+
+    evals = {s: t.select([schema.SENTENCE1, schema.SENTENCE2, schema.LABEL]) for s, t in evals.items()}
+    if target_task is not None:
+        return {"jaccard": target_metrics(target_task, jaccard_predictions(evals), evals)} if evals else {}
+    out = {"jaccard": task_metrics(task, jaccard_predictions(evals), evals)}
+    if task == "binary" and train is not None:
+        out["majority"] = majority_metrics(train, evals)
+    return out
+
+
+class GoldParams(StageParams):
+    data: DataConfig
+    task: str
+    kde_labels: bool  # the job's KDE sampling needs two different training labels
+
+
+class GoldResult(StageResult):
+    """The gold pairs loaded: counts per split, what was read, skipped and carved, and the
+    baselines on dev and test."""
+
+    train: int
+    dev: int
+    test: int
+    rows_read: dict[str, int] = {}
+    skipped_rows: int = 0
+    subsample: dict[str, int] = {}
+    dev_carved: str | None = None
+    other_genres_left_out: dict[str, int] | None = None
+    baselines: dict[str, Scores] = {}
+
+    def rows(self, ctx: SummaryContext) -> list[ScoreRow]:
+        titles = {"majority": (0, "Majority label"), "jaccard": (1, "Jaccard word overlap")}
+        return [ScoreRow(*titles[k], v) for k, v in self.baselines.items() if k in titles]
+
+    def section(self, ctx: SummaryContext) -> list[str]:
+        lines = [f"Dev split carved from train: {self.dev_carved}."] if self.dev_carved else []
+        return lines + [f"Gold pairs: train {self.train}, dev {self.dev}, test {self.test}; skipped malformed rows: "
+                        f"{self.skipped_rows}."]
+
+    def view(self, stage: str) -> dict:
+        left_out = {"other_genres_left_out"} if self.other_genres_left_out is None else set()
+        return {"data": self.model_dump(mode="json", exclude={"baselines"} | left_out)}
+
+    def baseline_scores(self) -> dict:
+        return self.baselines
+
+
 class Gold(Stage):
     """The gold pairs, loaded, checked, scaled to [0, 1], with dev carved and splits subsampled."""
 
@@ -100,29 +156,89 @@ class Gold(Stage):
     always = True
     loads = True
     unit = "splits"
-
-    def __init__(self, kde_labels: bool = False):
-        self.kde_labels = kde_labels  # the job's KDE sampling needs two different training labels
+    result_type = GoldResult
 
     def declare(self, cfg) -> Declaration:
-        return Declaration(reads=("data", "task"),
+        from augsbert_ray.preflight import kde_needs_labels
+
+        return Declaration(GoldParams(data=cfg.data, task=cfg.task, kde_labels=kde_needs_labels(cfg)),
                            outputs=("train.parquet", "dev.parquet", "test.parquet", "skipped_rows.jsonl"))
 
-    def run(self, inputs, settings, env) -> dict:
-        gold, info, skipped = read_gold(settings.data, settings.task, self.kde_labels, env.log)
+    def run(self, inputs, params: GoldParams, env) -> GoldResult:
+        gold, info, skipped = read_gold(params.data, params.task, params.kde_labels, env.log)
         for split in SPLITS:
             pq.write_table(gold[split], env.out / f"{split}.parquet")
         (env.out / "skipped_rows.jsonl").write_text("".join(json.dumps(s) + "\n" for s in skipped), encoding="utf-8")
         if skipped:
             env.log(f"[gold] skipped {len(skipped)} malformed rows (listed in gold/skipped_rows.jsonl)")
         env.log("[gold] pairs: " + ", ".join(f"{s} {gold[s].num_rows}" for s in SPLITS))
-        return info
+        return GoldResult(**info, baselines=baselines(params.task, gold["train"],
+                                                      {s: gold[s] for s in ("dev", "test")}))
 
     def content_fingerprints(self, out) -> dict[str, str]:
         return {f"{s}.parquet": content_fp(out / f"{s}.parquet") for s in SPLITS}
 
 
 TARGET_SETS = ("pairs", "test", "dev")
+
+
+def has_upper_bound(cfg) -> bool:
+    """Domain adaptation with labelled target pairs: a bi-encoder trained on them is the upper bound."""
+    t = cfg.target
+    return t is not None and t.upper_bound and t.pairs is not None and t.pairs.labelled
+
+
+class TargetParams(StageParams):
+    target: TargetConfig
+    task: str  # how the target sets are scored (``target.task``, else the job's task)
+    on_bad_rows: str
+    upper_bound: bool  # the job trains the upper bound on the target pairs' own labels
+
+
+class TargetSetCount(BaseModel):
+    pairs: int
+    rows_read: int | None = None
+    skipped_rows: int = 0
+    labelled: bool | None = None  # target pairs only: whether every pair has a label
+
+
+class TargetResult(StageResult):
+    """The target sets loaded: counts per set, how they are scored, the Jaccard baseline."""
+
+    sets: dict[str, TargetSetCount]
+    task: str
+    upper_bound: bool = False
+    baselines: dict[str, Scores] = {}
+
+    def count(self, name: str) -> int | None:
+        """How many pairs the target set ``name`` (pairs, test, dev) holds; None without one."""
+        return self.sets[name].pairs if name in self.sets else None
+
+    @property
+    def metric(self) -> str:
+        from augsbert_ray.evaluation import TARGET_METRIC
+
+        return TARGET_METRIC[self.task]
+
+    def target_rows(self, ctx: SummaryContext) -> list[ScoreRow]:
+        jaccard = self.baselines.get("jaccard", {})
+        return [ScoreRow(100, "Jaccard word overlap", jaccard, self.metric)] if "target_test" in jaccard else []
+
+    def section(self, ctx: SummaryContext) -> list[str]:
+        name = "AUC(0.05)" if self.metric == "auc_0.05" else self.metric
+        lines = [f"Target task: {self.task}; {name} x100 on {self.count('test')} target test pairs"
+                 + (f", target pairs: {self.count('pairs')}." if "pairs" in self.sets else ".")]
+        if not self.upper_bound:
+            lines.append("No upper bound: the target pairs have no labels (or target.upper_bound is off)."
+                         if "pairs" in self.sets else "No upper bound: a target corpus has no labels.")
+        return lines
+
+    def view(self, stage: str) -> dict:
+        return {"target": {"task": self.task, "metric": self.metric,
+                           "data": {k: v.model_dump(exclude_none=True) for k, v in self.sets.items()}}}
+
+    def baseline_scores(self) -> dict:
+        return self.baselines
 
 
 class TargetSets(Stage):
@@ -137,19 +253,19 @@ class TargetSets(Stage):
     always = True
     loads = True
     unit = "sets"
+    result_type = TargetResult
 
     def declare(self, cfg) -> Declaration:
         t = cfg.target
         names = [n for n in TARGET_SETS if getattr(t, n) is not None]
-        return Declaration(reads=("target.pairs", "target.test", "target.dev", "target.task", "task",
-                                  "data.on_bad_rows"),
+        return Declaration(TargetParams(target=t, task=t.task or cfg.task, on_bad_rows=cfg.data.on_bad_rows,
+                                        upper_bound=has_upper_bound(cfg)),
                            outputs=tuple(f"{n}.parquet" for n in names))
 
-    def run(self, inputs, settings, env) -> dict:
+    def run(self, inputs, params: TargetParams, env) -> TargetResult:
         from augsbert_ray.preflight import load_target_sources, require_target
 
-        t, mode = settings.target, settings.data.on_bad_rows
-        target_task = t.task or settings.task
+        t, mode, target_task = params.target, params.on_bad_rows, params.task
         loaded = load_target_sources(t, target_task, mode)
         require_target(t, target_task, loaded, mode)
         counts = {}
@@ -165,7 +281,9 @@ class TargetSets(Stage):
             pq.write_table(res.table, env.out / f"{name}.parquet")
         env.log("[target] pairs: " + ", ".join(f"{n} {c['pairs']}" for n, c in counts.items())
                 + ("" if counts.get("pairs", {}).get("labelled", True) else " (target pairs unlabelled)"))
-        return counts
+        evals = {f"target_{n}": loaded[n].table for n in ("test", "dev") if n in loaded}
+        return TargetResult(sets=counts, task=target_task, upper_bound=params.upper_bound,
+                            baselines=baselines(target_task, None, evals, target_task=target_task))
 
     def content_fingerprints(self, out) -> dict[str, str]:
         return {f"{n}.parquet": content_fp(out / f"{n}.parquet") for n in TARGET_SETS

@@ -21,95 +21,142 @@ out-of-fold predictions, and the bootstrap resamples those.
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from augsbert_ray import schema
-from augsbert_ray.config import resolved_objective
+from augsbert_ray.config import BiEncoderConfig, TrainingConfig, resolved_objective
 from augsbert_ray.errors import ConfigError
 from augsbert_ray.evaluation import PRIMARY_METRIC
 from augsbert_ray.runtime import per_worker_cpus
-from augsbert_ray.stages.base import Declaration, Stage
+from augsbert_ray.stages.base import (Declaration, Stage, StageParams, StageResult, SummaryContext,
+                                      placement_field)
 from augsbert_ray.stages.student import silver_artifact, student_training_set
+
+
+class PilotParams(StageParams):
+    seed: int
+    bi_encoder: BiEncoderConfig
+    training: TrainingConfig
+    task: str
+    mix: bool  # AugSBERT trains on gold + silver rather than silver alone
+    fraction: float  # of the student's steps a pilot trains
+    folds: int = 0  # folds of the gold training pairs the pilots are scored on (0: dev)
+    confidence: float
+    # The autopilot's silver sets, by name (inputs ``silver:<name>``); None: the job's own silver
+    # labels, piloted as "gold + silver" (or "silver").
+    silver_sets: tuple[str, ...] | None = None
+    # The autopilot's silver sets: pilot name -> how many times its training set counts each
+    # gold pair, and the objective its student trains with (a pilot not named: the job's own).
+    gold_repeat: dict[str, int] = {}
+    objective: dict[str, str] = {}
+    baseline: str | None = None  # the silver set the others' best is compared with (the job's own)
+    batch_size: int = placement_field(64)
+
+
+class PilotsResult(StageResult):
+    """The pilots' dev scores and what they predict (see the module docstring)."""
+
+    metric: str
+    fraction: float
+    scored_on: str = "dev"
+    folds: int = 0
+    pilots: dict[str, dict[str, Any]]
+    scores: dict[str, float | None]
+    gold_only_dev: float | None = None
+    best: str | None = None
+    augsbert_dev: float | None = None
+    gain: dict[str, Any] | None = None
+    predicts_silver_helps: bool | None = None
+    verdict: str
+    over_baseline: dict[str, Any] | None = None
+
+    def section(self, ctx: SummaryContext) -> list[str]:
+        arms = ", ".join(f"{k} {v:.2f}" if v is not None else f"{k} n/a" for k, v in self.scores.items())
+        return [f"Pilot (the student after {self.fraction:.0%} of its steps, {self.metric} on {self.scored_on}): "
+                f"{arms}: {self.verdict}."]
+
+    def view(self, stage: str) -> dict:
+        return {"pilot": self.model_dump()} if stage == "pilot" else {}
 
 
 class Pilot(Stage):
     """Pilots scored on dev: gold only, and AugSBERT's training set with each silver set.
 
-    Args:
-        mix: AugSBERT trains on gold + silver (in-domain; across domains with
-            ``target.mix_source_gold``) rather than silver alone.
-        silver_sets: pilot name -> artifact id of a silver set (the autopilot's candidate
-            settings); None: the job's own silver labels, as "gold + silver" (or "silver").
-        gold_repeat: pilot name -> how many times its training set counts each gold pair
-            (the autopilot's settings); a pilot not named: ``bi_encoder.gold_repeat``.
-        objective: pilot name -> the objective its student trains with (the autopilot's
-            settings); a pilot not named (the gold-only one too): ``bi_encoder.objective``.
-        fraction_key: the config key holding the fraction of the steps a pilot trains.
-        folds_key: the config key holding the number of folds of the gold training pairs the
-            pilots are scored on (0: dev); None: always dev (the autopilot's pilots).
-        baseline: a silver set's name (the job's own setting, in the autopilot): the result's
-            ``over_baseline`` is the paired bootstrap of the gain of the best other silver pilot
-            (its ``rival``) over it.
+    ``Pilot()`` is the job's pilot check: its own silver labels, as "gold + silver" (or
+    "silver"), for ``evaluation.pilot_fraction`` of the steps, scored on dev or on
+    ``evaluation.pilot_folds`` folds of the gold training pairs. ``Pilot.trial`` pilots the
+    autopilot's silver sets.
     """
 
     name = "pilot"
     kind = "check"
     unit = "pilots"
+    result_type = PilotsResult
 
-    def __init__(self, mix: bool = True, silver_sets: dict[str, str] | None = None,
-                 gold_repeat: dict[str, int] | None = None, objective: dict[str, str] | None = None,
-                 fraction_key: str = "evaluation.pilot_fraction",
-                 folds_key: str | None = "evaluation.pilot_folds", baseline: str | None = None):
-        self.mix = mix
-        self.baseline = baseline
-        self.silver_sets = silver_sets
-        self.gold_repeat = dict(gold_repeat or {})
-        self.objective = dict(objective or {})
-        self.fraction_key = fraction_key
-        self.folds_key = folds_key
+    def __init__(self):
+        self.silver_sets: dict[str, str] | None = None
+        self.gold_repeat: dict[str, int] = {}
+        self.objective: dict[str, str] = {}
+        self.baseline: str | None = None
+        self.fraction: float | None = None
 
-    def _fraction(self, settings) -> float:
-        return _setting(settings, self.fraction_key)
+    @classmethod
+    def trial(cls, silver_sets: dict[str, str], fraction: float, gold_repeat: dict[str, int] | None = None,
+              objective: dict[str, str] | None = None, baseline: str | None = None) -> "Pilot":
+        """The autopilot's pilots, scored on dev.
 
-    def _folds(self, settings) -> int:
-        return 0 if self.folds_key is None else _setting(settings, self.folds_key)
+        Args:
+            silver_sets: pilot name -> artifact id of a silver set.
+            fraction: of the student's steps each pilot trains (``auto.pilot_fraction``).
+            gold_repeat: pilot name -> how many times its training set counts each gold pair;
+                a pilot not named: ``bi_encoder.gold_repeat``.
+            objective: pilot name -> the objective its student trains with; a pilot not named
+                (the gold-only one too): ``bi_encoder.objective``.
+            baseline: a silver set's name (the job's own setting): the result's ``over_baseline``
+                is the paired bootstrap of the gain of the best other silver pilot (its ``rival``)
+                over it.
+        """
+        pilot = cls()
+        pilot.silver_sets, pilot.fraction, pilot.baseline = dict(silver_sets), fraction, baseline
+        pilot.gold_repeat, pilot.objective = dict(gold_repeat or {}), dict(objective or {})
+        return pilot
 
     def declare(self, cfg) -> Declaration:
-        reads = ["seed", "bi_encoder", "training", "task", self.fraction_key, "evaluation.batch_size",
-                 "evaluation.pilot_confidence"]
-        if cfg.target is not None:
-            reads.append("target.mix_source_gold")
-        if self.folds_key is not None:
-            reads.append(self.folds_key)
-        silver = self.silver_sets if self.silver_sets is not None else {"silver": silver_artifact(cfg)}
-        return Declaration(reads=tuple(reads), inputs={"gold": "gold/train.parquet", "dev": "gold/dev.parquet",
-                                                       **{f"silver:{k}": v for k, v in silver.items()}},
-                           outputs=("pilots.json",), extra=self._extra())
+        from augsbert_ray.stages.student import mixes_gold
 
-    def _extra(self) -> dict | None:
-        """What the autopilot's pilots add to the fingerprint (None for the pilot check's)."""
-        extra = {"gold_repeat": self.gold_repeat, "objective": self.objective, "baseline": self.baseline}
-        return {k: v for k, v in extra.items() if v} or None
+        trial = self.silver_sets is not None
+        ev = cfg.evaluation
+        params = PilotParams(seed=cfg.seed, bi_encoder=cfg.bi_encoder, training=cfg.training, task=cfg.task,
+                             mix=mixes_gold(cfg), fraction=self.fraction if trial else ev.pilot_fraction,
+                             folds=0 if trial else ev.pilot_folds, confidence=ev.pilot_confidence,
+                             silver_sets=tuple(self.silver_sets) if trial else None, gold_repeat=self.gold_repeat,
+                             objective=self.objective, baseline=self.baseline,
+                             batch_size=ev.batch_size)
+        silver = self.silver_sets if trial else {"silver": silver_artifact(cfg)}
+        return Declaration(params, inputs={"gold": "gold/train.parquet", "dev": "gold/dev.parquet",
+                                           **{f"silver:{k}": v for k, v in silver.items()}},
+                           outputs=("pilots.json",))
 
-    def run(self, inputs, settings, env) -> dict:
+    def run(self, inputs, params: PilotParams, env) -> PilotsResult:
         import json
 
         from augsbert_ray.evaluation import paired_bootstrap, set_score
         from augsbert_ray.training.fit import hparams
         from augsbert_ray.training.pilots import run_pilots
 
-        b, t, task = settings.bi_encoder, settings.training, settings.task
-        mix = self.mix
+        b, t, task, mix = params.bi_encoder, params.training, params.task, params.mix
         gold, dev = inputs.table("gold"), inputs.table("dev")
-        own = self.silver_sets is None
-        names = {"silver": "gold + silver" if mix else "silver"} if own else {k: k for k in self.silver_sets}
-        silvers = {label: (inputs.table(f"silver:{key}"), self.gold_repeat.get(key, b.gold_repeat))
+        own = params.silver_sets is None
+        names = {"silver": "gold + silver" if mix else "silver"} if own else {k: k for k in params.silver_sets}
+        silvers = {label: (inputs.table(f"silver:{key}"), params.gold_repeat.get(key, b.gold_repeat))
                    for key, label in names.items()}
-        folds = self._folds(settings)
+        folds = params.folds
         if folds:
-            sets, evals, held = fold_sets(gold, silvers, task, mix, folds, settings.seed)
+            sets, evals, held = fold_sets(gold, silvers, task, mix, folds, params.seed)
             scored_on = f"{folds} folds of the gold training pairs ({gold.num_rows})"
         else:
             sets = {"gold only": student_training_set(gold, None, task)}
@@ -121,12 +168,12 @@ class Pilot(Stage):
             sets, evals, kind="bi_encoder",
             recipe={"model": env.base_model(b.model), "max_length": b.max_length, "num_layers": b.num_layers,
                     "objective": b.resolved_objective(task)},
-            hparams=hparams(b, settings.seed, t), fraction=self._fraction(settings), task=task,
+            hparams=hparams(b, params.seed, t), fraction=params.fraction, task=task,
             metric=metric, cpus_per_trial=per_worker_cpus(t.cpus_per_worker, env.cluster.cpus, 1),
             gpus_per_trial=1 if t.use_gpu else 0, storage_dir=env.storage, name="pilots",
-            eval_batch_size=settings.evaluation.batch_size,
-            objectives={pilot: resolved_objective(self.objective[key], task) for key, label in names.items()
-                        if key in self.objective
+            eval_batch_size=params.batch_size,
+            objectives={pilot: resolved_objective(params.objective[key], task) for key, label in names.items()
+                        if key in params.objective
                         for pilot in ([label] if not folds else [fold_name(label, f) for f in range(folds)])})
         # Each arm (gold only, and gold + each silver set) scored on all its held-out pairs at once:
         # with folds, the predictions of its fold pilots, in fold order; on dev, its one pilot's.
@@ -143,31 +190,26 @@ class Pilot(Stage):
         scored = {k: v for k, v in scores.items() if k != "gold only" and v is not None}
         best = max(scored, key=lambda k: (scored[k], k)) if scored else None
         silver_dev = scored.get(best)
-        fraction, confidence = self._fraction(settings), settings.evaluation.pilot_confidence
+        fraction, confidence = params.fraction, params.confidence
         gain = None
         if gold_dev is not None and silver_dev is not None:
             gain = paired_bootstrap(task, preds["gold only"], preds[best], labels, confidence=confidence,
-                                    seed=settings.seed)
+                                    seed=params.seed)
         helps, verdict = pilot_verdict(gain)
         over_baseline = None
-        rivals = {k: v for k, v in scored.items() if k != self.baseline}
-        if self.baseline in scored and rivals:
+        rivals = {k: v for k, v in scored.items() if k != params.baseline}
+        if params.baseline in scored and rivals:
             rival = max(rivals, key=lambda k: (rivals[k], k))
-            over_baseline = {"rival": rival, **paired_bootstrap(task, preds[self.baseline], preds[rival], labels,
-                                                                confidence=confidence, seed=settings.seed)}
-        out = {"metric": metric, "fraction": fraction, "scored_on": scored_on, "folds": folds,
-               "pilots": {k: r.record() for k, r in results.items()}, "scores": scores,
-               "gold_only_dev": gold_dev, "best": best, "augsbert_dev": silver_dev, "gain": gain,
-               "predicts_silver_helps": helps, "verdict": verdict, "over_baseline": over_baseline}
-        (env.out / "pilots.json").write_text(json.dumps(out, indent=2), encoding="utf-8")
+            over_baseline = {"rival": rival, **paired_bootstrap(task, preds[params.baseline], preds[rival], labels,
+                                                                confidence=confidence, seed=params.seed)}
+        out = PilotsResult(metric=metric, fraction=fraction, scored_on=scored_on, folds=folds,
+                           pilots={k: r.record() for k, r in results.items()}, scores=scores,
+                           gold_only_dev=gold_dev, best=best, augsbert_dev=silver_dev, gain=gain,
+                           predicts_silver_helps=helps, verdict=verdict, over_baseline=over_baseline)
+        (env.out / "pilots.json").write_text(json.dumps(out.model_dump(), indent=2), encoding="utf-8")
         env.log(f"[pilot] {metric} on {scored_on} after {fraction:.0%} of the steps: gold only {_fmt(gold_dev)}, "
                 + ", ".join(f"{k} {_fmt(v)}" for k, v in scores.items() if k != "gold only") + f": {verdict}")
         return out
-
-
-def _setting(settings, key: str):
-    section, name = key.split(".")
-    return getattr(getattr(settings, section), name)
 
 
 def fold_name(arm: str, fold: int) -> str:

@@ -15,7 +15,7 @@ import os
 import shutil
 
 from augsbert_ray.evaluation import PRIMARY_METRIC
-from augsbert_ray.stages.base import Declaration, Stage
+from augsbert_ray.stages.base import Declaration, Stage, StageParams, StageResult, SummaryContext
 
 
 def _link_tree(src, dst) -> None:
@@ -28,24 +28,53 @@ def _link_tree(src, dst) -> None:
     shutil.copytree(src, dst, copy_function=link)
 
 
+class ShipParams(StageParams):
+    policy: str  # evaluation.shipping: better or augsbert
+    task: str
+
+
+class ShipResult(StageResult):
+    """Which bi-encoder ``models/bi-encoder`` is, and why; with both models' test scores."""
+
+    shipped: str
+    metric: str
+    augsbert_dev: float
+    gold_only_dev: float
+    why: str
+    policy: str
+    augsbert_test: float | None = None
+    gold_only_test: float | None = None
+
+    def section(self, ctx: SummaryContext) -> list[str]:
+        lines = []
+        if self.augsbert_test is not None and self.gold_only_test is not None:
+            lines.append(f"AugSBERT vs gold-only on test: {self.augsbert_test - self.gold_only_test:+.2f} points.")
+        which = "AugSBERT" if self.shipped == "augsbert" else "gold-only"
+        return lines + [f"Shipped as models/bi-encoder: the {which} bi-encoder ({self.why})."]
+
+    def view(self, stage: str) -> dict:
+        return {"shipped": self.model_dump(exclude={"augsbert_test", "gold_only_test"})}
+
+
 class Ship(Stage):
     name = "ship"
     kind = "check"
     needs_ray = False
     always = True
     unit = "models"
+    result_type = ShipResult
 
     def declare(self, cfg) -> Declaration:
-        return Declaration(reads=("evaluation.shipping", "task"),
+        return Declaration(ShipParams(policy=cfg.evaluation.shipping, task=cfg.task),
                            inputs={"augsbert": "augsbert/model", "augsbert_scores": "eval_augsbert/scores.json",
                                    "gold_only": "gold_only/model", "gold_only_scores": "eval_gold_only/scores.json"},
                            outputs=("model", "shipped.json"))
 
-    def run(self, inputs, settings, env) -> dict:
-        metric = PRIMARY_METRIC[settings.task]
-        aug = inputs.json("augsbert_scores")["dev"][metric]
-        gold = inputs.json("gold_only_scores")["dev"][metric]
-        if settings.evaluation.shipping == "augsbert":
+    def run(self, inputs, params: ShipParams, env) -> ShipResult:
+        metric = PRIMARY_METRIC[params.task]
+        aug_scores, gold_scores = inputs.json("augsbert_scores"), inputs.json("gold_only_scores")
+        aug, gold = aug_scores["dev"][metric], gold_scores["dev"][metric]
+        if params.policy == "augsbert":
             choice, why = "augsbert", "evaluation.shipping is augsbert"
         elif math.isnan(aug) or math.isnan(gold):  # a model that scored every dev pair the same
             choice = "gold_only" if math.isnan(aug) and not math.isnan(gold) else "augsbert"
@@ -59,9 +88,10 @@ class Ship(Stage):
         if target.exists():
             shutil.rmtree(target)
         _link_tree(inputs.path(choice), target)
-        result = {"shipped": choice, "metric": metric, "augsbert_dev": aug, "gold_only_dev": gold, "why": why,
-                  "policy": settings.evaluation.shipping}
-        (env.out / "shipped.json").write_text(json.dumps(result, indent=2), encoding="utf-8")
+        test = lambda scores: scores["test"][metric] if "test" in scores else None  # noqa: E731 (reported only)
+        result = ShipResult(shipped=choice, metric=metric, augsbert_dev=aug, gold_only_dev=gold, why=why,
+                            policy=params.policy, augsbert_test=test(aug_scores), gold_only_test=test(gold_scores))
+        (env.out / "shipped.json").write_text(json.dumps(result.model_dump(), indent=2), encoding="utf-8")
         env.log(f"[ship] models/bi-encoder is the {'AugSBERT' if choice == 'augsbert' else 'gold-only'} "
                 f"bi-encoder: {why}")
         return result

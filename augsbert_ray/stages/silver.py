@@ -14,9 +14,11 @@ import time
 
 import numpy as np
 import pyarrow.parquet as pq
+from pydantic import BaseModel
 
 from augsbert_ray import schema
-from augsbert_ray.stages.base import Declaration, Stage
+from augsbert_ray.config import LabelingConfig, SamplingConfig
+from augsbert_ray.stages.base import Declaration, Stage, StageParams, StageResult, SummaryContext, narrowed
 
 
 def selector_of(cfg):
@@ -27,37 +29,82 @@ def selector_of(cfg):
     return SELECTORS.get(cfg.sampling.strategy) if sampled else None
 
 
+class Selection(StageParams):
+    """A selection from the labelled pool (KDE): the pool is kept, the selection trains."""
+
+    sampling: SamplingConfig  # its strategy and the selector's settings (the others at their defaults)
+    seed: int
+    task: str
+
+
+class SilverParams(StageParams):
+    labeling: LabelingConfig  # every labelling key but the calibration, which a later stage applies
+    max_length: int  # the teacher's
+    selection: Selection | None = None
+
+
+class Shards(BaseModel):
+    total: int
+    reused: int
+    labelled: int
+    block_size: int
+
+
+class SilverResult(StageResult):
+    """The teacher's labels: how many pairs, how fast, and their distribution."""
+
+    labelled: int
+    silver: int
+    pairs_per_s: float
+    first_shard_seconds: float | None = None
+    actors: int
+    cpus_per_actor: float
+    precision: str
+    shards: Shards
+    label_mean: float | None = None
+    label_hist: list[int] = []
+
+    def section(self, ctx: SummaryContext) -> list[str]:
+        return [f"Labelled: {self.labelled}; silver pairs used: {self.silver} (density plot: silver_density.png)."]
+
+    def view(self, stage: str) -> dict:
+        return {"sampling": {"labelled": self.labelled, "silver": self.silver, "silver_label_mean": self.label_mean,
+                             "silver_label_hist": self.label_hist, "labeling_pairs_per_s": self.pairs_per_s}}
+
+
 class Silver(Stage):
     name = "silver"
     kind = "label"
     unit = "pairs"
+    result_type = SilverResult
 
-    def throughput(self, result: dict, seconds: float) -> str:
-        return f"{result['labelled'] / seconds:.1f} pairs labelled/s" if seconds else ""
+    def throughput(self, result: SilverResult, seconds: float) -> str:
+        return f"{result.labelled / seconds:.1f} pairs labelled/s" if seconds else ""
 
-    def fixed_seconds(self, result: dict, seconds: float) -> float | None:
-        return result.get("first_shard_seconds")
+    def fixed_seconds(self, result: SilverResult, seconds: float) -> float | None:
+        return result.first_shard_seconds
 
-    def work(self, cfg, results):
-        n = results.get("candidates", {}).get("candidates")
-        return None if n is None else (n, "pairs", "labelled pair")
+    def work(self, params, results):
+        return None if "candidates" not in results else (results["candidates"].candidates, "pairs", "labelled pair")
 
     def declare(self, cfg) -> Declaration:
-        # Every labelling key but the calibration, which a later stage applies to the labels.
-        reads = [f"labeling.{k}" for k in type(cfg.labeling).model_fields if k != "calibration"]
-        reads.append("cross_encoder.max_length")
+        params = SilverParams(labeling=narrowed(cfg.labeling, [k for k in LabelingConfig.model_fields
+                                                               if k != "calibration"]),
+                              max_length=cfg.cross_encoder.max_length)
         inputs = {"candidates": "candidates/candidates.parquet", "teacher": "cross_encoder/model"}
         outputs = ["silver.parquet"]
         if selector_of(cfg) is not None:
-            reads += ["sampling.strategy", "sampling.kde.bandwidth", "seed", "task"]
+            selection = Selection(sampling=narrowed(cfg.sampling, ["strategy", "kde.bandwidth"]), seed=cfg.seed,
+                                  task=cfg.task)
+            params = params.model_copy(update={"selection": selection})
             inputs["gold"] = "gold/train.parquet"
             outputs.append("silver_pool.parquet")
-        return Declaration(reads=tuple(reads), inputs=inputs, outputs=tuple(outputs))
+        return Declaration(params, inputs=inputs, outputs=tuple(outputs))
 
-    def run(self, inputs, settings, env) -> dict:
+    def run(self, inputs, params: SilverParams, env) -> SilverResult:
         from augsbert_ray.labeling import LabelingReport, ShardStore, actor_cpus, label_candidates_file, pool_size
 
-        lab = settings.labeling
+        lab = params.labeling
         actors = pool_size(lab, env.cluster.gpus)  # fixed here, so the CPUs per actor and the pool agree
         cpus = actor_cpus(lab, env.cluster.cpus, actors)
         # Shards are committed under this stage's folder; shards of another block size are stale.
@@ -75,11 +122,11 @@ class Silver(Stage):
                 env.runner.rd.push()
                 last_push[0] = time.perf_counter()
 
-        selecting = "gold" in inputs
+        selecting = params.selection is not None
         labelled_file = env.out / ("silver_pool.parquet" if selecting else "silver.parquet")
         labelled = label_candidates_file(
             inputs.path("candidates"), labelled_file, env.ship(inputs.path("teacher")), lab,
-            settings.cross_encoder.max_length, cpus, actors=actors, store=store, log=env.log, on_commit=upload,
+            params.max_length, cpus, actors=actors, store=store, log=env.log, on_commit=upload,
             report=report, progress=env.reporter(local=True))
         rate = report.labelled_pairs / report.seconds if report.seconds else 0.0
         env.log(f"[silver] labelled {report.labelled_pairs} pairs in {report.labelled} shards "
@@ -91,28 +138,22 @@ class Silver(Stage):
             from augsbert_ray.rundir import write_table
 
             gold_labels = inputs.table("gold").column(schema.LABEL).to_numpy()
-            s = settings.sampling
-            silver = SELECTORS[s.strategy](pq.read_table(labelled_file), gold_labels, settings.task, settings.seed,
-                                           s)
+            sel = params.selection
+            s = sel.sampling
+            silver = SELECTORS[s.strategy](pq.read_table(labelled_file), gold_labels, sel.task, sel.seed, s)
             env.log(f"[silver] {s.strategy} selection kept {silver.num_rows} of {labelled}")
             write_table(env.out / "silver.parquet", silver)
             n_silver = silver.num_rows
             del silver
         shutil.rmtree(shards_dir, ignore_errors=True)  # silver.parquet now holds every shard
         labels = pq.read_table(env.out / "silver.parquet", columns=[schema.LABEL]).column(0).to_numpy()
-        return {
-            "labelled": labelled,
-            "silver": n_silver,
-            "pairs_per_s": rate,
-            "first_shard_seconds": report.first_shard_seconds,
-            "actors": actors,
-            "cpus_per_actor": cpus,
-            "precision": lab.precision,
-            "shards": {"total": report.shards, "reused": report.reused, "labelled": report.labelled,
-                       "block_size": lab.block_size},
-            "label_mean": float(labels.mean()) if len(labels) else None,
-            "label_hist": np.histogram(labels, bins=10, range=(0, 1))[0].tolist(),
-        }
+        return SilverResult(
+            labelled=labelled, silver=n_silver, pairs_per_s=rate, first_shard_seconds=report.first_shard_seconds,
+            actors=actors, cpus_per_actor=cpus, precision=lab.precision,
+            shards=Shards(total=report.shards, reused=report.reused, labelled=report.labelled,
+                          block_size=lab.block_size),
+            label_mean=float(labels.mean()) if len(labels) else None,
+            label_hist=np.histogram(labels, bins=10, range=(0, 1))[0].tolist())
 
 
 def fit_calibration(teacher_scores: np.ndarray, gold_labels: np.ndarray):
@@ -124,6 +165,45 @@ def fit_calibration(teacher_scores: np.ndarray, gold_labels: np.ndarray):
     iso = IsotonicRegression(y_min=0.0, y_max=1.0, out_of_bounds="clip")
     iso.fit(np.asarray(teacher_scores, np.float64), np.asarray(gold_labels, np.float64))
     return lambda scores: iso.predict(np.asarray(scores, np.float64)).astype(np.float32)
+
+
+class CalibrateParams(StageParams):
+    method: str  # labeling.calibration
+
+
+class Distribution(BaseModel):
+    """Labels' mean, standard deviation and histogram over ten bins of [0, 1]."""
+
+    mean: float
+    std: float
+    hist: list[int]
+
+    @classmethod
+    def of(cls, x: np.ndarray) -> "Distribution":
+        return cls(mean=float(x.mean()), std=float(x.std()), hist=np.histogram(x, bins=10, range=(0, 1))[0].tolist())
+
+
+class CalibrationResult(StageResult):
+    """The silver labels before and after their map to the gold scale, beside gold dev's."""
+
+    method: str
+    dev_pairs: int
+    before: Distribution
+    after: Distribution
+    gold_dev: Distribution
+
+    def section(self, ctx: SummaryContext) -> list[str]:
+        bins = [f"{i / 10:.1f}-{(i + 1) / 10:.1f}" for i in range(10)]
+        row = lambda name, d: (f"| {name} | {d.mean:.3f} | {d.std:.3f} | "  # noqa: E731
+                               + " | ".join(f"{100 * n / max(1, sum(d.hist)):.0f}%" for n in d.hist) + " |")
+        return [f"Silver labels calibrated ({self.method}, fitted on {self.dev_pairs} dev pairs' teacher scores and "
+                "gold labels); label distribution:", "",
+                "| labels | mean | std | " + " | ".join(bins) + " |", "|---|---:|---:|" + "---:|" * len(bins),
+                row("silver as the teacher scored them", self.before), row("silver calibrated", self.after),
+                row("gold (dev)", self.gold_dev)]
+
+    def view(self, stage: str) -> dict:
+        return {"calibration": self.model_dump()}
 
 
 class Calibrate(Stage):
@@ -140,14 +220,15 @@ class Calibrate(Stage):
     kind = "label"
     needs_ray = False
     unit = "pairs"
+    result_type = CalibrationResult
 
     def declare(self, cfg) -> Declaration:
-        return Declaration(reads=("labeling.calibration",),
+        return Declaration(CalibrateParams(method=cfg.labeling.calibration),
                            inputs={"silver": "silver/silver.parquet",
                                    "teacher": "eval_cross_encoder/predictions.parquet"},
                            outputs=("silver.parquet",))
 
-    def run(self, inputs, settings, env) -> dict:
+    def run(self, inputs, params: CalibrateParams, env) -> CalibrationResult:
         import pyarrow as pa
         import pyarrow.compute as pc
 
@@ -162,10 +243,7 @@ class Calibrate(Stage):
         silver = silver.set_column(silver.schema.get_field_index(schema.LABEL), schema.LABEL, pa.array(after))
         write_table(env.out / "silver.parquet", silver, schema.SILVER_SCHEMA)
         gold = dev.column(schema.LABEL).to_numpy()
-        hist = lambda x: np.histogram(x, bins=10, range=(0, 1))[0].tolist()  # noqa: E731
-        env.log(f"[calibrate] {settings.labeling.calibration} map fitted on {len(gold)} dev pairs: silver label mean "
+        env.log(f"[calibrate] {params.method} map fitted on {len(gold)} dev pairs: silver label mean "
                 f"{before.mean():.3f} -> {after.mean():.3f} (gold dev {gold.mean():.3f})")
-        return {"method": settings.labeling.calibration, "dev_pairs": len(gold),
-                "before": {"mean": float(before.mean()), "std": float(before.std()), "hist": hist(before)},
-                "after": {"mean": float(after.mean()), "std": float(after.std()), "hist": hist(after)},
-                "gold_dev": {"mean": float(gold.mean()), "std": float(gold.std()), "hist": hist(gold)}}
+        return CalibrationResult(method=params.method, dev_pairs=len(gold), before=Distribution.of(before),
+                                 after=Distribution.of(after), gold_dev=Distribution.of(gold))

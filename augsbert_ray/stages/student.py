@@ -1,11 +1,11 @@
 """Bi-encoders (SBERT: mean pooling): the references and step 3 of AugSBERT.
 
-One stage class, three roles, differing only in what they train on:
+Three stages, differing only in what they train on:
 
-- ``gold_only``: the gold training pairs (the reference AugSBERT must beat; across domains
-  the lower bound);
-- ``target_gold``: domain adaptation's upper bound, the target pairs' own labels;
-- ``augsbert``: step 3, gold + silver (or target silver only, unless
+- ``GoldOnly`` (``gold_only``): the gold training pairs (the reference AugSBERT must beat;
+  across domains the lower bound);
+- ``TargetGold`` (``target_gold``): domain adaptation's upper bound, the target pairs' own labels;
+- ``AugSBERT`` (``augsbert``): step 3, gold + silver (or target silver only, unless
   ``target.mix_source_gold``). For binary tasks the teacher's scores become classes at 0.5,
   as gold's are.
 """
@@ -16,17 +16,16 @@ import numpy as np
 import pyarrow as pa
 
 from augsbert_ray import schema
-from augsbert_ray.config import BiEncoderConfig, resolved_objective
+from augsbert_ray.config import BiEncoderConfig, SeedSearchConfig, TrainingConfig, resolved_objective
 from augsbert_ray.evaluation import PRIMARY_METRIC
+from augsbert_ray.versions import versions
 from augsbert_ray.model_card import SilverFacts
-from augsbert_ray.report import versions
 from augsbert_ray.run_cards import training_facts, write_trained_card
-from augsbert_ray.stages.base import Declaration, Stage
 from augsbert_ray.schema import PAIR_COLUMNS
+from augsbert_ray.stages.base import Declaration, Stage, StageParams, narrowed, placement_field
 from augsbert_ray.stages.teacher import searched
+from augsbert_ray.stages.training_result import TrainResult
 from augsbert_ray.training.fit import fit_encoder, fixed_seconds, hparams, planned_steps, throughput
-
-ROLES = ("gold_only", "target_gold", "augsbert")
 
 
 def silver_artifact(cfg) -> str:
@@ -59,91 +58,140 @@ def _flagged(pairs: pa.Table, silver: bool) -> pa.Table:
     return pairs.append_column(schema.IS_SILVER, pa.array([silver] * pairs.num_rows, pa.bool_()))
 
 
-def bi_encoder_reads(uses_gold_repeat: bool) -> list[str]:
-    """The ``bi_encoder`` keys a stage depends on: the whole section where it trains on gold +
-    silver, else every key but ``gold_repeat`` (so changing it keeps the gold-only model)."""
-    if uses_gold_repeat:
-        return ["bi_encoder"]
-    return [f"bi_encoder.{k}" for k in BiEncoderConfig.model_fields if k != "gold_repeat"]
-
-
 def mixes_gold(cfg) -> bool:
     """Whether AugSBERT trains on gold + silver (in-domain always; across domains if asked)."""
     return cfg.target is None or cfg.target.mix_source_gold
 
 
-class Student(Stage):
+class StudentParams(StageParams):
+    seed: int
+    # Every key but ``gold_repeat`` outside AugSBERT on gold + silver (there it is put back to
+    # its default, so changing it keeps the gold-only model).
+    bi_encoder: BiEncoderConfig
+    training: TrainingConfig
+    task: str  # the job's (source) task
+    objective: str  # the resolved objective (the target's task decides it for the upper bound)
+    # The seed search that picks the seed on dev; None: trained once, with the job's seed.
+    seed_search: SeedSearchConfig | None = None
+    eval_batch_size: int = placement_field(64)
+
+
+def _params(cfg, *, objective_task: str, uses_gold_repeat: bool, search: bool) -> StudentParams:
+    b = cfg.bi_encoder
+    if not uses_gold_repeat:
+        b = narrowed(b, [k for k in BiEncoderConfig.model_fields if k != "gold_repeat"])
+    return StudentParams(seed=cfg.seed, bi_encoder=b, training=cfg.training, task=cfg.task,
+                         objective=resolved_objective(b.objective, objective_task),
+                         seed_search=cfg.seed_search if search else None,
+                         eval_batch_size=cfg.evaluation.batch_size if search else 64)
+
+
+class BiEncoderStage(Stage):
+    """What the three bi-encoder stages share: training on their inputs' pairs."""
+
     kind = "train"
     unit = "steps"
+    result_type = TrainResult
 
-    def throughput(self, result: dict, seconds: float) -> str:
-        return throughput(result.get("train", {}), seconds)
+    def throughput(self, result: TrainResult, seconds: float) -> str:
+        return throughput(result.train, seconds)
 
-    def fixed_seconds(self, result: dict, seconds: float) -> float | None:
-        return fixed_seconds(result.get("train", {}), seconds)
+    def fixed_seconds(self, result: TrainResult, seconds: float) -> float | None:
+        return fixed_seconds(result.train, seconds)
 
-    def work(self, cfg, results):
-        if searched(cfg, "bi_encoder") and self.name != "target_gold":
+    def _work(self, params: StudentParams, n: int | None):
+        if params.seed_search is not None or not n:
             return None
-        if self.name == "target_gold":
-            n = results.get("target", {}).get("pairs", {}).get("pairs")
-        elif self.name == "gold_only":
-            n = results.get("gold", {}).get("train")
-        else:
-            silver = results.get("silver", {}).get("silver")
-            if silver is None:
-                n = None
-            else:
-                n = silver + (results["gold"]["train"] * cfg.bi_encoder.gold_repeat if mixes_gold(cfg) else 0)
-        return None if not n else (planned_steps(cfg.bi_encoder, n, cfg.training), "steps", "bi_encoder step")
+        return planned_steps(params.bi_encoder, n, params.training), "steps", "bi_encoder step"
 
-    def __init__(self, role: str):
-        if role not in ROLES:
-            raise ValueError(f"unknown bi-encoder role '{role}'; valid: {', '.join(ROLES)}")
-        self.name = role
-
-    def declare(self, cfg) -> Declaration:
-        # Which task's objective it trains with: the source task, or the target's for the upper bound.
-        mixed = self.name == "augsbert" and mixes_gold(cfg)
-        reads = ["seed", *bi_encoder_reads(mixed), "training", "task", "seed_search.enabled", "seed_search.targets"]
-        inputs = {}
-        if self.name == "target_gold":
-            reads.append("target.task")
-            inputs["target_pairs"] = "target/pairs.parquet"
-        elif self.name == "gold_only" or mixes_gold(cfg):
-            inputs["gold"] = "gold/train.parquet"
-        if self.name == "augsbert":
-            inputs["silver"] = silver_artifact(cfg)
-            if cfg.target is not None:
-                reads.append("target.mix_source_gold")
-        search = searched(cfg, "bi_encoder") and self.name != "target_gold"
-        if search:
-            reads += ["seed_search", "evaluation.batch_size"]
-            inputs["dev"] = "gold/dev.parquet"
-        return Declaration(reads=tuple(reads), inputs=inputs, outputs=("model",))
-
-    def run(self, inputs, settings, env) -> dict:
-        b = settings.bi_encoder
-        task = (settings.target.task or settings.task) if self.name == "target_gold" else settings.task
-        gold = next((inputs.table(k) for k in ("target_pairs", "gold") if k in inputs), None)
-        silver = inputs.table("silver") if "silver" in inputs else None
+    def _train(self, gold: pa.Table | None, silver: pa.Table | None, inputs, params: StudentParams,
+               env) -> TrainResult:
+        b, search = params.bi_encoder, params.seed_search is not None
         repeat = b.gold_repeat if silver is not None and gold is not None else 1
-        train = student_training_set(gold, silver, settings.task, repeat)
-        search = "dev" in inputs
-        objective = resolved_objective(b.objective, task)
+        train = student_training_set(gold, silver, params.task, repeat)
         stats = fit_encoder(
             "bi_encoder", train, inputs.table("dev").select(PAIR_COLUMNS) if search else None,
             recipe={"model": env.base_model(b.model), "max_length": b.max_length, "num_layers": b.num_layers,
-                    "objective": objective},
-            hparams=hparams(b, settings.seed, settings.training), training=settings.training,
-            seed_search=settings.seed_search if search else None, searched=search, task=settings.task,
-            metric=PRIMARY_METRIC[settings.task], eval_batch_size=settings.evaluation.batch_size if search else 64,
+                    "objective": params.objective},
+            hparams=hparams(b, params.seed, params.training), training=params.training,
+            seed_search=params.seed_search, searched=search, task=params.task,
+            metric=PRIMARY_METRIC[params.task], eval_batch_size=params.eval_batch_size,
             out=env.out, storage=env.storage, cluster=env.cluster, name=f"bi-encoder-{self.name.replace('_', '-')}",
             log=env.log, progress=None if search else env.reporter())
-        facts = training_facts(b, objective, settings.seed, settings.training.precision, stats, train.num_rows)
+        facts = training_facts(b, params.objective, params.seed, params.training.precision, stats, train.num_rows)
         write_trained_card(self.name, env.out / "model", b.model, facts,
                            gold_train=None if gold is None else gold.num_rows,
                            silver=None if silver is None else SilverFacts(silver.num_rows, repeat, gold is not None),
                            versions=versions())
-        return {"train": stats, "train_pairs": train.num_rows,
-                "label_mean": float(np.mean(train.column(schema.LABEL).to_numpy())) if train.num_rows else None}
+        return TrainResult(train=stats, train_pairs=train.num_rows,
+                           label_mean=float(np.mean(train.column(schema.LABEL).to_numpy())) if train.num_rows else None)
+
+
+def _search_inputs(search: bool) -> dict[str, str]:
+    return {"dev": "gold/dev.parquet"} if search else {}
+
+
+class GoldOnly(BiEncoderStage):
+    """The bi-encoder on the gold training pairs alone."""
+
+    name = "gold_only"
+
+    def work(self, params, results):
+        return self._work(params, results["gold"].train if "gold" in results else None)
+
+    def declare(self, cfg) -> Declaration:
+        search = searched(cfg, "bi_encoder")
+        params = _params(cfg, objective_task=cfg.task, uses_gold_repeat=False, search=search)
+        return Declaration(params, inputs={"gold": "gold/train.parquet", **_search_inputs(search)}, outputs=("model",))
+
+    def run(self, inputs, params: StudentParams, env) -> TrainResult:
+        return self._train(inputs.table("gold"), None, inputs, params, env)
+
+
+class TargetGold(BiEncoderStage):
+    """Domain adaptation's upper bound: the bi-encoder on the target pairs' own labels,
+    with the target task's objective (never seed-searched: dev is the source's)."""
+
+    name = "target_gold"
+
+    def work(self, params, results):
+        return self._work(params, results["target"].count("pairs") if "target" in results else None)
+
+    def declare(self, cfg) -> Declaration:
+        params = _params(cfg, objective_task=cfg.target.task or cfg.task, uses_gold_repeat=False, search=False)
+        return Declaration(params, inputs={"target_pairs": "target/pairs.parquet"}, outputs=("model",))
+
+    def run(self, inputs, params: StudentParams, env) -> TrainResult:
+        return self._train(inputs.table("target_pairs"), None, inputs, params, env)
+
+
+class AugSBERTParams(StudentParams):
+    mix: bool  # gold + silver (in-domain; across domains with target.mix_source_gold), else silver alone
+
+
+class AugSBERT(BiEncoderStage):
+    """Step 3: the bi-encoder on gold + silver (or the target silver alone)."""
+
+    name = "augsbert"
+
+    def work(self, params: AugSBERTParams, results):
+        if "silver" not in results:
+            return None
+        gold = results["gold"].train * params.bi_encoder.gold_repeat if params.mix and "gold" in results else 0
+        return self._work(params, results["silver"].silver + gold)
+
+    def declare(self, cfg) -> Declaration:
+        mix, search = mixes_gold(cfg), searched(cfg, "bi_encoder")
+        base = _params(cfg, objective_task=cfg.task, uses_gold_repeat=mix, search=search)
+        params = AugSBERTParams(**dict(base), mix=mix)
+        inputs = {"silver": silver_artifact(cfg), **_search_inputs(search)}
+        if mix:
+            inputs["gold"] = "gold/train.parquet"
+        return Declaration(params, inputs=inputs, outputs=("model",))
+
+    def run(self, inputs, params: AugSBERTParams, env) -> TrainResult:
+        gold = inputs.table("gold") if params.mix else None
+        return self._train(gold, inputs.table("silver"), inputs, params, env)
+
+
+STUDENTS = {s.name: s for s in (GoldOnly, TargetGold, AugSBERT)}

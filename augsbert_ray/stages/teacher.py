@@ -7,11 +7,13 @@ never retrains it.
 
 from __future__ import annotations
 
+from augsbert_ray.config import CrossEncoderConfig, SeedSearchConfig, TrainingConfig
 from augsbert_ray.evaluation import PRIMARY_METRIC
-from augsbert_ray.report import versions
+from augsbert_ray.versions import versions
 from augsbert_ray.run_cards import training_facts, write_trained_card
-from augsbert_ray.stages.base import Declaration, Stage
 from augsbert_ray.schema import PAIR_COLUMNS
+from augsbert_ray.stages.base import Declaration, Stage, StageParams, placement_field
+from augsbert_ray.stages.training_result import TrainResult
 from augsbert_ray.training.fit import fit_encoder, fixed_seconds, hparams, planned_steps, throughput
 
 
@@ -20,47 +22,59 @@ def searched(cfg, kind: str) -> bool:
     return cfg.seed_search.enabled and kind in cfg.seed_search.targets
 
 
+class TeacherParams(StageParams):
+    seed: int
+    cross_encoder: CrossEncoderConfig
+    training: TrainingConfig
+    # The seed search that picks the teacher's seed on dev; None: trained once, with the job's seed.
+    seed_search: SeedSearchConfig | None = None
+    task: str | None = None  # how the search scores dev (searched only)
+    eval_batch_size: int = placement_field(64)
+
+
 class Teacher(Stage):
     name = "cross_encoder"
     kind = "train"
     unit = "steps"
+    result_type = TrainResult
 
-    def throughput(self, result: dict, seconds: float) -> str:
-        return throughput(result.get("train", {}), seconds)
+    def throughput(self, result: TrainResult, seconds: float) -> str:
+        return throughput(result.train, seconds)
 
-    def fixed_seconds(self, result: dict, seconds: float) -> float | None:
-        return fixed_seconds(result.get("train", {}), seconds)
+    def fixed_seconds(self, result: TrainResult, seconds: float) -> float | None:
+        return fixed_seconds(result.train, seconds)
 
-    def work(self, cfg, results):
-        if "gold" not in results or searched(cfg, "cross_encoder"):
+    def work(self, params: TeacherParams, results):
+        if "gold" not in results or params.seed_search is not None:
             return None
-        return planned_steps(cfg.cross_encoder, results["gold"]["train"], cfg.training), "steps", "cross_encoder step"
+        steps = planned_steps(params.cross_encoder, results["gold"].train, params.training)
+        return steps, "steps", "cross_encoder step"
 
     def declare(self, cfg) -> Declaration:
         search = searched(cfg, "cross_encoder")
-        reads = ["seed", "cross_encoder", "training", "seed_search.enabled", "seed_search.targets"]
+        params = TeacherParams(seed=cfg.seed, cross_encoder=cfg.cross_encoder, training=cfg.training)
         inputs = {"train": "gold/train.parquet"}
         if search:  # the search scores every seed on dev
-            reads += ["seed_search", "task", "evaluation.batch_size"]
+            params = params.model_copy(update={"seed_search": cfg.seed_search, "task": cfg.task,
+                                               "eval_batch_size": cfg.evaluation.batch_size})
             inputs["dev"] = "gold/dev.parquet"
-        return Declaration(reads=tuple(reads), inputs=inputs, outputs=("model",))
+        return Declaration(params, inputs=inputs, outputs=("model",))
 
-    def run(self, inputs, settings, env) -> dict:
-        c = settings.cross_encoder
-        search = settings.seed_search.enabled and "cross_encoder" in settings.seed_search.targets
+    def run(self, inputs, params: TeacherParams, env) -> TrainResult:
+        c, search = params.cross_encoder, params.seed_search is not None
         train = inputs.table("train").select(PAIR_COLUMNS)
         stats = fit_encoder(
             "cross_encoder", train,
             inputs.table("dev").select(PAIR_COLUMNS) if search else None,
             recipe={"model": env.base_model(c.model), "max_length": c.max_length},
-            hparams=hparams(c, settings.seed, settings.training), training=settings.training,
-            seed_search=settings.seed_search if search else None, searched=search,
-            task=settings.task if search else "regression",
-            metric=PRIMARY_METRIC[settings.task] if search else "spearman",
-            eval_batch_size=settings.evaluation.batch_size if search else 64,
+            hparams=hparams(c, params.seed, params.training), training=params.training,
+            seed_search=params.seed_search, searched=search,
+            task=params.task if search else "regression",
+            metric=PRIMARY_METRIC[params.task] if search else "spearman",
+            eval_batch_size=params.eval_batch_size,
             out=env.out, storage=env.storage, cluster=env.cluster, name="cross-encoder", log=env.log,
             progress=None if search else env.reporter())
         write_trained_card("cross_encoder", env.out / "model", c.model,
-                           training_facts(c, "bce", settings.seed, settings.training.precision, stats, train.num_rows),
+                           training_facts(c, "bce", params.seed, params.training.precision, stats, train.num_rows),
                            gold_train=train.num_rows, versions=versions())
-        return {"train": stats}
+        return TrainResult(train=stats)

@@ -130,6 +130,6 @@ def test_a_killed_driver_redoes_only_what_was_in_flight(tiny_stsb, tiny_model, t
     # the fault-free run, bit for bit. (In this process, on the session's Ray: where the
     # re-run's driver runs is not the point, and it saves a Ray start.)
     third = run_job(validate_tree(yaml.safe_load(job.read_text())), log=lambda line: None)
-    assert third.stage("augsbert").result["train"]["resumed_from_step"] > 0
+    assert third.stage("augsbert").result.train["resumed_from_step"] > 0
     weights = "model/model.safetensors"
     assert (_folder(run_dir, "augsbert") / weights).read_bytes() == (_folder(clean_dir, "augsbert") / weights).read_bytes()
