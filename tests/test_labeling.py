@@ -91,7 +91,7 @@ def test_gpu_pool_gets_one_actor_per_cluster_gpu(ray_local, tiny_cross_encoder, 
     strategy = ray_local.data.ActorPoolStrategy
     monkeypatch.setattr(ray_local.data, "ActorPoolStrategy", lambda size, **kw: sizes.append(size) or strategy(size=size, **kw))
     monkeypatch.setattr(ray_local, "cluster_resources", lambda: {"CPU": 16.0, "GPU": 4.0})
-    monkeypatch.setattr(runtime, "node_capacities", lambda: [{"CPU": 16.0, "GPU": 4.0}])
+    monkeypatch.setattr(runtime.resources, "node_capacities", lambda: [{"CPU": 16.0, "GPU": 4.0}])
     refs = [ray_local.put(candidates(*pairs(3)))]
     labelled_dataset(refs, tiny_cross_encoder, LabelingConfig(num_gpus=1, block_size=5), 128, 1)
     labelled_dataset(refs, tiny_cross_encoder, LabelingConfig(num_gpus=1, block_size=5, actors=2), 128, 1)

@@ -67,7 +67,7 @@ def test_the_cycle_check_finds_a_cycle():
 
 def test_only_the_runtime_starts_ray():
     starters = sorted(_module(p) for p in PACKAGE.rglob("*.py") if "ray.init(" in p.read_text(encoding="utf-8"))
-    assert starters == ["augsbert_ray.runtime"]
+    assert starters == ["augsbert_ray.runtime.cluster"]
 
 
 def test_the_package_exports_the_api_alone_and_imports_it_only_when_used():
