@@ -91,3 +91,19 @@ def test_sigterm_stops_the_local_ray_which_listened_on_loopback_only(tmp_path):
         if proc.poll() is None:
             proc.kill()
         log.close()
+
+
+def test_leftover_processes_are_found_and_killed_after_their_grace():
+    from augsbert_ray.runtime import reaping
+
+    child = subprocess.Popen([sys.executable, "-c", "import signal, time; signal.signal(signal.SIGTERM, "
+                              "signal.SIG_IGN); time.sleep(60)"])
+    try:
+        found = [p for p in reaping.descendants(os.getpid()) if p.pid == child.pid]
+        assert len(found) == 1 and reaping.alive(found[0])
+        t0 = time.monotonic()
+        reaping.kill_leftovers(found, grace_s=0.3, what="a test")
+        assert child.wait(timeout=10) == -signal.SIGKILL and time.monotonic() - t0 >= 0.3
+        assert not reaping.alive(found[0])
+    finally:
+        child.kill()
