@@ -7,6 +7,7 @@
     augsbert report runs/smoke                             # a run's summary again, finished or not
     augsbert validate jobs/*.yaml                          # check job files, build nothing
     augsbert validate jobs/smoke.yaml sampling.top_k=5     # ... with overrides
+    augsbert validate --explain jobs/smoke.yaml            # every setting: value, default, meaning
     augsbert label MODEL pairs/*.parquet --out scored/     # score pair files with a cross-encoder
 
 Every error the job can foresee (``AugSBERTError``: config, data, models, training that
@@ -55,6 +56,8 @@ def _parser() -> argparse.ArgumentParser:
                           "that is not an existing file is an override)")
     val.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                      help="an override to apply to every file")
+    val.add_argument("--explain", action="store_true",
+                     help="also print every setting of each job: its value, its default and what it does")
     _label_parser(sub)
     return p
 
@@ -106,7 +109,7 @@ def main(argv: list[str] | None = None) -> int:
             print("augsbert: error: no job file: augsbert run JOB.yaml [key.sub=value ...] (jobs/ holds examples)",
                   file=sys.stderr)
             return 2
-    from augsbert_ray.config import load_job
+    from augsbert_ray.config import explain, load_job
 
     try:
         if args.command == "report":
@@ -123,6 +126,8 @@ def main(argv: list[str] | None = None) -> int:
                 mode = (f"domain adaptation, target task {cfg.target_task}" if cfg.target is not None
                         else f"strategy {cfg.sampling.strategy}")
                 print(f"{path}: ok (job '{cfg.name}', {mode}, run dir {cfg.resolved_run_dir})")
+                if args.explain:
+                    print(explain(cfg))
             return 0
         if args.command == "label":
             with signals.handled():

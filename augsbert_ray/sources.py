@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import model_validator
+from pydantic import Field, model_validator
 
 from augsbert_ray.strict_model import StrictModel
 
@@ -20,38 +20,31 @@ DEFAULT_LABEL_RANGE: dict[str, tuple[float, float]] = {"stsb": (0.0, 5.0), "mrpc
 class ColumnMap(StrictModel):
     """Names of the columns (or JSON keys) that hold each field, for generic formats."""
 
-    sentence1: str = "sentence1"
-    sentence2: str = "sentence2"
-    label: str | None = "label"  # null: the pairs have no labels (unlabelled target pairs)
-    genre: str | None = None  # optional column copied into the pair schema's genre
+    sentence1: str = Field("sentence1", description="the first sentence's column")
+    sentence2: str = Field("sentence2", description="the second sentence's column")
+    label: str | None = Field("label", description="the label's column; null: the pairs have no labels "
+                                                   "(unlabelled target pairs)")
+    genre: str | None = Field(None, description="an optional column copied into the pair schema's genre")
 
 
 class DataSource(StrictModel):
-    """One input of gold pairs.
+    """One input of gold pairs."""
 
-    Args:
-        format: ``stsb`` / ``mrpc`` (the original distribution files), ``csv`` / ``tsv`` /
-            ``jsonl`` / ``parquet`` (generic, with ``columns``), or ``hf`` (a Hugging Face
-            dataset id in ``path``; needs the ``datasets`` package and a reachable hub).
-        path: file path, or the hub dataset id for ``hf``.
-        columns: column mapping for generic formats (ignored by ``stsb`` and ``mrpc``).
-        label_range: raw ``[min, max]`` of the label, scaled linearly to ``[0, 1]``. Defaults
-            to ``[0, 5]`` for ``stsb`` and ``[0, 1]`` otherwise. A label outside it is an error.
-        hf_config: dataset config name for ``hf``.
-        hf_split: split name inside the hub dataset for ``hf`` (e.g. ``validation``).
-        genres: keep only rows of these genres (e.g. ``[captions]`` or ``[news, forums]`` for
-            the STS benchmark); matched without a ``main-`` prefix or a plural ``s``, so
-            STSb's "main-forum" (train) and "main-forums" (dev, test) are one genre. Rows of
-            other genres are counted in the report, not loaded.
-    """
-
-    format: Format
-    path: str
-    columns: ColumnMap = ColumnMap()
-    label_range: tuple[float, float] | None = None
-    hf_config: str | None = None
-    hf_split: str | None = None
-    genres: list[str] | None = None
+    format: Format = Field(description="stsb / mrpc (the original distribution files), csv / tsv / jsonl / parquet "
+                                       "(generic, with columns), or hf (a Hugging Face dataset id in path; needs the "
+                                       "datasets package and a reachable hub)")
+    path: str = Field(description="a file path, or the hub dataset id for hf")
+    columns: ColumnMap = Field(ColumnMap(), description="the column mapping of generic formats (ignored by stsb "
+                                                        "and mrpc)")
+    label_range: tuple[float, float] | None = Field(
+        None, description="raw [min, max] of the label, scaled linearly to [0, 1]; null: [0, 5] for stsb and [0, 1] "
+                          "otherwise. A label outside it is an error")
+    hf_config: str | None = Field(None, description="the dataset config name for hf")
+    hf_split: str | None = Field(None, description="the split inside the hub dataset for hf (e.g. validation)")
+    genres: list[str] | None = Field(
+        None, description="keep only rows of these genres (e.g. [captions] or [news, forums] for the STS benchmark), "
+                          "matched without a main- prefix or a plural s, so STSb's main-forum and main-forums are one "
+                          "genre; rows of other genres are counted in the report, not loaded")
 
     @model_validator(mode="after")
     def _check_range(self) -> "DataSource":

@@ -16,6 +16,17 @@ def test_validate_reports_bad_key(tmp_path, capsys):
     assert "sampling.top_k" in err and str(path) in err
 
 
+def test_validate_explain_prints_each_setting_with_value_default_and_description(tmp_path, capsys):
+    path = write(tmp_path, MINIMAL)
+    assert main(["validate", "--explain", str(path), "sampling.top_k=7"]) == 0
+    out = capsys.readouterr().out
+    assert "\n[sampling]  Step 2.1" in out and "\n[sampling.faiss]" in out
+    assert "\nsampling.top_k: 7  (default: 3)\n    neighbours retrieved per sentence (bm25, ss)\n" in out
+    assert "\nlabeling.actors: null  (default: null)  [placement]\n" in out
+    assert "\nname: \"t\"  (default: required)  [placement]\n" in out
+    assert main(["validate", str(path)]) == 0 and "[sampling]" not in capsys.readouterr().out
+
+
 def test_run_reports_data_error_with_line(tmp_path, capsys):
     bad = tmp_path / "bad.csv"
     bad.write_text("g\tf\ty\t1\t2.5\tA man.\tA dog.\ng\tf\ty\t2\tabc\tA man.\tA dog.\n")

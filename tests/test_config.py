@@ -275,3 +275,23 @@ def test_a_name_too_long_for_a_directory_is_refused(tmp_path):
     with pytest.raises(ConfigError) as info:
         load_job(path, ["name=" + "n" * 256])
     assert info.value.key == "name" and "256 bytes is too long" in str(info.value)
+
+
+def test_every_config_field_says_what_it_does():
+    from pydantic import BaseModel
+
+    from augsbert_ray.config import JobConfig
+    from augsbert_ray.config.loading import _model_in
+
+    missing, todo, seen = [], [("", JobConfig)], set()
+    while todo:
+        prefix, model = todo.pop()
+        if model in seen:
+            continue
+        seen.add(model)
+        for name, field in model.model_fields.items():
+            if not field.description:
+                missing.append(f"{prefix}{name}")
+            if (sub := _model_in(field.annotation)) is not None and issubclass(sub, BaseModel):
+                todo.append((f"{prefix}{name}.", sub))
+    assert missing == []

@@ -4,8 +4,9 @@ import pytest
 
 from augsbert_ray import runtime, schema
 from augsbert_ray.config import LabelingConfig
-from augsbert_ray.labeling import (ShardStore, _file_shards, _labelled_dataset, label_candidates, label_candidates_file,
-                                   pool_size, score_pairs)
+from augsbert_ray.labeling import ShardStore, label_candidates, label_candidates_file, pool_size, score_pairs
+from augsbert_ray.labeling.pool import labelled_dataset
+from augsbert_ray.labeling.shards import file_shards
 from augsbert_ray.models import load_cross_encoder
 from conftest import make_sentence
 
@@ -90,10 +91,10 @@ def test_gpu_pool_gets_one_actor_per_cluster_gpu(ray_local, tiny_cross_encoder, 
     strategy = ray_local.data.ActorPoolStrategy
     monkeypatch.setattr(ray_local.data, "ActorPoolStrategy", lambda size, **kw: sizes.append(size) or strategy(size=size, **kw))
     monkeypatch.setattr(ray_local, "cluster_resources", lambda: {"CPU": 16.0, "GPU": 4.0})
-    monkeypatch.setattr(runtime, "node_capacities", lambda: [{"CPU": 16.0, "GPU": 4.0}])
+    monkeypatch.setattr(runtime.resources, "node_capacities", lambda: [{"CPU": 16.0, "GPU": 4.0}])
     refs = [ray_local.put(candidates(*pairs(3)))]
-    _labelled_dataset(refs, tiny_cross_encoder, LabelingConfig(num_gpus=1, block_size=5), 128, 1)
-    _labelled_dataset(refs, tiny_cross_encoder, LabelingConfig(num_gpus=1, block_size=5, actors=2), 128, 1)
+    labelled_dataset(refs, tiny_cross_encoder, LabelingConfig(num_gpus=1, block_size=5), 128, 1)
+    labelled_dataset(refs, tiny_cross_encoder, LabelingConfig(num_gpus=1, block_size=5, actors=2), 128, 1)
     assert sizes == [4, 2]
 
 
@@ -160,7 +161,7 @@ def test_file_shards_cut_any_row_groups_into_exact_shards(tmp_path, row_group):
     s1, s2 = pairs(23, seed=3)
     path = tmp_path / "candidates.parquet"
     pq.write_table(candidates(s1, s2), path, row_group_size=row_group)
-    shards = list(_file_shards(path, 5))
+    shards = list(file_shards(path, 5))
     assert [t.num_rows for t in shards] == [5, 5, 5, 5, 3]
     assert pa.concat_tables(shards).equals(pq.read_table(path))
 

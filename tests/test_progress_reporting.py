@@ -5,9 +5,12 @@ from __future__ import annotations
 import numpy as np
 import pyarrow as pa
 
-from augsbert_ray import labeling, schema
+from augsbert_ray import schema
 from augsbert_ray.config import LabelingConfig
-from augsbert_ray.labeling import LabelingReport, ShardStore, _keys_digest, _label, _table_shards
+from augsbert_ray.labeling import LabelingReport, ShardStore, driver
+from augsbert_ray.labeling.driver import _label
+from augsbert_ray.labeling.pool import checked_shard
+from augsbert_ray.labeling.shards import keys_digest, table_shards
 
 
 class Recorder:
@@ -35,21 +38,21 @@ def test_labelling_reports_its_pairs_reused_shards_first(ray_local, tmp_path, mo
     cands = _candidates(23)
     cfg = LabelingConfig(block_size=5, precision="fp32")
     store = ShardStore(tmp_path / "shards")
-    for i, shard in enumerate(_table_shards(cands, 5)):
+    for i, shard in enumerate(table_shards(cands, 5)):
         if i in (0, 2):  # labelled by an earlier run
             store.commit(i, shard.append_column(schema.LABEL, pa.array(np.zeros(shard.num_rows), pa.float32())),
-                         _keys_digest(shard))
+                         keys_digest(shard))
 
     def fake_pool(pending, finished, commit, *args):  # labels each pending shard, no actors
         for i in sorted(pending):
             block = ray_local.get(pending[i].ref)
             labelled = block.append_column(schema.LABEL, pa.array(np.full(block.num_rows, 0.5), pa.float32()))
-            commit(i, labeling._checked_shard(i, labelled, pending[i].keys))
+            commit(i, checked_shard(i, labelled, pending[i].keys))
 
-    monkeypatch.setattr(labeling, "_label_shards", fake_pool)
+    monkeypatch.setattr(driver, "run_pool", fake_pool)
     progress, lines = Recorder(), []
     report = LabelingReport()
-    assert _label(_table_shards(cands, 5), None, "model", cfg, 128, 1, store, lines.append, None, report,
+    assert _label(table_shards(cands, 5), None, "model", cfg, 128, 1, store, lines.append, None, report,
                   progress=progress) == 5
     assert progress.calls == [("set_total", 23, "pairs"), ("update", 10), ("advance", 5), ("advance", 5),
                               ("advance", 3)]

@@ -69,21 +69,21 @@ def test_sigterm_stops_the_local_ray_which_listened_on_loopback_only(tmp_path):
         assert session.name.startswith("session_"), (tmp_path / "stderr.txt").read_text()
         deadline = time.monotonic() + 60  # until Ray's agents are up: then every server of the node is
         while time.monotonic() < deadline:
-            ray_processes = runtime._descendants(proc.pid)
-            names = " ".join(_cmdline(pid) for pid, _ in ray_processes)
+            ray_processes = runtime.reaping.descendants(proc.pid)
+            names = " ".join(_cmdline(p.pid) for p in ray_processes)
             if "DashboardAgent" in names and "RuntimeEnvAgent" in names:
                 break
             time.sleep(0.5)
         assert "DashboardAgent" in names and "RuntimeEnvAgent" in names, names
-        listening = _listening({pid for pid, _ in ray_processes} | {proc.pid})
+        listening = _listening({p.pid for p in ray_processes} | {proc.pid})
         assert listening and [a for a in listening if not _loopback(a[1])] == [], listening
 
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=60) == 143
         deadline = time.monotonic() + 15
-        while [p for p in ray_processes if runtime._alive(*p)] and time.monotonic() < deadline:
+        while [p for p in ray_processes if runtime.reaping.alive(p)] and time.monotonic() < deadline:
             time.sleep(0.2)
-        survivors = [(pid, _cmdline(pid)) for pid, started in ray_processes if runtime._alive(pid, started)]
+        survivors = [(p.pid, _cmdline(p.pid)) for p in ray_processes if runtime.reaping.alive(p)]
         assert survivors == [], "processes Ray started for the job outlived it"
         by_session = [pid for pid in map(int, filter(str.isdigit, os.listdir("/proc"))) if str(session) in _cmdline(pid)]
         assert by_session == []
@@ -91,3 +91,19 @@ def test_sigterm_stops_the_local_ray_which_listened_on_loopback_only(tmp_path):
         if proc.poll() is None:
             proc.kill()
         log.close()
+
+
+def test_leftover_processes_are_found_and_killed_after_their_grace():
+    from augsbert_ray.runtime import reaping
+
+    child = subprocess.Popen([sys.executable, "-c", "import signal, time; signal.signal(signal.SIGTERM, "
+                              "signal.SIG_IGN); time.sleep(60)"])
+    try:
+        found = [p for p in reaping.descendants(os.getpid()) if p.pid == child.pid]
+        assert len(found) == 1 and reaping.alive(found[0])
+        t0 = time.monotonic()
+        reaping.kill_leftovers(found, grace_s=0.3, what="a test")
+        assert child.wait(timeout=10) == -signal.SIGKILL and time.monotonic() - t0 >= 0.3
+        assert not reaping.alive(found[0])
+    finally:
+        child.kill()

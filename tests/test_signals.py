@@ -23,7 +23,7 @@ def test_a_signal_raises_interrupted_and_the_handlers_are_put_back(signum, statu
 
 
 def test_ray_inits_own_sigterm_exit_becomes_an_interruption():
-    from augsbert_ray.runtime import _interrupted
+    from augsbert_ray.runtime.cluster import _interrupted
 
     assert isinstance(_interrupted(SystemExit(signal.SIGTERM), ours=True), signals.Interrupted)
     other = SystemExit(3)

@@ -67,7 +67,7 @@ def test_the_cycle_check_finds_a_cycle():
 
 def test_only_the_runtime_starts_ray():
     starters = sorted(_module(p) for p in PACKAGE.rglob("*.py") if "ray.init(" in p.read_text(encoding="utf-8"))
-    assert starters == ["augsbert_ray.runtime"]
+    assert starters == ["augsbert_ray.runtime.cluster"]
 
 
 def test_the_package_exports_the_api_alone_and_imports_it_only_when_used():
@@ -79,3 +79,9 @@ def test_the_package_exports_the_api_alone_and_imports_it_only_when_used():
              "print(a.__all__, before, heavy())")
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "['load_job', 'run', 'label'] [] ['augsbert_ray.api']"
+
+
+def test_production_code_never_imports_the_fault_injection_module():
+    graph = _imports()
+    assert "augsbert_ray.testing" in graph  # the check below looks at the right name
+    assert sorted(name for name, deps in graph.items() if "augsbert_ray.testing" in deps) == []

@@ -4,7 +4,6 @@ with a clear report, keeps the shards it committed, and a re-run labels only the
 
 from __future__ import annotations
 
-import json
 import random
 
 import numpy as np
@@ -15,7 +14,8 @@ from conftest import make_sentence
 from augsbert_ray import schema
 from augsbert_ray.config import LabelingConfig
 from augsbert_ray.errors import LabelingError
-from augsbert_ray.labeling import FAULT_ENV, LabelingReport, ShardStore, label_candidates
+from augsbert_ray.labeling import LabelingReport, PairScorer, ShardStore, label_candidates, pool
+from augsbert_ray.testing import dying_scorer
 
 pytestmark = pytest.mark.slow
 
@@ -57,15 +57,13 @@ def _label(teacher, store=None, report=None, **cfg):
 @pytest.fixture(scope="module")
 def clean(ray_local, teacher) -> pa.Table:
     """The fault-free labelling that every faulty run must equal, row for row."""
-    import os
-
-    assert FAULT_ENV not in os.environ
+    assert pool.PairScorer is PairScorer
     return _label(teacher)
 
 
 def test_a_killed_labelling_actor_loses_and_doubles_nothing(ray_local, teacher, clean, tmp_path, monkeypatch):
     flag = tmp_path / "fault-fired"
-    monkeypatch.setenv(FAULT_ENV, json.dumps({"after_batches": 2, "flag": str(flag)}))
+    monkeypatch.setattr(pool, "PairScorer", dying_scorer(after_batches=2, flag=flag))
     report = LabelingReport()
     faulty = _label(teacher, store=ShardStore(tmp_path / "shards"), report=report)
     assert "exited after 2 batches" in flag.read_text()  # an actor did die mid-batch
@@ -77,14 +75,14 @@ def test_a_killed_labelling_actor_loses_and_doubles_nothing(ray_local, teacher, 
 
 def test_exhausted_restarts_fail_clearly_and_a_rerun_labels_only_the_rest(ray_local, teacher, clean, tmp_path, monkeypatch):
     store = ShardStore(tmp_path / "shards")
-    monkeypatch.setenv(FAULT_ENV, json.dumps({"after_batches": 3, "flag": str(tmp_path / "flag")}))
+    monkeypatch.setattr(pool, "PairScorer", dying_scorer(after_batches=3, flag=tmp_path / "flag"))
     with pytest.raises(LabelingError) as err:
         _label(teacher, store=store, max_restarts=0, max_task_retries=0, pool_retries=0)
     msg = str(err.value)
     assert "labeling.max_restarts=0" in msg and "a re-run resumes from them" in msg and str(store.root) in msg
     committed = sorted(p.name for p in store.root.glob("part-*.json"))
     assert len(committed) < 10  # the failure stopped labelling part-way
-    monkeypatch.delenv(FAULT_ENV)
+    monkeypatch.undo()
     report = LabelingReport()
     again = _label(teacher, store=store, report=report)
     assert report.reused == len(committed) and report.labelled == 10 - len(committed)
@@ -92,7 +90,7 @@ def test_exhausted_restarts_fail_clearly_and_a_rerun_labels_only_the_rest(ray_lo
 
 
 def test_a_new_pool_labels_what_a_failed_pool_left(ray_local, teacher, clean, tmp_path, monkeypatch):
-    monkeypatch.setenv(FAULT_ENV, json.dumps({"after_batches": 3, "flag": str(tmp_path / "flag")}))
+    monkeypatch.setattr(pool, "PairScorer", dying_scorer(after_batches=3, flag=tmp_path / "flag"))
     report = LabelingReport()
     lines = []
     got = label_candidates(_candidates(), teacher, LabelingConfig(actors=2, block_size=BLOCK, micro_batch_size=4,

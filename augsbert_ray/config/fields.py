@@ -1,0 +1,26 @@
+"""The base of every job-config section, and the two kinds of field the stages treat apart."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import Field
+
+from augsbert_ray.models import EMBEDDED_MODEL
+from augsbert_ray.strict_model import StrictModel
+
+
+def placement(default: Any, **kwargs) -> Any:
+    """A setting that only places or sizes work (actors, CPUs, GPUs, batch sizes, workers,
+    retries): it never changes a result, so changing it never redoes a finished stage."""
+    return Field(default, json_schema_extra={"placement": True}, **kwargs)
+
+
+def model_name(default: str = EMBEDDED_MODEL, **kwargs) -> Any:
+    """A model setting: ``embedded``, a Hugging Face id or a local directory. A stage that
+    reads it is fingerprinted by the model's content (``models.model_content_id``), not its name."""
+    return Field(default, json_schema_extra={"model": True}, **kwargs)
+
+
+class Section(StrictModel):
+    """A section of the job config (unknown keys refused, no booleans for numbers)."""

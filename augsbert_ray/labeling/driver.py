@@ -1,0 +1,235 @@
+"""The labelling driver: candidates in, silver pairs out, every shard labelled exactly once.
+
+It cuts the candidates into shards, skips those a ``ShardStore`` already holds, hands the
+rest to an actor pool (``pool.run_pool``), commits each shard as it comes back, and starts a
+new pool when one fails, up to ``labeling.pool_retries``.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from augsbert_ray import schema
+from augsbert_ray.errors import LabelingError
+from augsbert_ray.labeling.pool import release_failed_pool, run_pool
+from augsbert_ray.labeling.shards import KEY_COLUMNS, SHARD, ShardStore, file_shards, keys_digest, table_shards
+
+
+@dataclass
+class LabelingReport:
+    """What a labelling run did: shards in all, reused from an earlier run, labelled now."""
+
+    shards: int = 0
+    reused: int = 0
+    labelled: int = 0
+    labelled_pairs: int = 0
+    seconds: float = 0.0
+    # From the start of labelling to the first shard back: the pipeline's fixed cost (actors
+    # started, models loaded, the first batch tokenised), paid whatever the number of pairs.
+    first_shard_seconds: float | None = None
+    redone_shards: list = field(default_factory=list)  # labelled now (their indices)
+
+
+def label_candidates(candidates: pa.Table, model_dir: str, cfg, max_length: int, cpus_per_actor: float,
+                     store: ShardStore | None = None, log=lambda line: None, on_commit=None,
+                     report: LabelingReport | None = None, actors: int | None = None, progress=None) -> pa.Table:
+    """Labels candidates with an actor pool of cross-encoders, shard by shard, exactly once.
+
+    The candidates are cut into shards of ``cfg.block_size`` rows; each shard is one Ray Data
+    block handed to an actor. With a ``store``, every shard is committed as soon as its labels
+    reach the driver, and the shards an earlier run committed are not labelled again: a job
+    killed mid-labelling redoes only the shards that were in flight. An actor that dies is
+    restarted by Ray and its batch redone; the driver checks every shard's rows against its
+    input, so a pair is never lost or doubled. (``label_candidates_file`` does the same from
+    and to Parquet files without holding the pairs in memory.)
+
+    Args:
+        candidates: ``schema.CANDIDATE_SCHEMA`` rows.
+        model_dir: the trained cross-encoder (a path or a shipped model).
+        cfg: ``config.LabelingConfig`` (actors, GPUs, batch sizes, retry limits).
+        max_length: token limit of a pair.
+        cpus_per_actor: CPUs reserved per actor (and torch threads it uses).
+        store: where shards are committed (None: in memory only).
+        log: progress lines.
+        on_commit: called after each committed shard (e.g. to upload it).
+        report: filled with shard counts and timings.
+        actors: the pool's size (None: ``pool_size(cfg, <the cluster's GPUs>)``).
+        progress: a ``progress.StageProgress`` (None: none): the pairs to label in all, then
+            the pairs of each committed shard (a reused shard's at the start). With it, the
+            periodic "k/n shards labelled" lines are left to the display.
+
+    Returns:
+        ``schema.SILVER_SCHEMA`` rows sorted by (id1, id2): one per candidate.
+    """
+    if candidates.num_rows == 0:
+        return schema.empty_table(schema.SILVER_SCHEMA)
+    done: dict[int, pa.Table] = {}
+    count = _label(table_shards(candidates, cfg.block_size), done, model_dir, cfg, max_length, cpus_per_actor,
+                   store, log, on_commit, report, actors, progress)
+    silver = pa.concat_tables([done[i] for i in range(count)]).cast(schema.SILVER_SCHEMA)
+    silver = silver.take(pc.sort_indices(silver, [(schema.ID1, "ascending"), (schema.ID2, "ascending")]))
+    if silver.num_rows != candidates.num_rows:  # every candidate gets exactly one label
+        raise LabelingError(f"labelling returned {silver.num_rows} rows for {candidates.num_rows} candidates")
+    return silver
+
+
+def label_candidates_file(candidates_path, silver_path, model_dir: str, cfg, max_length: int,
+                          cpus_per_actor: float, store: ShardStore, log=lambda line: None, on_commit=None,
+                          report: LabelingReport | None = None, actors: int | None = None,
+                          progress=None) -> int:
+    """``label_candidates`` from a Parquet file of candidates to a Parquet file of silver pairs.
+
+    The driver's heap never holds all the pairs: the candidates are read a shard at a time and
+    put in Ray's object store (which spills to disk when full; the pages of the shards the
+    driver put there stay mapped in its address space until they are labelled), labelled
+    shards are committed to ``store`` as they arrive and dropped, and ``silver_path`` is
+    written from the committed shards one at a time (under a temporary name, then renamed).
+    What the driver keeps per pending shard is its object reference and its pairs' two ids,
+    for the completeness check.
+    Rows keep the candidates' order, so candidates sorted by (id1, id2), as every sampler
+    writes them, give silver pairs sorted the same way.
+
+    Returns:
+        The number of silver rows written: one per candidate.
+    """
+    import pyarrow.parquet as pq
+
+    total = pq.ParquetFile(candidates_path).metadata.num_rows
+    count = _label(file_shards(candidates_path, cfg.block_size), None, model_dir, cfg, max_length, cpus_per_actor,
+                   store, log, on_commit, report, actors, progress)
+    out = Path(silver_path)
+    tmp = out.with_name(f".{out.name}.tmp")
+    written = 0
+    with pq.ParquetWriter(tmp, schema.SILVER_SCHEMA) as writer:
+        for i in range(count):
+            part = store.read(i).cast(schema.SILVER_SCHEMA)
+            written += part.num_rows
+            writer.write_table(part)
+    if written != total:  # every candidate gets exactly one label
+        tmp.unlink(missing_ok=True)
+        raise LabelingError(f"labelling returned {written} rows for {total} candidates in {candidates_path}")
+    os.replace(tmp, out)
+    return written
+
+
+def label_shards(shards, model_dir, cfg, max_length: int, cpus_per_actor: float, store: ShardStore,
+                 log=lambda line: None, report: LabelingReport | None = None, actors: int | None = None,
+                 progress=None) -> int:
+    """``label_candidates`` for candidate shards made elsewhere (``augsbert label``'s pair files):
+    each shard is committed to ``store`` under its index, none is kept in memory.
+
+    Args:
+        shards: ``schema.CANDIDATE_SCHEMA`` tables, read lazily; shard ``i`` is the ``i``-th.
+        store: where shards are committed; shards it holds already are not labelled again.
+        (the rest as ``label_candidates``)
+
+    Returns:
+        The number of shards.
+    """
+    return _label(shards, None, model_dir, cfg, max_length, cpus_per_actor, store, log, None, report, actors,
+                  progress)
+
+
+@dataclass
+class _Pending:
+    ref: object  # the shard (with its SHARD column) in the object store
+    keys: tuple[np.ndarray, np.ndarray]  # its pairs' (id1, id2), sorted, to check what comes back
+    rows: int
+
+
+def _label(shards, done: dict | None, model_dir, cfg, max_length, cpus_per_actor, store, log, on_commit,
+           report, actors: int | None = None, progress=None) -> int:
+    """Labels an iterable of candidate shards; returns how many shards there were.
+
+    With ``done`` (a dict), labelled shards are kept there by index; with ``done=None`` they
+    are only committed to ``store`` (which is then required) and not kept.
+    """
+    import ray
+
+    report = report if report is not None else LabelingReport()
+    keep = done is not None
+    if not keep and store is None:
+        raise ValueError("labelling without keeping shards in memory needs a ShardStore")
+    finished: set[int] = set()
+    digests: list[str] = []
+    pending: dict[int, _Pending] = {}
+    pairs = reused_pairs = 0
+    for i, shard in enumerate(shards):
+        digest = keys_digest(shard)
+        digests.append(digest)
+        pairs += shard.num_rows
+        if store is not None and store.done(i, digest):
+            finished.add(i)
+            reused_pairs += shard.num_rows
+            if keep:
+                done[i] = store.read(i)
+            continue
+        order = pc.sort_indices(shard, [(schema.ID1, "ascending"), (schema.ID2, "ascending")])
+        keys = tuple(shard.column(c).take(order).to_numpy() for c in KEY_COLUMNS)
+        block = shard.append_column(SHARD, pa.array(np.full(shard.num_rows, i, np.int64)))
+        pending[i] = _Pending(ray.put(block), keys, shard.num_rows)
+    report.shards = len(digests)
+    report.reused = len(finished)
+    if finished:
+        log(f"[silver] {len(finished)} of {len(digests)} shards labelled by an earlier run; {len(pending)} to label")
+    if progress is not None:
+        progress.set_total(pairs, unit="pairs")
+        progress.update(reused_pairs)
+    t0 = time.perf_counter()
+    last_log = [t0]
+
+    def commit(i: int, table: pa.Table) -> None:
+        if store is not None:
+            store.commit(i, table, digests[i])
+            if on_commit is not None:
+                on_commit()
+        if keep:
+            done[i] = table
+        finished.add(i)
+        del pending[i]  # its block leaves the object store
+        report.labelled += 1
+        if report.first_shard_seconds is None:
+            report.first_shard_seconds = time.perf_counter() - t0
+        report.labelled_pairs += table.num_rows
+        report.redone_shards.append(i)
+        if progress is not None:
+            progress.advance(table.num_rows)
+        now = time.perf_counter()
+        if (progress is None and now - last_log[0] > 10) or len(finished) == len(digests):
+            last_log[0] = now
+            log(f"[silver] {len(finished)}/{len(digests)} shards labelled ({report.labelled_pairs / (now - t0):.1f} pairs/s)")
+
+    attempt = 0
+    while pending:
+        failure = None
+        try:
+            run_pool(pending, finished, commit, model_dir, cfg, max_length, cpus_per_actor, actors)
+        except LabelingError:
+            raise
+        except Exception as e:  # actor restarts or task retries exhausted, a lost actor, the pool failed
+            failure = e
+        if failure is not None:  # handled out here: within the except clause, see release_failed_pool
+            release_failed_pool(failure)
+            why = f"{type(failure).__name__}: {str(failure).splitlines()[0] if str(failure) else ''}"
+            if attempt < cfg.pool_retries:
+                attempt += 1
+                log(f"[silver] the actor pool failed ({why[:300]}); a new pool labels the {len(pending)} shards "
+                    f"not committed (retry {attempt} of labeling.pool_retries={cfg.pool_retries})")
+                continue
+            where = f"; the {len(finished)} committed shards in {store.root} are kept and a re-run resumes from them" \
+                if store is not None else ""
+            raise LabelingError(
+                f"labelling failed with {len(pending)} of {len(digests)} shards not labelled (labeling.max_restarts="
+                f"{cfg.max_restarts}, max_task_retries={cfg.max_task_retries}, pool_retries={cfg.pool_retries})"
+                f"{where}: {why}") from failure
+        if pending:
+            raise LabelingError(f"shards {sorted(pending)} came back incomplete from the actor pool")
+    report.seconds = time.perf_counter() - t0
+    return len(digests)
