@@ -8,6 +8,7 @@
     augsbert validate jobs/*.yaml                          # check job files, build nothing
     augsbert validate jobs/smoke.yaml sampling.top_k=5     # ... with overrides
     augsbert label MODEL pairs/*.parquet --out scored/     # score pair files with a cross-encoder
+    augsbert bench --quick --out bench/                    # measure this cluster beside its peers
 
 Every error the job can foresee (``AugSBERTError``: config, data, models, training that
 cannot succeed) is printed as one ``augsbert: error:`` line, exit status 2. SIGINT and
@@ -56,6 +57,9 @@ def _parser() -> argparse.ArgumentParser:
     val.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                      help="an override to apply to every file")
     _label_parser(sub)
+    from augsbert_ray.bench.command import add_parser as bench_parser
+
+    bench_parser(sub)
     return p
 
 
@@ -127,6 +131,11 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "label":
             with signals.handled():
                 return _label(args)
+        if args.command == "bench":
+            from augsbert_ray.bench.command import main as bench
+
+            with signals.handled():
+                return bench(args, sys.argv[1:] if argv is None else argv)
         with signals.handled():
             # Quoted, so that the address is taken as written ("head:" would be a YAML mapping).
             overrides = list(args.overrides) + ([f"ray.address={json.dumps(args.address)}"] if args.address else [])
