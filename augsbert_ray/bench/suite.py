@@ -57,10 +57,10 @@ def plan_for(quick: bool, gpu: bool, cpus: float) -> Plan:
     a small CPU with everything else.
     """
     if quick:
-        return Plan(peer_pairs=4000 if gpu else 300, peer_batch=512 if gpu else 128,
-                    pairs_per_actor=100_000 if gpu else 768, block_size=0 if gpu else 128, max_cpu_actors=2,
-                    bm25_docs=4000, embed_sentences=800, embed_scale=10, queries=1000,
-                    train_pairs=2048 if gpu else 96, train_batch=32 if gpu else 16,
+        return Plan(peer_pairs=4000 if gpu else 200, peer_batch=512 if gpu else 128,
+                    pairs_per_actor=100_000 if gpu else 512, block_size=0 if gpu else 64, max_cpu_actors=2,
+                    bm25_docs=4000, embed_sentences=500, embed_scale=20, queries=1000,
+                    train_pairs=2048 if gpu else 64, train_batch=32 if gpu else 16,
                     null_pairs=200_000, null_block=200, null_actors=1)
     return Plan(peer_pairs=40_000 if gpu else 3000, peer_batch=512 if gpu else 256,
                 pairs_per_actor=400_000 if gpu else 20_000, block_size=0, max_cpu_actors=8,
