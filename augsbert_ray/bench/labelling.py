@@ -112,9 +112,10 @@ def run(result: PartResult, model_dir: Path, pairs_for, cluster, plan, device: s
     bf16 = bf16_supported(device)
     tuned = f"CrossEncoder.predict tuned (batch {plan.peer_batch}, {'bf16' if bf16 else 'fp32'} weights)"
     log(f"[bench] labelling: {tuned}")
-    result.add(tuned, peer_rate(model_dir, s1, s2, device, plan.peer_batch, bf16), "pairs/s", side="peer",
-               vs=PEER, note="" if bf16 else f"{device} has no bf16 matrix instructions: fp32")
-    result.data["peer_lines"] = {"CrossEncoder.predict": base}
+    best = peer_rate(model_dir, s1, s2, device, plan.peer_batch, bf16)
+    result.add(tuned, best, "pairs/s", side="peer", vs=PEER,
+               note="" if bf16 else f"{device} has no bf16 matrix instructions: fp32")
+    result.data["peer_lines"] = {"CrossEncoder.predict": base, "CrossEncoder.predict tuned": best}
     write()
     gpu = cluster.gpus > 0
     most = int(cluster.gpus) if gpu else max(1, min(int(cluster.cpus), plan.max_cpu_actors))

@@ -12,6 +12,8 @@ PLOT = "labelling_actors.png"
 def _value(v: float | None, unit: str) -> str:
     if v is None:
         return "-"
+    if unit.startswith(("recall", "share")):
+        return f"{v:.4f}"
     if unit in ("s", "MiB") or abs(v) < 10:
         return f"{v:,.2f}" if abs(v) < 10 else f"{v:,.1f}"
     return f"{v:,.0f}"
