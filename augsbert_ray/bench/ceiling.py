@@ -32,6 +32,7 @@ class PhaseTimes:
     driver_cpu_pool: float  # ... while the pool ran
     peak_rss: int  # the driver's peak resident memory, bytes
     steady_pairs_per_s: float | None = None  # from the first shard committed to the last
+    rss_before: int = 0  # the driver's resident memory when the run started (its imports, earlier work)
 
     @property
     def pool(self) -> float:
@@ -47,6 +48,7 @@ class Ceiling:
     driver_busy_queued: float  # the driver's CPU seconds per second in each phase
     driver_busy_pool: float
     peak_rss_mib: float
+    rss_growth_mib: float  # the peak less what the driver held before the run
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -88,7 +90,7 @@ def analyse(t: PhaseTimes) -> Ceiling:
     pool_rate = t.pairs / t.pool if t.pool else 0.0
     return Ceiling(pairs_per_s=t.steady_pairs_per_s or pool_rate, end_to_end_pairs_per_s=t.pairs / t.wall,
                    phases=phases, limit=limit, driver_busy_queued=busy_q, driver_busy_pool=busy_p,
-                   peak_rss_mib=t.peak_rss / 2**20)
+                   peak_rss_mib=t.peak_rss / 2**20, rss_growth_mib=max(0, t.peak_rss - t.rss_before) / 2**20)
 
 
 def devices_fed(ceiling_pairs_per_s: float, per_device_pairs_per_s: float | None) -> float | None:

@@ -163,7 +163,7 @@ def measure(pool: list[str], pairs: int, block_size: int, actors: int, cluster_c
     with tempfile.TemporaryDirectory(prefix="bench-control-plane-") as tmp, \
             MemorySampler(interval=0.5, descendants=False) as mem, null_actors():
         store = TimedStore(tmp)
-        cpu0, t0 = clock.cpu(), time.perf_counter()
+        rss0, cpu0, t0 = clock.me.memory_info().rss, clock.cpu(), time.perf_counter()
         label_shards(shards(pool, pairs, block_size, made), "embedded", cfg, 128,
                      actor_cpus(cfg, cluster_cpus, actors), store, log=log, report=report, actors=actors,
                      progress=clock)
@@ -172,7 +172,8 @@ def measure(pool: list[str], pairs: int, block_size: int, actors: int, cluster_c
     return PhaseTimes(pairs=pairs, shards=report.shards, wall=wall, input=made[0], queued=queued,
                       first_shard=report.first_shard_seconds or 0.0, commit=store.commit_s,
                       driver_cpu_queued=clock.cpu_at_queued - cpu0, driver_cpu_pool=cpu1 - clock.cpu_at_queued,
-                      peak_rss=mem.peak_rss, steady_pairs_per_s=steady_rate(store.commit_times, store.sizes))
+                      peak_rss=mem.peak_rss, steady_pairs_per_s=steady_rate(store.commit_times, store.sizes),
+                      rss_before=rss0)
 
 
 def run(result: PartResult, pool: list[str], plan, cluster, per_device: tuple[str, float | None], log) -> None:
@@ -192,7 +193,10 @@ def run(result: PartResult, pool: list[str], plan, cluster, per_device: tuple[st
     result.add("engine: null scorer, once every shard is queued", t.pairs / t.pool if t.pool else None, "pairs/s")
     result.add("engine: null scorer, steady: the ceiling", t.steady_pairs_per_s, "pairs/s",
                note="first shard committed to last")
-    result.add("driver's peak memory (RSS)", c.peak_rss_mib, "MiB", side="info", note="psutil, every 0.5 s")
+    result.add("driver's peak memory (RSS)", c.peak_rss_mib, "MiB", side="info",
+               note="psutil, every 0.5 s; this process's imports and earlier parts included")
+    result.add("driver's memory growth during the run (peak RSS less RSS before)", c.rss_growth_mib, "MiB",
+               side="info")
     for phase, secs in c.phases.items():
         result.add(f"time: {phase}", secs, "s", side="info")
     result.add("driver CPU while queueing", c.driver_busy_queued, "CPU-s/s", side="info")

@@ -53,7 +53,8 @@ def test_the_plot_is_drawn_from_the_actor_series_or_says_why_not(tmp_path):
 
 def _times(**kw) -> ceiling.PhaseTimes:
     base = dict(pairs=100_000, shards=100, wall=20.0, input=1.0, queued=4.0, first_shard=6.0, commit=2.0,
-                driver_cpu_queued=3.6, driver_cpu_pool=4.0, peak_rss=300 * 2**20, steady_pairs_per_s=12_000.0)
+                driver_cpu_queued=3.6, driver_cpu_pool=4.0, peak_rss=300 * 2**20, steady_pairs_per_s=12_000.0,
+                rss_before=200 * 2**20)
     return ceiling.PhaseTimes(**{**base, **kw})
 
 
@@ -64,6 +65,7 @@ def test_the_ceiling_names_the_longest_phase_that_grows_with_the_pairs():
     assert c.phases["Ray Data: shards to the actors and back, the driver's checks"] == pytest.approx(8.0)
     assert c.limit.startswith("Ray Data") and "not CPU-bound" in c.limit
     assert c.pairs_per_s == 12_000.0 and c.end_to_end_pairs_per_s == 5_000.0 and c.peak_rss_mib == 300.0
+    assert c.rss_growth_mib == 100.0
     slow_queue = ceiling.analyse(_times(queued=15.0, wall=27.0, driver_cpu_queued=14.0))
     assert slow_queue.limit.startswith("driver: fingerprinting") and "CPU-bound there (0.93" in slow_queue.limit
     assert ceiling.analyse(_times(steady_pairs_per_s=None)).pairs_per_s == pytest.approx(100_000 / 16)
