@@ -9,6 +9,7 @@
     augsbert validate jobs/smoke.yaml sampling.top_k=5     # ... with overrides
     augsbert validate --explain jobs/smoke.yaml            # every setting: value, default, meaning
     augsbert label MODEL pairs/*.parquet --out scored/     # score pair files with a cross-encoder
+    augsbert bench --quick --out bench/                    # measure this cluster beside its peers
 
 Every error the job can foresee (``AugSBERTError``: config, data, models, training that
 cannot succeed) is printed as one ``augsbert: error:`` line, exit status 2. SIGINT and
@@ -59,6 +60,9 @@ def _parser() -> argparse.ArgumentParser:
     val.add_argument("--explain", action="store_true",
                      help="also print every setting of each job: its value, its default and what it does")
     _label_parser(sub)
+    from augsbert_ray.bench.command import add_parser as bench_parser
+
+    bench_parser(sub)
     return p
 
 
@@ -132,6 +136,11 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "label":
             with signals.handled():
                 return _label(args)
+        if args.command == "bench":
+            from augsbert_ray.bench.command import main as bench
+
+            with signals.handled():
+                return bench(args, sys.argv[1:] if argv is None else argv)
         with signals.handled():
             # Quoted, so that the address is taken as written ("head:" would be a YAML mapping).
             overrides = list(args.overrides) + ([f"ray.address={json.dumps(args.address)}"] if args.address else [])

@@ -19,25 +19,16 @@ import argparse
 import os
 import re
 import sys
-import tempfile
 import time
 from pathlib import Path
 
 import numpy as np
-import pyarrow as pa
 
 
 def corpus(data_dir: Path, scale: int) -> list[str]:
-    from augsbert_ray.loaders import load_pairs
-    from augsbert_ray.sources import DataSource
+    from augsbert_ray.bench.data import unique_sentences
 
-    seen: dict[str, None] = {}
-    for split in ("train", "dev", "test"):
-        t = load_pairs(DataSource(format="stsb", path=str(data_dir / "stsb" / f"sts-{split}.csv")), split).table
-        for col in ("sentence1", "sentence2"):
-            seen.update(dict.fromkeys(t.column(col).to_pylist()))
-    base = list(seen)
-    return base if scale == 1 else [f"{s} v{i}" for i in range(scale) for s in base]
+    return unique_sentences(data_dir, scale)
 
 
 _TOKEN = re.compile(r"[A-Za-z0-9]+")
@@ -60,33 +51,19 @@ def main(argv: list[str] | None = None) -> int:
     import bm25s
     import rank_bm25
 
-    from augsbert_ray import schema
-    from augsbert_ray.candidates.bm25 import BM25Index, build_index
+    from augsbert_ray.bench.bm25 import bm25s_search, engine_search, overlap
     from provenance import provenance, write_result
 
     docs = corpus(Path(args.data_dir), args.scale)
     n, k = len(docs), args.k
     rows = {}
 
-    t0 = time.perf_counter()
-    index_dir = build_index(pa.table({schema.SENTENCE_ID: np.arange(n, dtype=np.int64), schema.TEXT: docs},
-                                     schema=schema.SENTENCE_SCHEMA), Path(tempfile.mkdtemp()) / "index")
-    index = BM25Index(index_dir)
-    build = time.perf_counter() - t0
-    t0 = time.perf_counter()
-    ours = [[i for i, _ in index.top_k(q, k)] for q in docs]
-    rows["engine (Tantivy)"] = {"index_s": build, "qps": n / (time.perf_counter() - t0), "queries": n}
-
+    engine, peer = engine_search(docs, k), bm25s_search(docs, k)
+    ours = engine["ids"]
+    rows["engine (Tantivy)"] = {key: engine[key] for key in ("index_s", "qps", "queries")}
+    rows["bm25s"] = {key: peer[key] for key in ("index_s", "qps", "queries")}
+    overlap_bm25s = overlap(ours, peer["ids"], k)
     toks = [tokens(d) for d in docs]  # for rank_bm25, which takes token lists
-    t0 = time.perf_counter()
-    retriever = bm25s.BM25()
-    retriever.index(bm25s.tokenize(docs, stopwords=None, lower=True, show_progress=False), show_progress=False)
-    build = time.perf_counter() - t0
-    t0 = time.perf_counter()
-    q_tokens = bm25s.tokenize(docs, stopwords=None, lower=True, show_progress=False)
-    ids, _ = retriever.retrieve(q_tokens, k=k, n_threads=1, show_progress=False)
-    rows["bm25s"] = {"index_s": build, "qps": n / (time.perf_counter() - t0), "queries": n}
-    overlap_bm25s = float(np.mean([len(set(a) & set(b.tolist())) / k for a, b in zip(ours, ids)]))
 
     t0 = time.perf_counter()
     okapi = rank_bm25.BM25Okapi(toks)

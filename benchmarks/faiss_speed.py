@@ -23,43 +23,14 @@ import time
 from pathlib import Path
 
 import numpy as np
-from bm25_speed import corpus
 
-
-def grow(emb: np.ndarray, scale: int, noise: float, seed: int) -> np.ndarray:
-    """``emb`` and ``scale - 1`` noisy copies of it, each row of unit norm."""
-    if scale == 1:
-        return emb
-    rng = np.random.default_rng(seed)
-    out = np.empty((len(emb) * scale, emb.shape[1]), np.float32)
-    out[:len(emb)] = emb
-    for i in range(1, scale):
-        e = rng.standard_normal(emb.shape).astype(np.float32)
-        e *= noise / np.linalg.norm(e, axis=1, keepdims=True)
-        e += emb
-        out[i * len(emb):(i + 1) * len(emb)] = e / np.linalg.norm(e, axis=1, keepdims=True)
-    return out
-
-
-def top_k_others(scores: np.ndarray, ids: np.ndarray, queries: np.ndarray, k: int) -> np.ndarray:
-    """Each query's first ``k`` hits that are not the query itself (-1 where fewer)."""
-    keep = (ids >= 0) & (ids != queries[:, None])
-    keep &= np.cumsum(keep, axis=1) <= k
-    out = np.full((len(ids), k), -1, np.int64)
-    for r in range(len(ids)):
-        row = ids[r][keep[r]]
-        out[r, :len(row)] = row
-    return out
+from augsbert_ray.bench.data import unique_sentences
+from augsbert_ray.bench.semantic import grow, recall, top_k_others
 
 
 def _pairs(settings: str) -> list[tuple[int, int]]:
     """``"a:b,c:d"`` as ``[(a, b), (c, d)]``."""
     return [tuple(map(int, s.split(":"))) for s in settings.split(",") if s]
-
-
-def recall(got: np.ndarray, exact: np.ndarray) -> float:
-    k = exact.shape[1]
-    return float(np.mean([len(set(g[g >= 0].tolist()) & set(e.tolist())) / k for g, e in zip(got, exact)]))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -90,7 +61,7 @@ def main(argv: list[str] | None = None) -> int:
     threads = args.threads or os.cpu_count()
     faiss.omp_set_num_threads(threads)
     torch.set_num_threads(threads)
-    texts = corpus(Path(args.data_dir), 1)  # the unique STSb sentences, as bm25_speed.py reads them
+    texts = unique_sentences(Path(args.data_dir))
     t0 = time.perf_counter()
     base = embed_texts(load_bi_encoder(args.model, 128), texts, batch_size=64)
     print(f"embedded {len(texts):,} sentences in {time.perf_counter() - t0:.0f} s", flush=True)

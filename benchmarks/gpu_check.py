@@ -31,50 +31,10 @@ import tempfile
 import time
 from pathlib import Path
 
-import numpy as np
+from augsbert_ray.bench.data import sentence_pairs
+from augsbert_ray.bench.model_dirs import random_model, shape_dir
 
 REPO = Path(__file__).resolve().parents[1]
-SHAPE_FILES = ("config.json", "tokenizer.json", "tokenizer_config.json", "vocab.txt", "special_tokens_map.json")
-
-
-def shape_dir(given: str | None) -> Path:
-    """The folder with the config and tokenizer files of the model shape to build."""
-    if given:
-        return Path(given)
-    from augsbert_ray.models import embedded_model_dir
-
-    return embedded_model_dir(verify=False)
-
-
-def random_model(shape: Path, out: Path) -> Path:
-    """A randomly initialised encoder of ``shape``'s config, saved with its tokenizer (safetensors)."""
-    import shutil
-
-    import torch
-    from transformers import AutoConfig, AutoModel
-
-    torch.manual_seed(0)
-    AutoModel.from_config(AutoConfig.from_pretrained(shape)).save_pretrained(out, safe_serialization=True)
-    for name in SHAPE_FILES[1:]:
-        if (shape / name).exists():
-            shutil.copy(shape / name, out / name)
-    return out
-
-
-def sentence_pairs(data_dir: Path, n: int, seed: int = 0) -> tuple[list[str], list[str]]:
-    """``n`` pairs: the STS benchmark's dev and test pairs cycled (each copy marked, so no
-    sentence repeats), or, without the benchmark, random word sequences of its lengths."""
-    if (data_dir / "stsb" / "sts-dev.csv").exists():
-        from labeling_speed import stsb_pairs
-
-        return stsb_pairs(data_dir, n)
-    rng = np.random.default_rng(seed)
-    words = [f"w{i}" for i in range(5000)]
-
-    def sentence() -> str:
-        return " ".join(rng.choice(words, size=int(rng.integers(5, 25))))
-
-    return [sentence() for _ in range(n)], [sentence() for _ in range(n)]
 
 
 def write(out: Path, name: str, data: dict, lines: list[str]) -> None:
@@ -87,13 +47,10 @@ def write(out: Path, name: str, data: dict, lines: list[str]) -> None:
 
 
 def device_name(device: str) -> str:
-    import torch
-
-    if device.startswith("cuda"):
-        return f"{torch.cuda.get_device_name()} ({torch.cuda.get_device_properties(0).total_memory / 2**30:.0f} GiB)"
+    from augsbert_ray.bench.hardware import gpus
     from provenance import cpu_description
 
-    return cpu_description()
+    return gpus()[0] if device.startswith("cuda") and gpus() else cpu_description()
 
 
 def part_labelling(args, model: Path, out: Path) -> None:
@@ -103,7 +60,7 @@ def part_labelling(args, model: Path, out: Path) -> None:
     from augsbert_ray.config import LabelingConfig
     from augsbert_ray.labeling import LabelingReport, ShardStore, actor_cpus, label_candidates, pool_size
     from augsbert_ray.runtime import start_ray, stop_ray
-    from labeling_speed import candidates
+    from augsbert_ray.bench.labelling import candidates
 
     gpu = args.device.startswith("cuda")
     s1, s2 = sentence_pairs(Path(args.data_dir), args.peer_pairs)
@@ -198,7 +155,6 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--parts", nargs="+", default=["labelling", "job", "tests"], choices=["labelling", "job", "tests"])
     p.add_argument("--job-set", action="append", default=[], metavar="KEY=VALUE", help="an override for the job")
     args = p.parse_args(argv)
-    sys.path.insert(0, str(Path(__file__).parent))
     model = random_model(shape_dir(args.shape), Path(tempfile.mkdtemp(prefix="minilm-shape-")) / "model")
     if "labelling" in args.parts:
         part_labelling(args, model, args.out)

@@ -38,31 +38,12 @@ import time
 from pathlib import Path
 
 import numpy as np
-import pyarrow as pa
 
 
 def stsb_pairs(data_dir: Path, n: int) -> tuple[list[str], list[str]]:
-    from augsbert_ray.loaders import load_pairs
-    from augsbert_ray.sources import DataSource
+    from augsbert_ray.bench.data import sentence_pairs
 
-    tables = [load_pairs(DataSource(format="stsb", path=str(data_dir / "stsb" / f"sts-{s}.csv")), s).table
-              for s in ("dev", "test")]
-    t = pa.concat_tables(tables)
-    s1, s2 = t.column("sentence1").to_pylist(), t.column("sentence2").to_pylist()
-    reps = -(-n // len(s1))
-    # Each copy after the first is marked, so that no copy repeats a sentence of another: the
-    # engine tokenises each distinct sentence once, and copies would flatter it.
-    mark = lambda s, r: s if r == 0 else f"{s} #{r}"  # noqa: E731
-    return ([mark(x, r) for r in range(reps) for x in s1][:n], [mark(x, r) for r in range(reps) for x in s2][:n])
-
-
-def candidates(s1: list[str], s2: list[str]) -> pa.Table:
-    from augsbert_ray import schema
-
-    n = len(s1)
-    return pa.table({schema.ID1: np.arange(n, dtype=np.int64) * 2, schema.ID2: np.arange(n, dtype=np.int64) * 2 + 1,
-                     schema.SENTENCE1: s1, schema.SENTENCE2: s2, schema.ORIGIN: ["bench"] * n,
-                     schema.RETRIEVAL_SCORE: np.zeros(n, np.float32)}, schema=schema.CANDIDATE_SCHEMA)
+    return sentence_pairs(data_dir, n)
 
 
 def timed(fn, device: str):
@@ -155,6 +136,7 @@ def main(argv: list[str] | None = None) -> int:
     from scipy.stats import spearmanr
     from sentence_transformers import CrossEncoder
 
+    from augsbert_ray.bench.model_dirs import saved_cross_encoder
     from augsbert_ray.config import LabelingConfig
     from augsbert_ray.models import load_cross_encoder
     from provenance import write_result
@@ -166,12 +148,7 @@ def main(argv: list[str] | None = None) -> int:
     max_pairs = args.max_pairs or LabelingConfig().micro_batch_size
     precisions = args.precisions or ["fp32", resolve_precision("auto", args.device)]
     s1, s2 = stsb_pairs(Path(args.data_dir), args.pairs)
-    torch.manual_seed(0)
-    model, tok = load_cross_encoder(args.model)
-    model_dir = Path(tempfile.mkdtemp(prefix="labeling-speed-")) / "cross-encoder"
-    model.float().save_pretrained(model_dir)
-    tok.save_pretrained(model_dir)
-    del model
+    model_dir = saved_cross_encoder(args.model, Path(tempfile.mkdtemp(prefix="labeling-speed-")) / "cross-encoder")
     rows, diffs, spread = [], {}, {}
     warm = min(2048, args.pairs)
 
@@ -266,6 +243,7 @@ def main(argv: list[str] | None = None) -> int:
     write("the in-process labellers" + ("" if args.no_ray else "; the Ray pipeline rows follow"))
 
     if not args.no_ray:
+        from augsbert_ray.bench.labelling import candidates
         from augsbert_ray.labeling import ShardStore, actor_cpus, label_candidates
         from augsbert_ray.runtime import start_ray
 

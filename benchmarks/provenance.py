@@ -13,27 +13,8 @@ import sys
 from datetime import datetime, timezone
 from pathlib import Path
 
+from augsbert_ray.bench.hardware import cpu_description  # noqa: F401 (benchmarks import it from here)
 from augsbert_ray.versions import versions
-
-
-def cpu_description() -> str:
-    """The CPU's model and the matrix instructions torch uses on it, e.g. "AMD EPYC (AVX512, bf16
-    instructions)": the same job runs at very different speeds with and without them."""
-    model = platform.processor() or platform.machine()
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as f:
-            model = next((line.split(":", 1)[1].strip() for line in f if line.startswith("model name")), model)
-    except OSError:
-        pass
-    try:
-        import torch
-
-        from augsbert_ray.scoring import cpu_has_bf16
-
-        isa = torch.backends.cpu.get_cpu_capability()
-        return f"{model} ({isa}, {'bf16 instructions' if cpu_has_bf16() else 'no bf16 instructions'})"
-    except Exception:  # torch absent or without the probe
-        return model
 
 
 def provenance(script: str, argv: list[str] | None, machine: str = "", extra: str = "") -> list[str]:

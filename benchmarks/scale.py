@@ -33,70 +33,16 @@ import os
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from pathlib import Path
 
 import numpy as np
 
-HERE = Path(__file__).resolve().parent
-
-
-# -- memory ------------------------------------------------------------------------------
-def _pss_kib(pid: int) -> int:
-    try:
-        with open(f"/proc/{pid}/smaps_rollup", encoding="ascii") as f:
-            for line in f:
-                if line.startswith("Pss:"):
-                    return int(line.split()[1])
-    except (OSError, ValueError):
-        pass
-    return 0
-
-
-class MemorySampler:
-    """Peak driver RSS and peak PSS summed over the driver and all its descendants."""
-
-    def __init__(self, interval: float = 0.25):
-        import psutil
-
-        self.me = psutil.Process()
-        self.interval = interval
-        self.peak_rss = 0
-        self.peak_total = 0
-        self.stage_peaks: dict[str, dict[str, int]] = {}
-        self.stage = "start"
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            try:
-                rss = self.me.memory_info().rss
-                pids = [self.me.pid] + [c.pid for c in self.me.children(recursive=True)]
-                total = sum(_pss_kib(p) for p in pids) * 1024
-            except Exception:  # a process ended between listing and reading
-                continue
-            self.peak_rss, self.peak_total = max(self.peak_rss, rss), max(self.peak_total, total)
-            peaks = self.stage_peaks.setdefault(self.stage, {"driver_rss": 0, "total_pss": 0})
-            peaks["driver_rss"], peaks["total_pss"] = max(peaks["driver_rss"], rss), max(peaks["total_pss"], total)
-            self._stop.wait(self.interval)
-
-    def __enter__(self):
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc):
-        self._stop.set()
-        self._thread.join()
-
-
 # -- a synthetic corpus with STSb's sentence lengths and words ------------------------------
 def stsb_sentences(data_dir: Path) -> list[str]:
-    sys.path.insert(0, str(HERE))
-    from bm25_speed import corpus
+    from augsbert_ray.bench.data import unique_sentences
 
-    return corpus(data_dir, 1)
+    return unique_sentences(data_dir)
 
 
 def write_corpus(path: Path, n: int, data_dir: Path, seed: int = 0) -> dict:
@@ -128,21 +74,6 @@ def write_corpus(path: Path, n: int, data_dir: Path, seed: int = 0) -> dict:
             "mean_words_stsb": float(lengths.mean())}
 
 
-def tiny_cross_encoder(out: Path) -> str:
-    import torch
-    from transformers import AutoTokenizer, BertConfig, BertForSequenceClassification
-
-    from augsbert_ray.models import embedded_model_dir
-
-    tok = AutoTokenizer.from_pretrained(str(embedded_model_dir()))
-    cfg = BertConfig(vocab_size=tok.vocab_size, hidden_size=128, num_hidden_layers=2, num_attention_heads=2,
-                     intermediate_size=256, max_position_embeddings=512, num_labels=1)
-    torch.manual_seed(0)
-    BertForSequenceClassification(cfg).save_pretrained(out, safe_serialization=True)
-    tok.save_pretrained(out)
-    return str(out)
-
-
 # -- one run (in its own process) -----------------------------------------------------------
 def one_run(args) -> dict:
     from augsbert_ray.config import validate_tree
@@ -157,6 +88,8 @@ def one_run(args) -> dict:
         print(line, flush=True)
 
     workers = args.workers[0]
+    from augsbert_ray.bench.model_dirs import tiny_cross_encoder
+
     model = args.model if args.model != "tiny" else tiny_cross_encoder(work / "tiny-ce")
     tree = {
         "name": "scale", "task": "regression", "seed": 1, "run_dir": str(work / "run"),
@@ -174,6 +107,8 @@ def one_run(args) -> dict:
     }
     cfg = validate_tree(tree)
     out: dict = {"pairs_target": args.pairs, "workers": workers, "model": args.model}
+    from augsbert_ray.bench.memory import MemorySampler
+
     with MemorySampler() as mem:
         mem.stage = "setup"
 

@@ -30,9 +30,6 @@ from pathlib import Path
 
 import numpy as np
 
-HERE = Path(__file__).resolve().parent
-
-
 def busy_cpu_seconds() -> float:
     """The whole machine's non-idle CPU time so far (Linux)."""
     with open("/proc/stat") as f:
@@ -54,8 +51,7 @@ def training_part(args, work: Path) -> dict:
     from augsbert_ray import runtime
     from augsbert_ray.training import ray_trainer
 
-    sys.path.insert(0, str(HERE))
-    from scale import tiny_cross_encoder
+    from augsbert_ray.bench.model_dirs import tiny_cross_encoder
 
     model = tiny_cross_encoder(work / "tiny")
     runtime.start_ray(num_cpus=args.cpus, verbose=False, log_dir=work / "ray-logs")

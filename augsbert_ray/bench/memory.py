@@ -1,0 +1,74 @@
+"""Peak memory while something runs, sampled by a background thread (psutil)."""
+
+from __future__ import annotations
+
+import threading
+
+
+def _pss_kib(pid: int) -> int:
+    """A process's proportional set size (shared pages split between the processes that map them)."""
+    try:
+        with open(f"/proc/{pid}/smaps_rollup", encoding="ascii") as f:
+            for line in f:
+                if line.startswith("Pss:"):
+                    return int(line.split()[1])
+    except (OSError, ValueError):
+        pass
+    return 0
+
+
+class MemorySampler:
+    """Peak driver RSS, and (``descendants``) peak PSS summed over the driver and every process
+    it started (Ray's GCS, raylet, workers: Ray's shared-memory object store counted once).
+
+    ``stage`` names what runs now; ``stage_peaks`` keeps the peaks of each stage.
+
+    Example::
+
+        with MemorySampler(descendants=False) as mem:
+            work()
+        print(mem.peak_rss)
+    """
+
+    def __init__(self, interval: float = 0.25, descendants: bool = True):
+        import psutil
+
+        self.me = psutil.Process()
+        self.interval = interval
+        self.descendants = descendants
+        self.peak_rss = 0
+        self.peak_total = 0
+        self.stage_peaks: dict[str, dict[str, int]] = {}
+        self.stage = "start"
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _sample(self) -> None:
+        rss = self.me.memory_info().rss
+        total = 0
+        if self.descendants:
+            pids = [self.me.pid] + [c.pid for c in self.me.children(recursive=True)]
+            total = sum(_pss_kib(p) for p in pids) * 1024
+        self.peak_rss, self.peak_total = max(self.peak_rss, rss), max(self.peak_total, total)
+        peaks = self.stage_peaks.setdefault(self.stage, {"driver_rss": 0, "total_pss": 0})
+        peaks["driver_rss"], peaks["total_pss"] = max(peaks["driver_rss"], rss), max(peaks["total_pss"], total)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                self._sample()
+            except Exception:  # a process ended between listing and reading
+                pass
+            self._stop.wait(self.interval)
+
+    def __enter__(self):
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self._stop.set()
+        self._thread.join()
+        try:
+            self._sample()  # the end state too, however short the run
+        except Exception:
+            pass

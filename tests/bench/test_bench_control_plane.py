@@ -1,0 +1,25 @@
+"""The control-plane part end to end on a small pair count: every pair goes through the
+labelling pipeline with the null scorer, and the run's phases add up."""
+
+from __future__ import annotations
+
+import pytest
+
+
+@pytest.mark.slow
+def test_the_null_scorer_labels_every_pair_through_the_pipeline(ray_local):
+    pytest.importorskip("psutil")
+    from augsbert_ray import labeling
+    from augsbert_ray.bench.ceiling import analyse
+    from augsbert_ray.bench.control_plane import measure
+
+    lines = []
+    t = measure(["a man plays", "a woman sings", "dogs run"], pairs=600, block_size=100, actors=1,
+                cluster_cpus=2, log=lines.append)
+    assert labeling.PairScorer.__name__ == "PairScorer"  # put back after the run
+    assert (t.pairs, t.shards) == (600, 6) and t.peak_rss > 0 and t.commit > 0
+    assert 0 < t.input <= t.queued < t.wall and t.first_shard > 0
+    c = analyse(t)
+    assert c.end_to_end_pairs_per_s == pytest.approx(600 / t.wall)
+    assert sum(c.phases.values()) == pytest.approx(t.wall, rel=0.05)
+    assert any("600 pairs queued" in line for line in lines)
