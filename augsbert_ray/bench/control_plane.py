@@ -38,9 +38,10 @@ class NullScorer:
         pass
 
     def __call__(self, batch: pa.Table) -> pa.Table:
-        from augsbert_ray import labeling, schema
+        from augsbert_ray import schema
+        from augsbert_ray.labeling import codec
 
-        batch = batch.drop_columns([c for c in (labeling.IDS, labeling.TYPES) if c in batch.column_names])
+        batch = batch.drop_columns([c for c in (codec.IDS, codec.TYPES) if c in batch.column_names])
         return batch.append_column(schema.LABEL, pa.array(np.full(batch.num_rows, NULL_LABEL, np.float32)))
 
 

@@ -106,7 +106,8 @@ def test_synthetic_pairs_stand_in_for_a_missing_benchmark(tmp_path):
 def test_control_plane_shards_are_distinct_pairs_and_the_null_scorer_labels_without_a_model():
     import pyarrow as pa
 
-    from augsbert_ray import labeling, schema
+    from augsbert_ray import schema
+    from augsbert_ray.labeling import codec
     from augsbert_ray.bench.control_plane import NULL_LABEL, NullScorer, shards
 
     timer = [0.0]
@@ -116,9 +117,9 @@ def test_control_plane_shards_are_distinct_pairs_and_the_null_scorer_labels_with
     assert table.schema == schema.CANDIDATE_SCHEMA
     pairs = list(zip(table.column(schema.SENTENCE1).to_pylist(), table.column(schema.SENTENCE2).to_pylist()))
     assert len(set(pairs)) == 25 and pairs[0] == ("a b 0", "c d 0")
-    batch = got[0].append_column(labeling.IDS, pa.array([[1, 2]] * 10, pa.list_(pa.int64())))
+    batch = got[0].append_column(codec.IDS, pa.array([[1, 2]] * 10, pa.list_(pa.int64())))
     out = NullScorer(model_dir="unused", precision="bf16")(batch)
-    assert labeling.IDS not in out.column_names
+    assert codec.IDS not in out.column_names
     assert np.all(out.column(schema.LABEL).to_numpy() == NULL_LABEL)
 
 
