@@ -270,7 +270,7 @@ def test_teacher_check_stops_when_asked(tmp_path):
         return runner.run(TeacherCheck()).result
 
     lines = []
-    assert check(cfg, 70.0, 80.0, lines)["gap"] == -10.0 and "WARNING" in lines[-2]
+    assert check(cfg, 70.0, 80.0, lines).gap == -10.0 and "WARNING" in lines[-2]
     check(cfg, 80.0, 70.0, lines)
     assert "leads" in lines[-2]
     stopping = cfg.model_copy(update={"evaluation": cfg.evaluation.model_copy(update={"teacher_check": "stop"})})
