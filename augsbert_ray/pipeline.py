@@ -19,22 +19,6 @@ from augsbert_ray.stages import (AutoPilot, Calibrate, Candidates, Evaluate, Gol
                                  TargetSets, Teacher, TeacherCheck, source_of)
 from augsbert_ray.stages.student import mixes_gold
 
-# Where each stage's outputs are published in the run directory (the latest run's view).
-PUBLISHED = {
-    "gold": {f"{s}.parquet": f"gold/{s}.parquet" for s in ("train", "dev", "test")}
-    | {"skipped_rows.jsonl": "gold/skipped_rows.jsonl"},
-    "target": {f"{s}.parquet": f"gold/target_{s}.parquet" for s in ("pairs", "test", "dev")},
-    "cross_encoder": {"model": "models/cross-encoder"},
-    "gold_only": {"model": "models/bi-encoder-gold-only"},
-    "target_gold": {"model": "models/bi-encoder-target-gold"},
-    "augsbert": {"model": "models/bi-encoder-augsbert"},
-    "candidates": {"sentences.parquet": "sentences.parquet", "candidates.parquet": "candidates.parquet"},
-    "silver": {"silver.parquet": "silver.parquet", "silver_pool.parquet": "silver_pool.parquet"},
-    "calibrate": {"silver.parquet": "silver_calibrated.parquet"},
-    "ship": {"model": "models/bi-encoder"},
-}
-
-
 def has_upper_bound(cfg: JobConfig) -> bool:
     """Domain adaptation with labelled target pairs: a bi-encoder trained on them is the upper bound."""
     t = cfg.target
@@ -86,7 +70,13 @@ def run_job(cfg: JobConfig, log: Callable[[str], None] = print, fresh: bool = Fa
     check_paths(cfg)  # before anything is written: the input files and model folders are there
     check_models(cfg)
     rd = RunDir(cfg.resolved_run_dir, log)
-    runner = Runner(cfg, rd, log, fresh=fresh, publish=PUBLISHED, on_stage=on_stage, on_start=on_start,
+
+    def claim():  # the run directory holds this job's work from its first stage on
+        rd.write_text("config.yaml", dump_job(cfg))
+        log(f"[augsbert] job '{cfg.name}': run directory {rd.location}"
+            + (f" (staged locally in {rd.root})" if rd.uri else ""))
+
+    runner = Runner(cfg, rd, log, fresh=fresh, on_stage=on_stage, on_start=on_start, on_claim=claim,
                     progress=progress, start_cluster=lambda: _start_cluster(cfg, rd, log, runner, verbose))
     stages = recipe(cfg)
     if until is not None and until not in {s.name for s in stages}:
@@ -99,10 +89,6 @@ def run_job(cfg: JobConfig, log: Callable[[str], None] = print, fresh: bool = Fa
         while i < len(stages):
             stage, i = stages[i], i + 1
             done = runner.run(stage)
-            if stage.name == "gold":
-                rd.write_text("config.yaml", dump_job(cfg))
-                log(f"[augsbert] job '{cfg.name}': run directory {rd.location}"
-                    + (f" (staged locally in {rd.root})" if rd.uri else ""))
             if stage.name == "auto":  # the rest of the job runs the setting the autopilot chose
                 from augsbert_ray.stages.auto import Setting
 
@@ -113,7 +99,8 @@ def run_job(cfg: JobConfig, log: Callable[[str], None] = print, fresh: bool = Fa
             if stage.name == until:
                 break
             # The report so far, so that an unfinished run has one too (augsbert report RUN_DIR).
-            finish(cfg, runner, stages, complete=False, plot=stage.name == "silver", quiet=True)
+            # The silver density plot is drawn again when a stage wrote silver labels.
+            finish(cfg, runner, stages, complete=False, plot="silver.parquet" in done.outputs, quiet=True)
         return finish(cfg, runner, stages, complete=until is None or until == stages[-1].name)
     finally:
         runner.close()

@@ -11,9 +11,10 @@ configuration is never resumed or overwritten (switching a setting back reuses i
 interrupted stage resumes inside its own folder (Ray Train checkpoints, committed
 labelling shards). ``fresh`` empties a stage's folder before running it.
 
-After a stage completes (or is reused), its outputs are published under fixed names in
-the run directory (``models/cross-encoder``, ``silver.parquet``...) as hard links, so the
-latest configuration's artifacts are always where the README says.
+After a stage completes (or is reused), the outputs it names in ``Stage.publishes`` are
+published under fixed names in the run directory (``models/cross-encoder``,
+``silver.parquet``...) as hard links, so the latest configuration's artifacts are always
+where the README says.
 """
 
 from __future__ import annotations
@@ -94,22 +95,24 @@ class Runner:
         fresh: redo every stage, ignoring what earlier runs finished.
         start_cluster: called (once) before the first stage that needs Ray and is not
             reused; returns the cluster's resources.
-        publish: stage name -> {artifact: path in the run directory} to publish.
         on_stage: called with each ``Done`` (a hook for progress displays and benchmarks).
         on_start: called with a stage's name when it starts running (not when it is reused).
         progress: the job's display (``progress.JobProgress``); None: log lines only.
+        on_claim: called once, when the first stage is done (run or reused): the run directory
+            then holds this job's work (the job writes its ``config.yaml`` there).
     """
 
     def __init__(self, cfg: JobConfig, rd: RunDir, log: Callable[[str], None] = print, *, fresh: bool = False,
-                 start_cluster: Callable[[], Any] | None = None, publish: dict | None = None,
+                 start_cluster: Callable[[], Any] | None = None,
                  on_stage: Callable[[Done], None] | None = None, on_start: Callable[[str], None] | None = None,
-                 progress=None):
+                 progress=None, on_claim: Callable[[], None] | None = None):
         self.cfg, self.rd, self.log, self.fresh = cfg, rd, log, fresh
+        self._on_claim, self._claimed = on_claim, False
         self.artifacts: dict[str, Artifact] = {}
         self.done: dict[str, Done] = {}
         self.cluster = None
         self._start_cluster = start_cluster
-        self._publish = publish or {}
+        self._published: dict[str, dict[str, str]] = {}  # stage name -> what it publishes (Stage.publishes)
         self._on_stage = on_stage
         self._on_start = on_start
         self._shipped: dict[str, Any] = {}
@@ -194,11 +197,18 @@ class Runner:
                 self.artifacts[f"{stage.name}/{name}"] = done.outputs[name]
         if not variant:
             self.done[stage.name] = done
-            self._publish_outputs(stage.name, done)
+            self._publish_outputs(stage, done)
             self._plan_progress()
+        self._claim()
         if self._on_stage is not None:
             self._on_stage(done)
         return done
+
+    def _claim(self) -> None:
+        if not self._claimed:
+            self._claimed = True
+            if self._on_claim is not None:
+                self._on_claim()
 
     def plan(self, stages: list[Stage]) -> dict[str, str]:
         """Every stage's fingerprint without running any but those that load the job's inputs
@@ -236,6 +246,7 @@ class Runner:
         child.cluster = self.cluster
         child._shipped = self._shipped
         child.channel = None
+        child._on_claim = self._claim  # the job's run directory is claimed by whichever runs first
         child.artifacts = dict(self.artifacts)
         return child
 
@@ -243,6 +254,8 @@ class Runner:
     def expect(self, stages: list[Stage]) -> None:
         """Tells the display what work the job's stages will do, as far as it is known now."""
         self._stages = list(stages)
+        for stage in self._stages:
+            self._published[stage.name] = dict(stage.publishes)
         self._plan_progress()
 
     def _plan_progress(self) -> None:
@@ -306,11 +319,12 @@ class Runner:
     # -- publishing ------------------------------------------------------------------------
     @property
     def published(self) -> dict:
-        """stage name -> {artifact: path in the run directory} this runner publishes."""
-        return dict(self._publish)
+        """stage name -> {artifact: path in the run directory} the job's stages publish."""
+        return {name: dict(p) for name, p in self._published.items()}
 
-    def _publish_outputs(self, stage: str, done: Done) -> None:
-        for name, target in self._publish.get(stage, {}).items():
+    def _publish_outputs(self, stage: Stage, done: Done) -> None:
+        self._published[stage.name] = dict(stage.publishes)
+        for name, target in stage.publishes.items():
             if name in done.outputs:
                 publish(done.outputs[name].path, self.rd.path(target))
 

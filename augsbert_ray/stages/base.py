@@ -212,6 +212,8 @@ class Stage:
         always: run every time (cheap stages whose outputs are fingerprinted by content,
             such as loading the gold pairs), instead of being skipped when done.
         unit: what the stage's progress counts ("steps", "pairs", ...).
+        publishes: artifact name -> the path in the run directory where the latest run's copy
+            of that output is published (``models/cross-encoder``, ``silver.parquet``...).
     """
 
     name: str = ""
@@ -221,6 +223,7 @@ class Stage:
     loads: bool = False  # it reads the job's inputs (gold and target sets): what planning must run
     unit: str = "items"
     version: int = 1  # bump when a stage's code changes what it produces
+    publishes: Mapping[str, str] = {}
 
     def declare(self, cfg) -> Declaration:  # pragma: no cover - every stage overrides it
         raise NotImplementedError

@@ -162,6 +162,7 @@ class Candidates(Stage):
     name = "candidates"
     kind = "candidates"
     unit = "sentences"
+    publishes = {name: name for name in OUTPUTS}
 
     def throughput(self, result: dict, seconds: float) -> str:
         if not seconds:

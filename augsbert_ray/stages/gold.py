@@ -100,6 +100,7 @@ class Gold(Stage):
     always = True
     loads = True
     unit = "splits"
+    publishes = {f"{s}.parquet": f"gold/{s}.parquet" for s in SPLITS} | {"skipped_rows.jsonl": "gold/skipped_rows.jsonl"}
 
     def __init__(self, kde_labels: bool = False):
         self.kde_labels = kde_labels  # the job's KDE sampling needs two different training labels
@@ -137,6 +138,7 @@ class TargetSets(Stage):
     always = True
     loads = True
     unit = "sets"
+    publishes = {f"{n}.parquet": f"gold/target_{n}.parquet" for n in TARGET_SETS}
 
     def declare(self, cfg) -> Declaration:
         t = cfg.target

@@ -34,6 +34,7 @@ class Ship(Stage):
     needs_ray = False
     always = True
     unit = "models"
+    publishes = {"model": "models/bi-encoder"}
 
     def declare(self, cfg) -> Declaration:
         return Declaration(reads=("evaluation.shipping", "task"),

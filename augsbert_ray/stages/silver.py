@@ -31,6 +31,7 @@ class Silver(Stage):
     name = "silver"
     kind = "label"
     unit = "pairs"
+    publishes = {"silver.parquet": "silver.parquet", "silver_pool.parquet": "silver_pool.parquet"}
 
     def throughput(self, result: dict, seconds: float) -> str:
         return f"{result['labelled'] / seconds:.1f} pairs labelled/s" if seconds else ""
@@ -140,6 +141,7 @@ class Calibrate(Stage):
     kind = "label"
     needs_ray = False
     unit = "pairs"
+    publishes = {"silver.parquet": "silver_calibrated.parquet"}
 
     def declare(self, cfg) -> Declaration:
         return Declaration(reads=("labeling.calibration",),

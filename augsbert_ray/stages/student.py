@@ -27,6 +27,9 @@ from augsbert_ray.stages.teacher import searched
 from augsbert_ray.training.fit import fit_encoder, fixed_seconds, hparams, planned_steps, throughput
 
 ROLES = ("gold_only", "target_gold", "augsbert")
+# role -> where the latest run's model of that role is published in the run directory
+PUBLISHED_AS = {"gold_only": "models/bi-encoder-gold-only", "target_gold": "models/bi-encoder-target-gold",
+                "augsbert": "models/bi-encoder-augsbert"}
 
 
 def silver_artifact(cfg) -> str:
@@ -101,6 +104,7 @@ class Student(Stage):
         if role not in ROLES:
             raise ValueError(f"unknown bi-encoder role '{role}'; valid: {', '.join(ROLES)}")
         self.name = role
+        self.publishes = {"model": PUBLISHED_AS[role]}
 
     def declare(self, cfg) -> Declaration:
         # Which task's objective it trains with: the source task, or the target's for the upper bound.

@@ -24,6 +24,7 @@ class Teacher(Stage):
     name = "cross_encoder"
     kind = "train"
     unit = "steps"
+    publishes = {"model": "models/cross-encoder"}
 
     def throughput(self, result: dict, seconds: float) -> str:
         return throughput(result.get("train", {}), seconds)
