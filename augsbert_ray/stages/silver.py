@@ -32,6 +32,7 @@ class Silver(Stage):
     kind = "label"
     unit = "pairs"
     publishes = {"silver.parquet": "silver.parquet", "silver_pool.parquet": "silver_pool.parquet"}
+    runs_after = ("teacher_check",)  # a teacher that fails the check (``stop``) labels nothing
 
     def throughput(self, result: dict, seconds: float) -> str:
         return f"{result['labelled'] / seconds:.1f} pairs labelled/s" if seconds else ""

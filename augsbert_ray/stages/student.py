@@ -23,7 +23,7 @@ from augsbert_ray.report import versions
 from augsbert_ray.run_cards import training_facts, write_trained_card
 from augsbert_ray.stages.base import Declaration, Stage
 from augsbert_ray.schema import PAIR_COLUMNS
-from augsbert_ray.stages.teacher import searched
+from augsbert_ray.stages.teacher import searched, training_demand
 from augsbert_ray.training.fit import fit_encoder, fixed_seconds, hparams, planned_steps, throughput
 
 ROLES = ("gold_only", "target_gold", "augsbert")
@@ -84,6 +84,9 @@ class Student(Stage):
 
     def fixed_seconds(self, result: dict, seconds: float) -> float | None:
         return fixed_seconds(result.get("train", {}), seconds)
+
+    def occupies(self, cfg, cluster):
+        return training_demand(cfg, cluster)
 
     def work(self, cfg, results):
         if searched(cfg, "bi_encoder") and self.name != "target_gold":

@@ -10,9 +10,23 @@ from __future__ import annotations
 from augsbert_ray.evaluation import PRIMARY_METRIC
 from augsbert_ray.report import versions
 from augsbert_ray.run_cards import training_facts, write_trained_card
+from augsbert_ray.graph import Demand
 from augsbert_ray.stages.base import Declaration, Stage
 from augsbert_ray.schema import PAIR_COLUMNS
 from augsbert_ray.training.fit import fit_encoder, fixed_seconds, hparams, planned_steps, throughput
+
+
+def training_demand(cfg, cluster, workers: int | None = None) -> Demand:
+    """What a training (or a scoring, ``workers=1``) holds: each worker's CPUs, and a GPU each
+    with ``training.use_gpu`` (``cluster`` unknown: one CPU, so that it runs alone)."""
+    from augsbert_ray.runtime import per_worker_cpus
+
+    t = cfg.training
+    if cluster is None:
+        return Demand(cpus=1.0)
+    n = t.num_workers if workers is None else workers
+    return Demand(cpus=per_worker_cpus(t.cpus_per_worker, cluster.cpus, t.num_workers) * n,
+                  gpus=float(n) if t.use_gpu else 0.0)
 
 
 def searched(cfg, kind: str) -> bool:
@@ -31,6 +45,9 @@ class Teacher(Stage):
 
     def fixed_seconds(self, result: dict, seconds: float) -> float | None:
         return fixed_seconds(result.get("train", {}), seconds)
+
+    def occupies(self, cfg, cluster) -> Demand:
+        return training_demand(cfg, cluster)
 
     def work(self, cfg, results):
         if "gold" not in results or searched(cfg, "cross_encoder"):
