@@ -71,7 +71,8 @@ def test_the_autopilot_chooses_the_one_setting_that_can_help(tmp_path, tiny_stsb
         "data": {s: {"format": "stsb", "path": str(p)} for s, p in tiny_stsb.items()},
         # the job's own teacher diverges: its weights overflow at the first step
         "cross_encoder": {"model": tiny_model, "epochs": 1, "batch_size": 8, "lr": 1e30},
-        "bi_encoder": {"model": tiny_model, "epochs": 1, "batch_size": 8, "lr": 1e-4, "objective": "cosent-distill"},
+        "bi_encoder": {"model": tiny_model, "epochs": 1, "batch_size": 8, "lr": 1e-4, "objective": "cosent-distill",
+                       "gold_repeat": 2},
         "sampling": {"strategy": "bm25", "top_k": 2},
         "labeling": {"block_size": 64, "micro_batch_size": 16}, "evaluation": {"batch_size": 16},
         "auto": {"enabled": True, "teacher_recipes": [[1, 1e30], [1, 1e-4]], "strategies": ["bm25"], "top_k": [2],
