@@ -261,6 +261,7 @@ class AutoPilot(Stage):
     needs_ray = False
     always = True
     unit = "settings"
+    runs_after = ("gold", "target")  # the report written after it reads the gold pairs
 
     def __init__(self, record: dict):
         self.record = record
