@@ -99,9 +99,9 @@ def run(job, fresh: bool = False, *, verbose: bool = False, address=None):
 
 def job_stages(cfg) -> list[str]:
     """The stages a job runs, in order, as the progress display counts them."""
-    from augsbert_ray.pipeline import recipe
+    from augsbert_ray.pipeline import stage_names
 
-    return [stage.name for stage in recipe(cfg)]
+    return stage_names(cfg)
 
 
 def _display(stack: ExitStack, logs: Path, stages: list[str], verbose: bool, log_name: str = "job.log"):

@@ -1,8 +1,10 @@
 """The AugSBERT job, in the paper's order (Thakur et al., NAACL 2021, sections 3 and 5).
 
-``recipe`` lists the stages of a job; ``run_job`` runs them with a ``runner.Runner``,
-which skips the stages an earlier run finished with the same fingerprint, and writes the
-report. What each stage reads and writes is declared in its module (``augsbert_ray.stages``).
+``recipe`` lists the stages of a job; ``run_job`` runs them with a ``runner.Runner`` as a
+graph (a stage starts once the stages it reads from are done), which skips the stages an
+earlier run finished with the same fingerprint, and writes the report. With the autopilot,
+its search (``stages.auto.choose``) runs first and the job is the chosen config's recipe.
+What each stage reads, writes and publishes is declared in its module (``augsbert_ray.stages``).
 """
 
 from __future__ import annotations
@@ -19,29 +21,20 @@ from augsbert_ray.stages import (AugSBERT, AutoPilot, Calibrate, Candidates, Eva
                                  Silver, Stage, TargetGold, TargetSets, Teacher, TeacherCheck, source_of)
 from augsbert_ray.stages.gold import has_upper_bound
 
-# Where each stage's outputs are published in the run directory (the latest run's view).
-PUBLISHED = {
-    "gold": {f"{s}.parquet": f"gold/{s}.parquet" for s in ("train", "dev", "test")}
-    | {"skipped_rows.jsonl": "gold/skipped_rows.jsonl"},
-    "target": {f"{s}.parquet": f"gold/target_{s}.parquet" for s in ("pairs", "test", "dev")},
-    "cross_encoder": {"model": "models/cross-encoder"},
-    "gold_only": {"model": "models/bi-encoder-gold-only"},
-    "target_gold": {"model": "models/bi-encoder-target-gold"},
-    "augsbert": {"model": "models/bi-encoder-augsbert"},
-    "candidates": {"sentences.parquet": "sentences.parquet", "candidates.parquet": "candidates.parquet"},
-    "silver": {"silver.parquet": "silver.parquet", "silver_pool.parquet": "silver_pool.parquet"},
-    "calibrate": {"silver.parquet": "silver_calibrated.parquet"},
-    "ship": {"model": "models/bi-encoder"},
-}
 
+def recipe(cfg: JobConfig, search: dict | None = None) -> list[Stage]:
+    """The stages of a job, in an order that runs them one after another (the runner starts each
+    as soon as the stages it reads from are done): the paper's steps, one line each.
 
-def recipe(cfg: JobConfig) -> list[Stage]:
-    """The stages of a job, in order: the paper's steps, one line each."""
+    Args:
+        cfg: the job as it runs (with the autopilot, the setting it chose).
+        search: the autopilot's record (``stages.auto.choose``), kept as the ``auto`` stage.
+    """
     adapting = cfg.target is not None
     return [
         Gold(),  # gold pairs (and below, target sets), loaded and checked before Ray starts
         *([TargetSets()] if adapting else []),  # domain adaptation: target pairs and test sets
-        *([AutoPilot()] if cfg.auto.enabled else []),  # the settings below chosen on dev by pilots
+        *([AutoPilot(search)] if search is not None else []),  # the settings below, chosen on dev by pilots
         Teacher(), Evaluate("cross_encoder"),  # step 1: cross-encoder on gold
         Evaluate("zero_shot"),  # reference: the untrained bi-encoder
         GoldOnly(), Evaluate("gold_only"),  # reference: bi-encoder on gold only
@@ -56,10 +49,24 @@ def recipe(cfg: JobConfig) -> list[Stage]:
     ]
 
 
+def stage_names(cfg: JobConfig) -> list[str]:
+    """The names of a job's stages as far as they are known before it runs (the autopilot's
+    choice can add the calibration)."""
+    names = [s.name for s in recipe(cfg)]
+    if cfg.auto.enabled:
+        names.insert(2 if cfg.target is not None else 1, "auto")
+    return names
+
+
 def run_job(cfg: JobConfig, log: Callable[[str], None] = print, fresh: bool = False, until: str | None = None,
             on_stage: Callable[[Done], None] | None = None,
             on_start: Callable[[str], None] | None = None, progress=None, verbose: bool = True) -> RunMetrics:
     """Runs one AugSBERT job and returns its metrics (also written to the run directory).
+
+    With ``auto.enabled`` the autopilot first chooses the job's setting (``stages.auto.choose``);
+    the job then runs the chosen setting's recipe as a graph (``runner.Runner.run_graph``):
+    each stage starts once the stages it reads from are done, independent ones at once where
+    the cluster has room.
 
     A re-run resumes: stages an earlier run completed with the same fingerprint (outputs
     intact) are skipped, an interrupted stage resumes inside its own folder, and a job whose
@@ -69,8 +76,8 @@ def run_job(cfg: JobConfig, log: Callable[[str], None] = print, fresh: bool = Fa
         cfg: the job.
         log: receives progress lines.
         fresh: redo every stage, ignoring what earlier runs finished.
-        until: stop after the stage of this name (e.g. ``cross_encoder``); the metrics then
-            hold what ran (``complete`` is False).
+        until: stop after the stage of this name (e.g. ``cross_encoder``) and the stages listed
+            before it; the metrics then hold what ran (``complete`` is False).
         on_stage: called with each stage's outcome as it finishes.
         on_start: called with a stage's name when it starts running (not when it is reused).
         progress: the job's display (``progress.JobProgress``); None: log lines only.
@@ -80,35 +87,41 @@ def run_job(cfg: JobConfig, log: Callable[[str], None] = print, fresh: bool = Fa
     check_paths(cfg)  # before anything is written: the input files and model folders are there
     check_models(cfg)
     rd = RunDir(cfg.resolved_run_dir, log)
-    runner = Runner(cfg, rd, log, fresh=fresh, publish=PUBLISHED, on_stage=on_stage, on_start=on_start,
+    job = cfg
+
+    def claim():  # the run directory holds this job's work from its first stage on
+        rd.write_text("config.yaml", dump_job(job))
+        log(f"[augsbert] job '{job.name}': run directory {rd.location}"
+            + (f" (staged locally in {rd.root})" if rd.uri else ""))
+
+    runner = Runner(cfg, rd, log, fresh=fresh, on_stage=on_stage, on_start=on_start, on_claim=claim,
                     progress=progress, start_cluster=lambda: _start_cluster(cfg, rd, log, runner, verbose))
-    stages = recipe(cfg)
-    if until is not None and until not in {s.name for s in stages}:
-        raise ValueError(f"no stage '{until}' in this job; stages: {', '.join(s.name for s in stages)}")
+    names = stage_names(cfg)
+    if until is not None and until not in names:
+        raise ValueError(f"no stage '{until}' in this job; stages: {', '.join(names)}")
     from augsbert_ray.report import finish
 
-    runner.expect(stages)
     try:
-        i = 0
-        while i < len(stages):
-            stage, i = stages[i], i + 1
-            done = runner.run(stage)
-            if stage.name == "gold":
-                rd.write_text("config.yaml", dump_job(cfg))
-                log(f"[augsbert] job '{cfg.name}': run directory {rd.location}"
-                    + (f" (staged locally in {rd.root})" if rd.uri else ""))
-            if stage.name == "auto":  # the rest of the job runs the setting the autopilot chose
-                from augsbert_ray.stages.auto import Setting
+        search = None
+        if cfg.auto.enabled:
+            from augsbert_ray.stages.auto import choose
 
-                runner.cfg = cfg = Setting("chosen", done.result.overrides).apply(cfg)
-                ran = {s.name for s in stages[:i]}
-                stages[i:] = [s for s in recipe(cfg) if s.name not in ran]
-                runner.expect(stages)
-            if stage.name == until:
-                break
-            # The report so far, so that an unfinished run has one too (augsbert report RUN_DIR).
-            finish(cfg, runner, stages, complete=False, plot=stage.name == "silver", quiet=True)
-        return finish(cfg, runner, stages, complete=until is None or until == stages[-1].name)
+            if progress is not None:
+                progress.start_stage("auto")
+            choice = choose(cfg, runner, recipe, progress=runner.reporter("auto", local=True))
+            runner.cfg = cfg = choice.cfg  # the job runs the setting the autopilot chose
+            search = choice.record
+        stages = recipe(cfg, search)
+        names = [s.name for s in stages]
+        todo = stages if until is None or until not in names else stages[:names.index(until) + 1]
+        runner.expect(stages)
+
+        def report_so_far(stage, done):  # so that an unfinished run has a report too (augsbert report)
+            # The silver density plot is drawn again when a stage wrote silver labels.
+            finish(cfg, runner, stages, complete=False, plot="silver.parquet" in done.outputs, quiet=True)
+
+        runner.run_graph(todo, after=report_so_far)
+        return finish(cfg, runner, stages, complete=len(todo) == len(stages))
     finally:
         runner.close()
 

@@ -184,6 +184,7 @@ class JobProgress:
         self._stages: dict[str, _Stage] = {name: _Stage(name) for name in stages}
         # rate key / unit -> (seconds per unit in the stage's loop, seconds of start-up and wrap-up, measured on)
         self._cost: dict[str, tuple[float, float, str]] = {}
+        self._deps: dict[str, tuple[str, ...]] = {}  # stage -> the stages it follows (set_graph)
         self._lock = threading.RLock()
         self._out_lock = threading.Lock()  # the queue of lines for above the bars (see _line)
         self._out: list[str] = []
@@ -323,6 +324,13 @@ class JobProgress:
                 self._line(f"{self._label(s)} done in {format_duration(s.seconds)}" + (f" ({note})" if note else ""))
         self._emit()
 
+    def set_graph(self, deps: dict[str, tuple[str, ...]]) -> None:
+        """Which stages follow which (``graph.dependencies``): independent stages run at once, so
+        the job's ETA is the longest chain of what is left, not the sum. Without it, stages
+        follow each other in their listed order."""
+        with self._lock:
+            self._deps = {name: tuple(before) for name, before in deps.items()}
+
     def _measure(self, s: _Stage) -> None:
         """Records what a finished stage's work cost, to price planned stages of its kind: the
         seconds per unit inside its loop (from the first report to the last) and the rest of
@@ -357,14 +365,15 @@ class JobProgress:
         """Seconds left in the job and the basis of the figure.
 
         Returns:
-            ``(seconds, basis)``: seconds is the sum of the estimates of every stage not
-            finished (None when no stage has one); basis holds ``"rates"`` (stage -> the rate
+            ``(seconds, basis)``: seconds is the longest chain, through the job's graph
+            (``set_graph``), of the estimates of the stages not finished (None when no stage
+            has one); basis holds ``"rates"`` (stage -> the rate
             that priced it and where it was measured) and ``"unestimated"`` (stages without
             an estimate, so the figure is then a lower bound).
         """
         with self._lock:
             now = self.clock()
-            total, known, rates, unestimated = 0.0, False, {}, []
+            known, rates, unestimated, left_s = False, {}, [], {}
             for s in self._stages.values():
                 if s.state in (DONE, REUSED, FAILED, SKIPPED):
                     continue
@@ -391,8 +400,17 @@ class JobProgress:
                 if eta is None:
                     unestimated.append(s.name)
                 else:
-                    total, known = total + eta, True
-            return (total if known else None), {"rates": rates, "unestimated": unestimated}
+                    left_s[s.name], known = eta, True
+            return (self._longest_chain(left_s) if known else None), {"rates": rates, "unestimated": unestimated}
+
+    def _longest_chain(self, left_s: dict[str, float]) -> float:
+        from augsbert_ray.graph import critical_path
+
+        names = list(self._stages)
+        # a stage outside the graph (or with no graph at all) follows every stage listed before it
+        deps = {n: tuple(d for d in self._deps[n] if d in self._stages) if n in self._deps else tuple(names[:i])
+                for i, n in enumerate(names)}
+        return critical_path(deps, left_s)
 
     def _running_rate(self, s: _Stage, now: float) -> _Stage | None:
         """Another running stage whose rate prices ``s``: same rate key, else same unit."""

@@ -11,9 +11,10 @@ configuration is never resumed or overwritten (switching a setting back reuses i
 interrupted stage resumes inside its own folder (Ray Train checkpoints, committed
 labelling shards). ``fresh`` empties a stage's folder before running it.
 
-After a stage completes (or is reused), its outputs are published under fixed names in
-the run directory (``models/cross-encoder``, ``silver.parquet``...) as hard links, so the
-latest configuration's artifacts are always where the README says.
+After a stage completes (or is reused), the outputs it names in ``Stage.publishes`` are
+published under fixed names in the run directory (``models/cross-encoder``,
+``silver.parquet``...) as hard links, so the latest configuration's artifacts are always
+where the README says.
 """
 
 from __future__ import annotations
@@ -21,11 +22,13 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
+from augsbert_ray import graph
 from augsbert_ray.config import JobConfig
 from augsbert_ray.rundir import RunDir, fingerprint
 from augsbert_ray.stages.base import Artifact, Declaration, Inputs, Stage, StageResult, fingerprint_settings
@@ -94,28 +97,33 @@ class Runner:
         fresh: redo every stage, ignoring what earlier runs finished.
         start_cluster: called (once) before the first stage that needs Ray and is not
             reused; returns the cluster's resources.
-        publish: stage name -> {artifact: path in the run directory} to publish.
         on_stage: called with each ``Done`` (a hook for progress displays and benchmarks).
         on_start: called with a stage's name when it starts running (not when it is reused).
         progress: the job's display (``progress.JobProgress``); None: log lines only.
+        on_claim: called once, when the first stage is done (run or reused): the run directory
+            then holds this job's work (the job writes its ``config.yaml`` there).
     """
 
     def __init__(self, cfg: JobConfig, rd: RunDir, log: Callable[[str], None] = print, *, fresh: bool = False,
-                 start_cluster: Callable[[], Any] | None = None, publish: dict | None = None,
+                 start_cluster: Callable[[], Any] | None = None,
                  on_stage: Callable[[Done], None] | None = None, on_start: Callable[[str], None] | None = None,
-                 progress=None):
+                 progress=None, on_claim: Callable[[], None] | None = None):
         self.cfg, self.rd, self.log, self.fresh = cfg, rd, log, fresh
+        self._on_claim, self._claimed = on_claim, False
         self.artifacts: dict[str, Artifact] = {}
         self.done: dict[str, Done] = {}
         self.cluster = None
         self._start_cluster = start_cluster
-        self._publish = publish or {}
+        self._published: dict[str, dict[str, str]] = {}  # stage name -> what it publishes (Stage.publishes)
         self._on_stage = on_stage
         self._on_start = on_start
         self._shipped: dict[str, Any] = {}
         self.progress = progress
         self.channel = None  # progress_channel.ProgressChannel, once Ray has started
         self._stages: list[Stage] = []  # every stage this runner has seen, for planning the display
+        # Stages run in threads of their own (``run_graph``): the bookkeeping they share (artifacts,
+        # done, publishing, the display's plan, starting the cluster) is changed under this lock.
+        self._lock = threading.RLock()
 
     # -- fingerprints ----------------------------------------------------------------------
     def declaration(self, stage: Stage, cfg: JobConfig | None = None) -> Declaration:
@@ -147,7 +155,9 @@ class Runner:
         variant = cfg is not None
         cfg = cfg or self.cfg
         decl = stage.declare(cfg)
-        fp = self.fingerprint(stage, cfg)
+        with self._lock:
+            fp = self.fingerprint(stage, cfg)
+            inputs = Inputs({name: self.artifacts[aid] for name, aid in decl.inputs.items()}, stage.name)
         folder = self.folder(stage, fp)
         rel = folder.relative_to(self.rd.root).as_posix()
         record = None if (self.fresh or stage.always) else self._completed(stage, fp, rel)
@@ -160,12 +170,11 @@ class Runner:
         else:
             if self.fresh and not stage.always:
                 self.rd.remove_tree(rel)
-            if stage.needs_ray and self.cluster is None and self._start_cluster is not None:
-                self.cluster = self._start_cluster()
+            if stage.needs_ray:
+                self.ensure_cluster()
             folder.mkdir(parents=True, exist_ok=True)
             env = StageEnv(out=folder, storage=self.rd.storage(f"{rel}/ray"), log=self.log, runner=self,
                            fresh=self.fresh, stage=stage.name)
-            inputs = Inputs({name: self.artifacts[aid] for name, aid in decl.inputs.items()}, stage.name)
             if self.progress is not None:
                 self.progress.start_stage(stage.name)
             else:
@@ -180,7 +189,8 @@ class Runner:
                     self.rd.discard(rel)
                 raise
             seconds = time.perf_counter() - t0
-            self._mark(stage, fp, rel, decl, result, seconds)
+            with self._lock:  # pushing a remote run directory: one at a time
+                self._mark(stage, fp, rel, decl, result, seconds)
             self.rd.remove_tree(f"{rel}/ray")  # checkpoints of a finished stage are not needed again
             done = Done(stage.name, fp, result, seconds, False, folder)
             if self.progress is not None:
@@ -188,17 +198,108 @@ class Runner:
             else:
                 self.log(f"[{stage.name}] done in {seconds:.1f}s")
         content = stage.content_fingerprints(folder) or {}
-        for name in decl.outputs:
-            done.outputs[name] = Artifact(folder / name, content.get(name, f"{fp}/{name}"))
+        with self._lock:
+            for name in decl.outputs:
+                done.outputs[name] = Artifact(folder / name, content.get(name, f"{fp}/{name}"))
+                if not variant:
+                    self.artifacts[f"{stage.name}/{name}"] = done.outputs[name]
             if not variant:
-                self.artifacts[f"{stage.name}/{name}"] = done.outputs[name]
-        if not variant:
-            self.done[stage.name] = done
-            self._publish_outputs(stage.name, done)
-            self._plan_progress()
-        if self._on_stage is not None:
-            self._on_stage(done)
+                self.done[stage.name] = done
+                self._publish_outputs(stage, done)
+                self._plan_progress()
+            self._claim()
+            if self._on_stage is not None:
+                self._on_stage(done)
         return done
+
+    def run_graph(self, stages: list[Stage], after: Callable[[Stage, Done], None] | None = None) -> None:
+        """Runs ``stages`` as a graph: each starts, in a thread of its own, as soon as the stages it
+        follows (``graph.dependencies`` of their declarations) are done and it fits in what the
+        cluster has free (``Stage.occupies``); ready stages start in ``stages``' order.
+
+        Args:
+            stages: the stages, in an order that runs them one after another correctly.
+            after: called in this thread with each stage and its outcome as it finishes (e.g.
+                the report so far), under the runner's lock.
+
+        Raises:
+            the first error a stage raised, once the stages running beside it have ended; no
+            stage starts after it.
+        """
+        by_name = {s.name: s for s in stages}
+        deps = self.dependencies(stages)
+        self.expect_graph(deps)
+        finished: list[tuple[Stage, Done | None, BaseException | None]] = []
+        wake = threading.Condition()
+        running: dict[str, graph.Demand] = {}
+        done: set[str] = set()
+        error: BaseException | None = None
+
+        def work(stage: Stage) -> None:
+            try:
+                outcome, exc = self.run(stage), None
+            except BaseException as e:  # noqa: BLE001 - handed to the job's thread, which raises it
+                outcome, exc = None, e
+            with wake:
+                finished.append((stage, outcome, exc))
+                wake.notify()
+
+        while True:
+            if error is None:
+                with self._lock:
+                    cluster = self.cluster
+                    demand = {name: by_name[name].occupies(self.cfg, cluster) for name in graph.ready(deps, done, running)}
+                capacity = None if cluster is None else graph.Demand(float(cluster.cpus), float(cluster.gpus))
+                for name in graph.startable(deps, done, running, demand, capacity):
+                    if by_name[name].needs_ray and self.cluster is None and not self._finished_before(by_name[name]):
+                        # Ray starts in this thread, where signal handlers can be set
+                        self.ensure_cluster()
+                    running[name] = demand[name]
+                    threading.Thread(target=work, args=(by_name[name],), name=f"stage-{name}", daemon=True).start()
+            if not running:
+                break
+            with wake:
+                while not finished:
+                    wake.wait(0.5)  # wakes now and then, so that Ctrl-C reaches this thread
+                stage, outcome, exc = finished.pop(0)
+            del running[stage.name]
+            if exc is not None:
+                error = error or exc
+                continue
+            done.add(stage.name)
+            if after is not None and error is None:
+                with self._lock:
+                    after(stage, outcome)
+        if error is not None:
+            raise error
+
+    def _finished_before(self, stage: Stage) -> bool:
+        """Whether ``run`` will find ``stage`` done by an earlier run (its marker, by fingerprint)."""
+        if self.fresh or stage.always:
+            return False
+        with self._lock:
+            fp = self.fingerprint(stage)
+        marker = self.folder(stage, fp) / MARKER
+        try:
+            return json.loads(marker.read_text(encoding="utf-8")).get("fingerprint") == fp
+        except (OSError, ValueError):
+            return False
+
+    def dependencies(self, stages: list[Stage], order: bool = True) -> dict[str, tuple[str, ...]]:
+        """The stages' graph under the job's config: stage -> the stages it follows (with
+        ``order``, also those named in ``Stage.runs_after``; without, only those it reads from)."""
+        nodes = []
+        for stage in stages:
+            decl = stage.declare(self.cfg)
+            nodes.append(graph.Node(stage.name, tuple(decl.inputs.values()), tuple(decl.outputs),
+                                    tuple(stage.runs_after) if order else ()))
+        return graph.dependencies(nodes)
+
+    def _claim(self) -> None:
+        if not self._claimed:
+            self._claimed = True
+            if self._on_claim is not None:
+                self._on_claim()
 
     def plan(self, stages: list[Stage]) -> dict[str, str]:
         """Every stage's fingerprint without running any but those that load the job's inputs
@@ -221,10 +322,11 @@ class Runner:
 
     # -- settings tried beside the job's own (the autopilot) ----------------------------------
     def ensure_cluster(self):
-        """Starts Ray now if no stage has yet (for work that runs stages of its own)."""
-        if self.cluster is None and self._start_cluster is not None:
-            self.cluster = self._start_cluster()
-        return self.cluster
+        """Starts Ray now if no stage has yet (once, whichever stage asks first)."""
+        with self._lock:
+            if self.cluster is None and self._start_cluster is not None:
+                self.cluster = self._start_cluster()
+            return self.cluster
 
     def child(self, cfg: JobConfig, log_prefix: str = "") -> "Runner":
         """A runner for another setting of this job: the same run directory, cluster and
@@ -236,6 +338,7 @@ class Runner:
         child.cluster = self.cluster
         child._shipped = self._shipped
         child.channel = None
+        child._on_claim = self._claim  # the job's run directory is claimed by whichever runs first
         child.artifacts = dict(self.artifacts)
         return child
 
@@ -243,7 +346,14 @@ class Runner:
     def expect(self, stages: list[Stage]) -> None:
         """Tells the display what work the job's stages will do, as far as it is known now."""
         self._stages = list(stages)
+        for stage in self._stages:
+            self._published[stage.name] = dict(stage.publishes)
         self._plan_progress()
+
+    def expect_graph(self, deps: dict[str, tuple[str, ...]]) -> None:
+        """Tells the display which stages follow which, so that the job's ETA is its critical path."""
+        if self.progress is not None:
+            self.progress.set_graph(deps)
 
     def _plan_progress(self) -> None:
         if self.progress is None:
@@ -312,11 +422,12 @@ class Runner:
     # -- publishing ------------------------------------------------------------------------
     @property
     def published(self) -> dict:
-        """stage name -> {artifact: path in the run directory} this runner publishes."""
-        return dict(self._publish)
+        """stage name -> {artifact: path in the run directory} the job's stages publish."""
+        return {name: dict(p) for name, p in self._published.items()}
 
-    def _publish_outputs(self, stage: str, done: Done) -> None:
-        for name, target in self._publish.get(stage, {}).items():
+    def _publish_outputs(self, stage: Stage, done: Done) -> None:
+        self._published[stage.name] = dict(stage.publishes)
+        for name, target in stage.publishes.items():
             if name in done.outputs:
                 publish(done.outputs[name].path, self.rd.path(target))
 

@@ -1,7 +1,10 @@
-"""The autopilot on tiny data: settings tried with pilots (gold's weight among them, and the
-student's objective: score distillation, which needs every training set's silver flags in the
-pilots and in the final students), the best on dev trained to the end, every shared artifact
-made once, and the run directory reused on a re-run."""
+"""The autopilot: a function from a job's config to the chosen config (``stages.auto.choose``).
+
+Its decision (``decide``) on pilots' results built to have one answer each, without Ray; and end
+to end on tiny data where exactly one setting can help: the other's teacher diverges (a learning
+rate so large its weights overflow), so its labels, and every student trained on them, score
+nothing on dev. The search's stages are the job's own (shared through their fingerprints), the
+job trains the choice, and a re-run reuses everything, the pilots included."""
 
 from __future__ import annotations
 
@@ -11,80 +14,107 @@ import pytest
 
 from augsbert_ray.config import validate_tree
 from augsbert_ray.pipeline import run_job
+from augsbert_ray.stages.auto import decide
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
+OWN, OTHER = "own setting", "other setting"
 
 
-def test_the_autopilot_chooses_on_dev_and_trains_the_choice(tmp_path, tiny_stsb, tiny_model, ray_local):
+def _records():
+    return [{"setting": OWN, "overrides": {"sampling.top_k": 2}, "fate": "piloted", "seconds": 1.0,
+             "job_setting": True},
+            {"setting": OTHER, "overrides": {"sampling.top_k": 5}, "fate": "piloted", "seconds": 1.0,
+             "job_setting": False}]
+
+
+def _pilots(own: float | None, other: float | None, low: float) -> dict:
+    pilots = {OWN: own, OTHER: other, "gold only": 50.0}
+    lead = None if own is None or other is None else {"rival": OTHER, "difference": other - own, "low": low,
+                                                      "high": low + 2, "confidence": 0.9}
+    return {"pilots": {k: {"dev": v, "seconds": 2.0, "train_pairs": 10} for k, v in pilots.items()},
+            "over_baseline": lead, "metric": "spearman", "predicts_silver_helps": None, "verdict": "",
+            "gain": None}
+
+
+class _Auto:
+    pilot_fraction, budget_minutes = 0.5, 5
+
+
+@pytest.mark.parametrize("own,other,low,chosen,why", [
+    (60.0, 70.0, 1.0, OTHER, "ahead of the job's own setting beyond dev noise"),  # a lead beyond noise
+    (60.0, 61.0, -1.0, OWN, "the job's own setting, kept"),  # a lead within noise: the job's own
+    (70.0, 60.0, -12.0, OWN, "the job's own setting, the best pilot"),
+    (None, 60.0, 0.0, OTHER, "the best pilot on dev"),  # the job's own could not be scored
+])
+def test_the_autopilot_decides_on_the_pilots_lead_over_the_jobs_own(own, other, low, chosen, why):
+    record = decide(_records(), _pilots(own, other, low), _Auto())
+    assert record["chosen"] == chosen and why in record["why"]
+    assert record["overrides"] == {"sampling.top_k": 2 if chosen == OWN else 5}
+    assert [r["fate"] for r in record["settings"]].count("chosen") == 1
+    assert record["gold_only_pilot_dev"] == 50.0
+
+
+def test_the_autopilot_needs_one_scored_pilot():
+    with pytest.raises(RuntimeError, match="could not score any setting"):
+        decide(_records(), _pilots(None, None, 0.0), _Auto())
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+def test_the_autopilot_chooses_the_one_setting_that_can_help(tmp_path, tiny_stsb, tiny_model, ray_local):
+    from augsbert_ray.pipeline import _start_cluster, recipe
+    from augsbert_ray.rundir import RunDir
+    from augsbert_ray.runner import Runner
+    from augsbert_ray.stages.auto import choose
+
     cfg = validate_tree({
         "name": "tiny-auto", "run_dir": str(tmp_path / "run"),
         "data": {s: {"format": "stsb", "path": str(p)} for s, p in tiny_stsb.items()},
-        "cross_encoder": {"model": tiny_model, "epochs": 1, "batch_size": 8, "lr": 1e-4},
-        "bi_encoder": {"model": tiny_model, "epochs": 1, "batch_size": 8, "lr": 1e-4, "objective": "cosent-distill"},
-        "sampling": {"strategy": "bm25", "top_k": 2},  # the job's own setting: in the grid, tried first
+        # the job's own teacher diverges: its weights overflow at the first step
+        "cross_encoder": {"model": tiny_model, "epochs": 1, "batch_size": 8, "lr": 1e30},
+        "bi_encoder": {"model": tiny_model, "epochs": 1, "batch_size": 8, "lr": 1e-4, "objective": "cosent-distill",
+                       "gold_repeat": 2},
+        "sampling": {"strategy": "bm25", "top_k": 2},
         "labeling": {"block_size": 64, "micro_batch_size": 16}, "evaluation": {"batch_size": 16},
-        "auto": {"enabled": True, "teacher_recipes": [[1, 1e-4]], "strategies": ["bm25"], "top_k": [1, 2],
-                 "calibration": ["none", "isotonic"], "gold_repeat": [1, 2], "objective": ["cosent-distill"],
+        "auto": {"enabled": True, "teacher_recipes": [[1, 1e30], [1, 1e-4]], "strategies": ["bm25"], "top_k": [2],
+                 "calibration": ["none"], "gold_repeat": [2], "objective": ["cosent-distill"],
                  "pilot_fraction": 0.5},
     })
-    lines = []
-    m = run_job(cfg, log=lines.append)
-    a = m.result("auto").model_dump()
-    grid = [f"teacher 1x0.0001, bm25 top-{k}, calibration {c}, gold x{r}, cosent-distill objective"
-            for k in (1, 2) for c in ("none", "isotonic") for r in (1, 2)]
-    own = "teacher 1x0.0001, bm25 top-2, calibration none, gold x1, cosent-distill objective"
-    assert [r["setting"] for r in a["settings"]] == [own] + [g for g in grid if g != own]
-    assert [r["job_setting"] for r in a["settings"]] == [True] + [False] * 7
-    # Gold's weight changes only the pilot: gold counted twice beside the same silver.
-    gold, by_label = m.result("gold").train, {r["setting"]: r for r in a["settings"]}
-    for x1, x2 in zip(grid[::2], grid[1::2]):
-        x1, x2 = by_label[x1], by_label[x2]
-        assert x2["silver"] == x1["silver"] and x2["pilot_train_pairs"] - x1["pilot_train_pairs"] == gold
-    scored = {r["setting"]: r["pilot_dev"] for r in a["settings"]}
-    assert all(v is not None for v in scored.values()) and a["gold_only_pilot_dev"] is not None
-    chosen = [r for r in a["settings"] if r["fate"] == "chosen"]
-    best = max(scored, key=scored.get)
-    # The best pilot replaces the job's own setting only when its lead is beyond dev's noise.
+    own = "teacher 1x1e+30, bm25 top-2, calibration none, gold x2, cosent-distill objective"
+    right = "teacher 1x0.0001, bm25 top-2, calibration none, gold x2, cosent-distill objective"
+    rd = RunDir(cfg.resolved_run_dir)
+    runner = Runner(cfg, rd, lambda line: None, start_cluster=lambda: _start_cluster(cfg, rd, lambda line: None))
+    try:
+        choice = choose(cfg, runner, recipe)
+    finally:
+        runner.close()
+    a = choice.record
+    assert [r["setting"] for r in a["settings"]] == [own, right]
+    assert a["chosen"] == right and a["why"].startswith("the best pilot on dev")
+    by_label = {r["setting"]: r for r in a["settings"]}
+    assert by_label[own]["pilot_dev"] is None and by_label[right]["pilot_dev"] is not None
+    gold_in_pilots = {r["pilot_train_pairs"] - r["silver"] for r in a["settings"]}
+    job = choice.cfg
+    assert (job.cross_encoder.lr, job.bi_encoder.gold_repeat, job.auto.enabled) == (1e-4, 2, False)
+    assert runner.done == {} and runner.artifacts == {}  # the search ran in runners of its own
+    # The job runs the chosen setting: its teacher, candidates and labels are the search's own.
+    m = run_job(cfg, log=lambda line: None)
+    auto = m.result("auto")
+    assert auto.chosen == right and auto.settings[1]["pilot_dev"] == a["settings"][1]["pilot_dev"]
+    assert {"cross_encoder", "candidates", "silver"} <= set(m.stages_reused)
+    assert m.stage("augsbert").result.train_pairs == by_label[right]["pilot_train_pairs"]
+    assert m.bi_encoder_objective == "cosent-distill"
+    assert gold_in_pilots == {2 * m.result("gold").train}  # gold counted twice beside the silver, in both pilots
+    teachers = list((cfg.resolved_run_dir / "stages" / "cross_encoder").iterdir())
+    assert len(teachers) == 2  # one per recipe, each made once
     search = json.loads(next((cfg.resolved_run_dir / "stages" / "auto").glob("*/search.json")).read_text())
-    assert len(chosen) == 1 and search["why"] == a["why"]
-    lead = a["lead_over_job_setting"]  # the best other pilot's gain over the job's own, paired on dev
-    rival = max((k for k in scored if k != own), key=lambda k: (scored[k], k))
-    assert lead["rival"] == rival and lead["difference"] == pytest.approx(scored[rival] - scored[own])
-    if best == own:
-        assert chosen[0]["setting"] == own and "the job's own setting, the best pilot" in a["why"] and rival in a["why"]
-    elif lead["low"] > 0:
-        assert chosen[0]["setting"] == best and "ahead of the job's own setting beyond dev noise" in a["why"]
-    else:
-        assert chosen[0]["setting"] == own and "the job's own setting, kept" in a["why"] and best in a["why"]
-    # The job then ran the chosen setting: its teacher, candidates and labels are the pilot's own.
-    rd = cfg.resolved_run_dir
-    teachers = list((rd / "stages" / "cross_encoder").iterdir())
-    assert len(teachers) == 1  # one recipe: one teacher for every setting
-    assert len(list((rd / "stages" / "candidates").iterdir())) == 2  # once per amount, whatever the calibration
-    assert len(list((rd / "stages" / "silver").iterdir())) == 2
-    assert {"cross_encoder", "candidates", "silver"} <= set(m.stages_reused)  # made by the search, reused
-    assert m.result("candidates").top_k == chosen[0]["overrides"]["sampling.top_k"]
-    assert m.stage("augsbert").result.train_pairs == chosen[0]["pilot_train_pairs"]  # gold repeated as chosen
-    assert m.bi_encoder_objective == chosen[0]["overrides"]["bi_encoder.objective"] == "cosent-distill"
-    assert ("calibrate" in m.stage_seconds) == (chosen[0]["overrides"]["labeling.calibration"] == "isotonic")
-    # Never a regression against gold only on dev: the shipped model is the better one there.
-    s = m.result("ship")
-    assert s.shipped == ("augsbert" if s.augsbert_dev >= s.gold_only_dev else "gold_only")
-    assert (rd / "models" / "bi-encoder" / "model.safetensors").exists()
-    summary = (rd / "summary.md").read_text()
-    assert "Autopilot: 8 settings" in summary and "| chosen |" in summary and "Shipped as models/bi-encoder" in summary
-    assert f"| {own} (the job's own) |" in summary and f"Chose {a['chosen']}: {a['why']}" in summary
-    # The pilots' verdict: the best setting's pilot against gold only, paired on dev's pairs.
-    gain = a["pilot_gain"]
-    assert gain["resamples"] > 0 and gain["low"] <= gain["difference"] <= gain["high"]
-    assert gain["difference"] == pytest.approx(scored[best] - a["gold_only_pilot_dev"])
-    assert a["predicts_silver_helps"] == (True if gain["low"] > 0 else False if gain["high"] < 0 else None)
-    assert f"Best silver pilot against gold only: {a['pilot_verdict']}." in summary
-    assert search["chosen"] == chosen[0]["setting"]
+    assert search["chosen"] == right
+    summary = (cfg.resolved_run_dir / "summary.md").read_text()
+    assert "Autopilot: 2 settings" in summary and f"| {own} (the job's own) |" in summary
+    assert f"Chose {right}: {a['why']}" in summary
     # A re-run does nothing again: every setting's stages and the pilots are reused.
-    lines.clear()
+    lines = []
     again = run_job(cfg, log=lines.append)
-    assert again.result("auto").chosen == a["chosen"] and again.scores == m.scores
-    # (the search itself runs again, as a loading stage does, and finds every stage it runs done)
-    tried_again = [line for line in lines if line.startswith("[auto") and line.endswith("] started")]
-    assert tried_again == ["[auto] started"], tried_again
+    assert again.result("auto").chosen == right and again.scores == m.scores
+    started = sorted(line for line in lines if line.endswith("] started"))  # (gold and auto run at once)
+    assert started == ["[auto] started", "[gold] started", "[gold] started", "[ship] started",
+                       "[teacher_check] started"], started

@@ -109,6 +109,22 @@ def test_job_eta_sums_the_remaining_estimates_and_names_what_is_missing():
     p.close()
 
 
+def test_job_eta_is_the_longest_chain_when_stages_run_at_once():
+    clock = Clock()
+    p = JobProgress(["a", "b", "c", "d"], stream=io.StringIO(), clock=clock)
+    for name, seconds in (("a", 40), ("b", 10), ("c", 25), ("d", 5)):
+        p.plan(name, estimate_s=seconds)
+    assert p.job_eta()[0] == pytest.approx(80)  # no graph: one after another
+    p.set_graph({"a": (), "b": (), "c": ("b",), "d": ("a", "c")})  # a beside b -> c, then d
+    assert p.job_eta()[0] == pytest.approx(max(40, 10 + 25) + 5)
+    p.start_stage("a")
+    p.start_stage("b")
+    clock.tick(10)
+    p.finish_stage("b")
+    assert p.job_eta()[0] == pytest.approx(max(30, 25) + 5)  # two running rows, the ETA of the longer chain
+    p.close()
+
+
 def test_job_eta_is_a_lower_bound_until_every_stage_is_estimated():
     clock, out = Clock(), io.StringIO()
     with JobProgress(["a", "b"], stream=out, clock=clock, every_s=0) as p:

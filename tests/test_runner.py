@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 
 import pytest
 
@@ -189,3 +190,48 @@ def test_publish_replaces_the_target_with_links(tmp_path):
     (other / "x.bin").write_text("two")
     publish(other, target)
     assert sorted(p.name for p in target.iterdir()) == ["x.bin"]
+
+
+class Meet(Stage):
+    """A stage that finishes only once every stage of its group has started: they ran at once."""
+
+    needs_ray = False
+
+    def __init__(self, name: str, group, reads_from: str | None = None, fail: bool = False, delay: float = 0.0):
+        self.name, self.group, self.reads_from, self.fail, self.delay = name, group, reads_from, fail, delay
+
+    def declare(self, cfg):
+        inputs = {"before": f"{self.reads_from}/out.json"} if self.reads_from else {}
+        return Declaration(inputs=inputs, outputs=("out.json",))
+
+    def run(self, inputs, params, env):
+        if self.group is not None:
+            self.group.wait(timeout=10)  # threading.Barrier: broken (an error) if the others never come
+        if self.fail:
+            raise RuntimeError(f"{self.name} failed")
+        time.sleep(self.delay)
+        (env.out / "out.json").write_text("1")
+        return StageResult()
+
+
+def test_independent_stages_run_at_once_and_dependants_wait(tmp_path):
+    import threading
+
+    both = threading.Barrier(2)
+    order = []
+    runner = Runner(_cfg(), RunDir(tmp_path / "run"))
+    stages = [Meet("a", both), Meet("b", both), Meet("c", None, reads_from="a")]
+    runner.run_graph(stages, after=lambda stage, done: order.append(stage.name))
+    assert set(order[:2]) == {"a", "b"} and order[2] == "c"  # a and b waited for each other: they overlapped
+    assert set(runner.done) == {"a", "b", "c"} and runner.artifacts["c/out.json"].path.exists()
+
+
+def test_the_first_failing_stage_stops_the_job_after_the_others_end(tmp_path):
+    import threading
+
+    both = threading.Barrier(2)
+    runner = Runner(_cfg(), RunDir(tmp_path / "run"))
+    stages = [Meet("a", both, fail=True), Meet("b", both, delay=0.5), Meet("c", None, reads_from="b")]
+    with pytest.raises(RuntimeError, match="a failed"):
+        runner.run_graph(stages)
+    assert set(runner.done) == {"b"}  # b, running beside it, finished; c never started

@@ -16,6 +16,10 @@ the student reaches with its labels, not by its own dev score. The best setting 
 becomes the job's, and the job trains it to the end; the report lists every setting with its
 pilot's dev score, what it cost and its fate.
 
+The autopilot runs before the job's stages (``choose``: the job's config in, the chosen config
+out), so the job's stage graph is the chosen config's recipe, known before any of it runs; the
+``auto`` stage (``AutoPilot``) then records the search for the report.
+
 The job's own setting (``auto.keep_job_setting``) is tried first, and the best pilot replaces
 it only when the paired bootstrap puts its lead over the job's own pilot on dev above 0:
 pilots within what dev can tell apart are a coin toss (on STSb with 1,000 gold pairs two
@@ -150,113 +154,168 @@ class AutoResult(StageResult):
         return {"auto": self.model_dump()}
 
 
+@dataclass(frozen=True)
+class Choice:
+    """What the autopilot chose: the config the job runs, and the record of the search."""
+
+    cfg: object  # config.JobConfig, with auto.enabled off
+    record: dict
+
+
+def choose(cfg, runner, recipe, progress=None) -> Choice:
+    """Tries the settings of ``cfg.auto`` with pilots and picks the best on dev (see the module docstring).
+
+    Each setting runs the recipe's own stages that its silver labels (and the teacher's dev
+    score) need, cut short before the pilots, in a child runner of ``runner``: same run
+    directory, cluster and fingerprints, so the job reuses what the search made.
+
+    Args:
+        cfg: the job, with ``auto.enabled``.
+        runner: the job's runner (``runner.Runner``); only its children run anything.
+        recipe: the job's stages for a config (``pipeline.recipe``).
+        progress: a ``progress.StageProgress`` counting the settings tried (None: none).
+
+    Returns:
+        the chosen setting applied to ``cfg``, and the search's record (``AutoPilot`` writes it).
+
+    Raises:
+        RuntimeError: no pilot could be scored.
+    """
+    from augsbert_ray.stages.pilot import Pilot
+    from augsbert_ray.stages.student import silver_artifact
+
+    auto = cfg.auto
+    own = job_setting(cfg) if auto.keep_job_setting else None
+    candidates = settings_to_try(auto, own)
+    budget = auto.budget_minutes * 60
+    started = time.perf_counter()
+    if progress is not None:
+        progress.set_total(len(candidates), unit="settings")
+    search = runner.child(cfg)
+    for stage in recipe(cfg):
+        if stage.loads:  # the gold pairs (and target sets), the same for every setting
+            search.run(stage)
+    pilots_runner = search.child(cfg, log_prefix="[auto] ")
+    tried, gold_repeat, objective, records = {}, {}, {}, []
+    for setting in candidates:
+        if time.perf_counter() - started > budget:
+            records.append({"setting": setting.label, "overrides": setting.overrides,
+                            "fate": "not tried: the budget was spent", "seconds": 0.0})
+            continue
+        scfg = _stage_config(setting, cfg)
+        child = search.child(scfg, log_prefix=f"[auto: {setting.label}] ")
+        stages = [s for s in recipe(scfg) if not s.loads]
+        silver = silver_artifact(scfg)
+        needed = _upstream(child, stages, {silver.split("/")[0], "eval_cross_encoder"})
+        seconds = 0.0
+        for stage in stages:
+            if stage.name in needed:
+                done = child.run(stage)
+                seconds += 0.0 if done.reused else done.seconds
+        key = f"auto/{len(tried)}"
+        pilots_runner.artifacts[key] = child.artifacts[silver]
+        tried[setting.label] = key
+        if "bi_encoder.gold_repeat" in setting.overrides:  # searched; otherwise the job's own
+            gold_repeat[setting.label] = scfg.bi_encoder.gold_repeat
+        if OBJECTIVE_KEY in setting.overrides:
+            objective[setting.label] = setting.overrides[OBJECTIVE_KEY]
+        teacher_dev = child.done["eval_cross_encoder"].result.scores["dev"]
+        records.append({"setting": setting.label, "overrides": setting.overrides, "fate": "piloted",
+                        "seconds": seconds, "teacher_dev": teacher_dev,
+                        "silver": child.done["silver"].result.silver, "job_setting": setting is own})
+        if progress is not None:
+            progress.advance(1)
+    pilots = pilots_runner.run(Pilot.trial(tried, auto.pilot_fraction, gold_repeat=gold_repeat, objective=objective,
+                                           baseline=own.label if own is not None and own.label in tried else None))
+    record = decide(records, pilots.result.model_dump(), auto)
+    record["seconds"] = time.perf_counter() - started
+    gold = record["gold_only_pilot_dev"]
+    scored = sum(r.get("pilot_dev") is not None for r in records)
+    runner.log(f"[auto] chose {record['chosen']} of {scored} settings tried in {record['seconds']:.0f} s: "
+               f"{record['why']}; gold-only pilot {'n/a' if gold is None else f'{gold:.2f}'}")
+    return Choice(Setting("chosen", record["overrides"]).apply(cfg), record)
+
+
+def _upstream(runner, stages, targets: set[str]) -> set[str]:
+    """The stages ``targets`` read from, directly or not (data edges only: the search runs no checks)."""
+    from augsbert_ray.graph import upstream
+
+    deps = runner.dependencies(stages, order=False)
+    return upstream(deps, targets & set(deps))
+
+
+def decide(records: list[dict], pilots: dict, auto) -> dict:
+    """The setting the job runs, from the settings tried (``records``, updated with their
+    pilots' scores and fates) and the pilots' result (``Pilot``): the best pilot on dev, unless
+    the job's own setting was tried and the best one's lead over it is within dev's noise.
+
+    Returns:
+        the search's record (``chosen``, its ``overrides``, ``why``, every setting...).
+
+    Raises:
+        RuntimeError: no pilot could be scored.
+    """
+    scores = {k: v["dev"] for k, v in pilots["pilots"].items()}
+    for r in records:
+        if r["setting"] in scores:
+            pilot = pilots["pilots"][r["setting"]]
+            r["pilot_dev"] = scores[r["setting"]]
+            r["seconds"] += pilot["seconds"]
+            r["pilot_train_pairs"] = pilot["train_pairs"]
+    scored = [r for r in records if r.get("pilot_dev") is not None]
+    if not scored:
+        raise RuntimeError("the autopilot could not score any setting (every pilot failed or the budget "
+                           "ran out before the first); raise auto.budget_minutes")
+    best = max(scored, key=lambda r: r["pilot_dev"])
+    kept = next((r for r in scored if r["job_setting"]), None)
+    why = f"the best pilot on dev ({best['pilot_dev']:.2f})"
+    if kept is not None and kept is not best:
+        lead = pilots["over_baseline"]  # the best pilot's gain over the job's own, on dev
+        span = (f"{lead['difference']:+.2f}, {lead['confidence']:.0%} interval {lead['low']:+.2f} to "
+                f"{lead['high']:+.2f}")
+        if lead["low"] > 0:
+            why = f"the best pilot on dev, ahead of the job's own setting beyond dev noise ({span})"
+        else:  # within noise (or a NaN interval: no sample could score both)
+            why = (f"the job's own setting, kept: the best pilot ({best['setting']}) led it by no more than dev "
+                   f"can tell apart ({span})")
+            best = kept
+    elif kept is not None:
+        why = f"the job's own setting, the best pilot on dev ({best['pilot_dev']:.2f})"
+        lead = pilots["over_baseline"]
+        if lead is not None:
+            why += f"; the next best, {lead['rival']}, trailed it by {-lead['difference']:.2f}"
+    best["fate"] = "chosen"
+    for r in scored:
+        if r is not best:
+            r["fate"] = "pilot only"
+    return {"chosen": best["setting"], "overrides": best["overrides"], "why": why,
+            "lead_over_job_setting": pilots["over_baseline"], "settings": records,
+            "gold_only_pilot_dev": scores.get("gold only"), "metric": pilots["metric"],
+            "pilot_fraction": auto.pilot_fraction, "budget_minutes": auto.budget_minutes,
+            "predicts_silver_helps": pilots["predicts_silver_helps"],
+            "pilot_verdict": pilots["verdict"], "pilot_gain": pilots["gain"]}
+
+
 class AutoPilot(Stage):
-    """Tries the settings of ``auto`` with pilots and picks the best on dev (see the module docstring)."""
+    """The autopilot's search in the job: writes the record ``choose`` returned (``search.json``),
+    so that the report lists every setting tried. Runs every time; the stages the search ran
+    are reused through their own fingerprints."""
 
     name = "auto"
     kind = "search"
-    always = True  # what it runs is reused through the fingerprints of the stages it runs
+    needs_ray = False
+    always = True
     unit = "settings"
     result_type = AutoResult
+    runs_after = ("gold", "target")  # the report written after it reads the gold pairs
+
+    def __init__(self, record: dict):
+        self.record = record
 
     def declare(self, cfg) -> Declaration:
         return Declaration(AutoParams(auto=cfg.auto), outputs=("search.json",))
 
     def run(self, inputs, params: AutoParams, env) -> AutoResult:
-        from augsbert_ray.stages.candidates import Candidates, source_of
-        from augsbert_ray.stages.evaluate import Evaluate
-        from augsbert_ray.stages.pilot import Pilot
-        from augsbert_ray.stages.silver import Calibrate, Silver
-        from augsbert_ray.stages.student import GoldOnly, silver_artifact
-        from augsbert_ray.stages.teacher import Teacher
-
-        runner, auto = env.runner, params.auto
-        runner.ensure_cluster()
-        own = job_setting(runner.cfg) if auto.keep_job_setting else None
-        candidates = settings_to_try(auto, own)
-        budget = auto.budget_minutes * 60
-        started = time.perf_counter()
-        report = env.reporter(local=True)
-        if report is not None:
-            report.set_total(len(candidates), unit="settings")
-        tried, gold_repeat, objective, records = {}, {}, {}, []
-        for setting in candidates:
-            if time.perf_counter() - started > budget:
-                records.append({"setting": setting.label, "overrides": setting.overrides,
-                                "fate": "not tried: the budget was spent", "seconds": 0.0})
-                continue
-            cfg = _stage_config(setting, runner.cfg)
-            child = runner.child(cfg, log_prefix=f"[auto: {setting.label}] ")
-            stages = [Teacher(), Evaluate("cross_encoder")]
-            if cfg.sampling.strategy in ("ss", "bm25+ss") and cfg.sampling.ss_model == "gold_only":
-                stages.append(GoldOnly())  # the embedding model of semantic search
-            stages += [Candidates(source_of(cfg)), Silver()]
-            if cfg.labeling.calibration != "none":
-                stages.append(Calibrate())
-            seconds = 0.0
-            for stage in stages:
-                done = child.run(stage)
-                seconds += 0.0 if done.reused else done.seconds
-            key = f"auto/{len(tried)}"
-            runner.artifacts[key] = child.artifacts[silver_artifact(cfg)]
-            tried[setting.label] = key
-            if "bi_encoder.gold_repeat" in setting.overrides:  # searched; otherwise the job's own
-                gold_repeat[setting.label] = cfg.bi_encoder.gold_repeat
-            if OBJECTIVE_KEY in setting.overrides:
-                objective[setting.label] = setting.overrides[OBJECTIVE_KEY]
-            teacher_dev = child.done["eval_cross_encoder"].result.scores["dev"]
-            records.append({"setting": setting.label, "overrides": setting.overrides, "fate": "piloted",
-                            "seconds": seconds, "teacher_dev": teacher_dev,
-                            "silver": child.done["silver"].result.silver, "job_setting": setting is own})
-            if report is not None:
-                report.advance(1)
-        pilot_runner = runner.child(runner.cfg, log_prefix="[auto] ")
-        pilots = pilot_runner.run(Pilot.trial(tried, auto.pilot_fraction, gold_repeat=gold_repeat,
-                                              objective=objective,
-                                              baseline=own.label if own is not None and own.label in tried else None))
-        piloted = pilots.result
-        scores = {k: v["dev"] for k, v in piloted.pilots.items()}
-        for r in records:
-            if r["setting"] in scores:
-                pilot = piloted.pilots[r["setting"]]
-                r["pilot_dev"] = scores[r["setting"]]
-                r["seconds"] += pilot["seconds"]
-                r["pilot_train_pairs"] = pilot["train_pairs"]
-        scored = [r for r in records if r.get("pilot_dev") is not None]
-        if not scored:
-            raise RuntimeError("the autopilot could not score any setting (every pilot failed or the budget "
-                               "ran out before the first); raise auto.budget_minutes")
-        best = max(scored, key=lambda r: r["pilot_dev"])
-        kept = next((r for r in scored if r["job_setting"]), None)
-        why = f"the best pilot on dev ({best['pilot_dev']:.2f})"
-        if kept is not None and kept is not best:
-            lead = piloted.over_baseline  # the best pilot's gain over the job's own, on dev
-            span = (f"{lead['difference']:+.2f}, {lead['confidence']:.0%} interval {lead['low']:+.2f} to "
-                    f"{lead['high']:+.2f}")
-            if lead["low"] > 0:
-                why = f"the best pilot on dev, ahead of the job's own setting beyond dev noise ({span})"
-            else:  # within noise (or a NaN interval: no sample could score both)
-                why = (f"the job's own setting, kept: the best pilot ({best['setting']}) led it by no more than dev "
-                       f"can tell apart ({span})")
-                best = kept
-        elif kept is not None:
-            why = f"the job's own setting, the best pilot on dev ({best['pilot_dev']:.2f})"
-            lead = piloted.over_baseline
-            if lead is not None:
-                why += f"; the next best, {lead['rival']}, trailed it by {-lead['difference']:.2f}"
-        best["fate"] = "chosen"
-        for r in scored:
-            if r is not best:
-                r["fate"] = "pilot only"
-        result = AutoResult(chosen=best["setting"], overrides=best["overrides"], why=why,
-                            lead_over_job_setting=piloted.over_baseline, settings=records,
-                            gold_only_pilot_dev=scores.get("gold only"), metric=piloted.metric,
-                            pilot_fraction=auto.pilot_fraction, budget_minutes=auto.budget_minutes,
-                            seconds=time.perf_counter() - started,
-                            predicts_silver_helps=piloted.predicts_silver_helps,
-                            pilot_verdict=piloted.verdict, pilot_gain=piloted.gain)
+        result = AutoResult(**self.record)
         (env.out / "search.json").write_text(json.dumps(result.model_dump(), indent=2), encoding="utf-8")
-        gold = result.gold_only_pilot_dev
-        env.log(f"[auto] chose {best['setting']} of {len(scored)} settings tried in {result.seconds:.0f} s: "
-                f"{why}; gold-only pilot {'n/a' if gold is None else f'{gold:.2f}'}")
         return result

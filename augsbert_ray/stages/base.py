@@ -40,6 +40,7 @@ from typing import Any, Callable, ClassVar, Iterable, Mapping
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from augsbert_ray.errors import AugSBERTError
+from augsbert_ray.graph import Demand
 
 
 class UndeclaredSetting(AugSBERTError):
@@ -288,6 +289,10 @@ class Stage:
         always: run every time (cheap stages whose outputs are fingerprinted by content,
             such as loading the gold pairs), instead of being skipped when done.
         unit: what the stage's progress counts ("steps", "pairs", ...).
+        publishes: artifact name -> the path in the run directory where the latest run's copy
+            of that output is published (``models/cross-encoder``, ``silver.parquet``...).
+        runs_after: stages this one must follow though it reads none of their outputs (an
+            order of the job, e.g. no labelling before the teacher check; not fingerprinted).
     """
 
     name: str = ""
@@ -298,6 +303,8 @@ class Stage:
     loads: bool = False  # it reads the job's inputs (gold and target sets): what planning must run
     unit: str = "items"
     version: int = 1  # bump when a stage's code changes what it produces
+    publishes: Mapping[str, str] = {}
+    runs_after: tuple[str, ...] = ()
 
     def declare(self, cfg) -> Declaration:  # pragma: no cover - every stage overrides it
         raise NotImplementedError
@@ -327,6 +334,14 @@ class Stage:
         """The part of the stage's time that does not grow with its work (starting workers,
         loading models, checkpoints), where the stage can tell; None where it cannot."""
         return None
+
+    def occupies(self, cfg, cluster) -> Demand:
+        """What the stage holds of the cluster while it runs, so that stages run at once only
+        where they fit (``graph.startable``). By default a stage that uses Ray takes every CPU
+        (``cluster`` unknown: one CPU, and it runs alone) and one that does not takes nothing."""
+        if not self.needs_ray:
+            return Demand()
+        return Demand(cpus=float(cluster.cpus) if cluster is not None else 1.0)
 
     def content_fingerprints(self, out: Path) -> dict[str, str] | None:
         """For ``always`` stages: each output's content fingerprint (else the stage's own)."""

@@ -215,6 +215,7 @@ class Candidates(Stage):
     kind = "candidates"
     unit = "sentences"
     result_type = CandidatesResult
+    publishes = {name: name for name in OUTPUTS}
 
     def throughput(self, result: CandidatesResult, seconds: float) -> str:
         if not seconds:

@@ -120,6 +120,11 @@ class Evaluate(Stage):
         pairs = sum(split.get("pairs", 0) for split in result.scores.values())
         return f"{pairs / seconds:.1f} evaluated pairs/s" if seconds else ""
 
+    def occupies(self, cfg, cluster):
+        from augsbert_ray.stages.teacher import training_demand
+
+        return training_demand(cfg, cluster, workers=1)
+
     def __init__(self, model: str):
         if model not in MODELS:
             raise ValueError(f"unknown model '{model}'; valid: {', '.join(MODELS)}")

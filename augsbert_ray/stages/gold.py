@@ -157,6 +157,7 @@ class Gold(Stage):
     loads = True
     unit = "splits"
     result_type = GoldResult
+    publishes = {f"{s}.parquet": f"gold/{s}.parquet" for s in SPLITS} | {"skipped_rows.jsonl": "gold/skipped_rows.jsonl"}
 
     def declare(self, cfg) -> Declaration:
         from augsbert_ray.preflight import kde_needs_labels
@@ -254,6 +255,7 @@ class TargetSets(Stage):
     loads = True
     unit = "sets"
     result_type = TargetResult
+    publishes = {f"{n}.parquet": f"gold/target_{n}.parquet" for n in TARGET_SETS}
 
     def declare(self, cfg) -> Declaration:
         t = cfg.target

@@ -63,6 +63,7 @@ class Ship(Stage):
     always = True
     unit = "models"
     result_type = ShipResult
+    publishes = {"model": "models/bi-encoder"}
 
     def declare(self, cfg) -> Declaration:
         return Declaration(ShipParams(policy=cfg.evaluation.shipping, task=cfg.task),

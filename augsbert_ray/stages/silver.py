@@ -77,6 +77,8 @@ class Silver(Stage):
     kind = "label"
     unit = "pairs"
     result_type = SilverResult
+    publishes = {"silver.parquet": "silver.parquet", "silver_pool.parquet": "silver_pool.parquet"}
+    runs_after = ("teacher_check",)  # a teacher that fails the check (``stop``) labels nothing
 
     def throughput(self, result: SilverResult, seconds: float) -> str:
         return f"{result.labelled / seconds:.1f} pairs labelled/s" if seconds else ""
@@ -221,6 +223,7 @@ class Calibrate(Stage):
     needs_ray = False
     unit = "pairs"
     result_type = CalibrationResult
+    publishes = {"silver.parquet": "silver_calibrated.parquet"}
 
     def declare(self, cfg) -> Declaration:
         return Declaration(CalibrateParams(method=cfg.labeling.calibration),

@@ -23,7 +23,7 @@ from augsbert_ray.model_card import SilverFacts
 from augsbert_ray.run_cards import training_facts, write_trained_card
 from augsbert_ray.schema import PAIR_COLUMNS
 from augsbert_ray.stages.base import Declaration, Stage, StageParams, narrowed, placement_field
-from augsbert_ray.stages.teacher import searched
+from augsbert_ray.stages.teacher import searched, training_demand
 from augsbert_ray.stages.training_result import TrainResult
 from augsbert_ray.training.fit import fit_encoder, fixed_seconds, hparams, planned_steps, throughput
 
@@ -99,6 +99,9 @@ class BiEncoderStage(Stage):
     def fixed_seconds(self, result: TrainResult, seconds: float) -> float | None:
         return fixed_seconds(result.train, seconds)
 
+    def occupies(self, cfg, cluster):
+        return training_demand(cfg, cluster)
+
     def _work(self, params: StudentParams, n: int | None):
         if params.seed_search is not None or not n:
             return None
@@ -135,6 +138,7 @@ class GoldOnly(BiEncoderStage):
     """The bi-encoder on the gold training pairs alone."""
 
     name = "gold_only"
+    publishes = {"model": "models/bi-encoder-gold-only"}
 
     def work(self, params, results):
         return self._work(params, results["gold"].train if "gold" in results else None)
@@ -153,6 +157,7 @@ class TargetGold(BiEncoderStage):
     with the target task's objective (never seed-searched: dev is the source's)."""
 
     name = "target_gold"
+    publishes = {"model": "models/bi-encoder-target-gold"}
 
     def work(self, params, results):
         return self._work(params, results["target"].count("pairs") if "target" in results else None)
@@ -173,6 +178,7 @@ class AugSBERT(BiEncoderStage):
     """Step 3: the bi-encoder on gold + silver (or the target silver alone)."""
 
     name = "augsbert"
+    publishes = {"model": "models/bi-encoder-augsbert"}
 
     def work(self, params: AugSBERTParams, results):
         if "silver" not in results:

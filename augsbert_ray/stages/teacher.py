@@ -11,10 +11,24 @@ from augsbert_ray.config import CrossEncoderConfig, SeedSearchConfig, TrainingCo
 from augsbert_ray.evaluation import PRIMARY_METRIC
 from augsbert_ray.versions import versions
 from augsbert_ray.run_cards import training_facts, write_trained_card
+from augsbert_ray.graph import Demand
 from augsbert_ray.schema import PAIR_COLUMNS
 from augsbert_ray.stages.base import Declaration, Stage, StageParams, placement_field
 from augsbert_ray.stages.training_result import TrainResult
 from augsbert_ray.training.fit import fit_encoder, fixed_seconds, hparams, planned_steps, throughput
+
+
+def training_demand(cfg, cluster, workers: int | None = None) -> Demand:
+    """What a training (or a scoring, ``workers=1``) holds: each worker's CPUs, and a GPU each
+    with ``training.use_gpu`` (``cluster`` unknown: one CPU, so that it runs alone)."""
+    from augsbert_ray.runtime import per_worker_cpus
+
+    t = cfg.training
+    if cluster is None:
+        return Demand(cpus=1.0)
+    n = t.num_workers if workers is None else workers
+    return Demand(cpus=per_worker_cpus(t.cpus_per_worker, cluster.cpus, t.num_workers) * n,
+                  gpus=float(n) if t.use_gpu else 0.0)
 
 
 def searched(cfg, kind: str) -> bool:
@@ -37,12 +51,16 @@ class Teacher(Stage):
     kind = "train"
     unit = "steps"
     result_type = TrainResult
+    publishes = {"model": "models/cross-encoder"}
 
     def throughput(self, result: TrainResult, seconds: float) -> str:
         return throughput(result.train, seconds)
 
     def fixed_seconds(self, result: TrainResult, seconds: float) -> float | None:
         return fixed_seconds(result.train, seconds)
+
+    def occupies(self, cfg, cluster) -> Demand:
+        return training_demand(cfg, cluster)
 
     def work(self, params: TeacherParams, results):
         if "gold" not in results or params.seed_search is not None:
