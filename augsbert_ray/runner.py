@@ -162,6 +162,10 @@ class Runner:
                 self.rd.remove_tree(rel)
             if stage.needs_ray and self.cluster is None and self._start_cluster is not None:
                 self.cluster = self._start_cluster()
+            if stage.needs_ray and self.cluster is not None:
+                from augsbert_ray.workers import open_pool
+
+                open_pool()  # warm hosts for the job's training and scoring (started on first use)
             folder.mkdir(parents=True, exist_ok=True)
             env = StageEnv(out=folder, storage=self.rd.storage(f"{rel}/ray"), log=self.log, runner=self,
                            fresh=self.fresh, stage=stage.name)
@@ -272,6 +276,9 @@ class Runner:
             self.channel = ProgressChannel(self.progress)
 
     def close(self) -> None:
+        from augsbert_ray.workers import close_pool
+
+        close_pool()  # the job's warm hosts end with it
         if self.channel is not None:
             self.channel.close()
             self.channel = None
