@@ -79,3 +79,9 @@ def test_the_package_exports_the_api_alone_and_imports_it_only_when_used():
              "print(a.__all__, before, heavy())")
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "['load_job', 'run', 'label'] [] ['augsbert_ray.api']"
+
+
+def test_the_engine_never_imports_its_fault_injection():
+    graph = _imports()
+    users = sorted(name for name, deps in graph.items() if "augsbert_ray.testing" in deps)
+    assert users == [], users

@@ -29,7 +29,6 @@ import re
 import shutil
 import sys
 import tempfile
-import time
 import traceback
 from dataclasses import dataclass
 from pathlib import Path
@@ -48,11 +47,6 @@ class WorkerResources:
     cpus_per_worker: float
     checkpoint_every: float = 0.25  # fraction of the steps between checkpoints; 0: only the end
     max_failures: int = 2
-
-
-# Chaos-test hook (JSON in this environment variable; never set in normal runs):
-# {"delay_s": s} slows every training step down, so a test can stop a run part-way.
-TRAIN_TRACE_ENV = "AUGSBERT_TRAIN_TRACE"
 
 
 def _stdout_line(line: str) -> None:
@@ -202,10 +196,8 @@ def _train(config: dict) -> None:
         say(f"[{config['name']}] resumed from the checkpoint at step {trainer.step}/{trainer.total}")
     resumed_from = trainer.step
     every = max(1, round(config["checkpoint_every"] * trainer.total)) if config["checkpoint_every"] else trainer.total
-    after_step = _chain(_fault_hook(config.get("fault"), rank), _step_reporter(progress, trainer))
-    delay = float((config.get("trace") or {}).get("delay_s", 0))
-    if delay:  # the chaos tests' slowed-down training
-        after_step = _chain(lambda step: time.sleep(delay), after_step)
+    fault = config.get("fault")
+    after_step = _chain(fault(rank) if fault is not None else None, _step_reporter(progress, trainer))
     while trainer.step < trainer.total:
         trainer.run(until=min(trainer.total, (trainer.step // every + 1) * every), after_step=after_step)
         if progress is not None:
@@ -239,30 +231,6 @@ def _chain(*hooks):
     if len(hooks) == 1:
         return hooks[0]
     return lambda step: [h(step) for h in hooks]
-
-
-def _fault_hook(fault: dict | None, rank: int):
-    """Fault injection for chaos tests: the worker of ``rank`` fails after ``step``.
-
-    ``fault = {"rank": r, "step": s, "flag": path}``: the worker exits hard, once; the flag
-    file records that the fault fired, so the restarted worker trains on. With ``"raise":
-    message`` it raises ``ValueError(message)`` instead (an error no retry can fix), on every
-    attempt, and each attempt adds a line to the flag file.
-    """
-    if not fault or fault["rank"] != rank:
-        return None
-
-    def hook(step: int) -> None:
-        flag = Path(fault["flag"])
-        if step == fault["step"] and "raise" in fault:
-            with flag.open("a") as f:
-                f.write(f"{step}\n")
-            raise ValueError(fault["raise"])
-        if step == fault["step"] and not flag.exists():
-            flag.write_text(str(step))
-            os._exit(1)  # a crash, not an exception: no cleanup, no report
-
-    return hook
 
 
 def _storage(location) -> str:
@@ -402,7 +370,8 @@ def train_on_ray(
             distinct training needs its own (the job gives every stage fingerprint its own folder).
         out_dir: where the final model is written, loadable by sentence-transformers.
         name: the model's name, shown in progress.
-        fault: fault injection for chaos tests (see ``_fault_hook``).
+        fault: fault injection for the chaos tests (``augsbert_ray.testing``): called in each
+            worker with its rank, it returns a hook run after every step, or None.
         progress: a ``StageProgress`` bound to the job's display through a picklable
             ``progress_channel.ProgressHandle`` (None: rank 0 prints its progress lines).
             Rank 0 reports the total steps and each step, and its progress lines as messages.
@@ -435,7 +404,6 @@ def train_on_ray(
         "data": ray.put(pairs.select(schema.training_columns(pairs))),
         "checkpoint_every": resources.checkpoint_every,
         "fault": fault,
-        "trace": json.loads(os.environ[TRAIN_TRACE_ENV]) if os.environ.get(TRAIN_TRACE_ENV) else None,
         "fatal_marker": marker,
         "progress": progress,
     }
