@@ -326,6 +326,10 @@ class Runner:
         with self._lock:
             if self.cluster is None and self._start_cluster is not None:
                 self.cluster = self._start_cluster()
+            if self.cluster is not None:
+                from augsbert_ray.workers import open_pool
+
+                open_pool()  # warm hosts for the job's training and scoring (started on first use)
             return self.cluster
 
     def child(self, cfg: JobConfig, log_prefix: str = "") -> "Runner":
@@ -382,6 +386,9 @@ class Runner:
             self.channel = ProgressChannel(self.progress)
 
     def close(self) -> None:
+        from augsbert_ray.workers import close_pool
+
+        close_pool()  # the job's warm hosts end with it
         if self.channel is not None:
             self.channel.close()
             self.channel = None

@@ -1,13 +1,19 @@
-"""Fault injection for the chaos tests. Production code never imports this module.
+"""Fault injection for the chaos tests. The engine itself never imports this module.
 
-A test swaps the labelling pool's actor class for one made here::
+Labelling: a test swaps the labelling pool's actor class for one made here::
 
     monkeypatch.setattr(augsbert_ray.labeling.pool, "PairScorer", dying_scorer(2, flag))
+
+Training: ``train_on_ray(..., fault=F)`` calls ``F(rank)`` in each training worker (or warm
+host) and runs the hook it returns after every optimizer step. The hooks here are plain
+picklable objects, so they reach a worker in another process with the training's config.
 """
 
 from __future__ import annotations
 
 import os
+import time
+from dataclasses import dataclass
 from pathlib import Path
 
 from augsbert_ray.labeling.scorer import PairScorer
@@ -42,3 +48,72 @@ def dying_scorer(after_batches: int, flag: str | os.PathLike) -> type[PairScorer
             return out
 
     return DyingPairScorer
+
+
+@dataclass(frozen=True)
+class CrashAt:
+    """The worker of ``rank`` exits hard after ``step``, once: the ``flag`` file records that
+    the fault fired, so the restarted worker trains on."""
+
+    rank: int
+    step: int
+    flag: str
+
+    def __call__(self, rank: int):
+        if rank != self.rank:
+            return None
+
+        def hook(step: int) -> None:
+            flag = Path(self.flag)
+            if step == self.step and not flag.exists():
+                flag.write_text(str(step))
+                os._exit(1)  # a crash, not an exception: no cleanup, no report
+
+        return hook
+
+
+@dataclass(frozen=True)
+class RaiseAt:
+    """The worker of ``rank`` raises ``ValueError(message)`` after ``step`` on every attempt (an
+    error no retry can fix); each attempt adds a line to the ``flag`` file."""
+
+    rank: int
+    step: int
+    flag: str
+    message: str
+
+    def __call__(self, rank: int):
+        if rank != self.rank:
+            return None
+
+        def hook(step: int) -> None:
+            if step == self.step:
+                with Path(self.flag).open("a") as f:
+                    f.write(f"{step}\n")
+                raise ValueError(self.message)
+
+        return hook
+
+
+@dataclass(frozen=True)
+class Slowed:
+    """Every worker sleeps ``delay_s`` after each step, so a test can stop a run part-way."""
+
+    delay_s: float
+
+    def __call__(self, rank: int):
+        return lambda step: time.sleep(self.delay_s)
+
+
+def slow_training(delay_s: float) -> None:
+    """Slows every training of this process's jobs down (``Slowed``): for a job run in a
+    process of a test's own, e.g. ``python -c "...; slow_training(0.5); main()"``."""
+    from augsbert_ray.training import ray_trainer
+
+    train_on_ray = ray_trainer.train_on_ray
+
+    def slowed(*args, **kwargs):
+        kwargs.setdefault("fault", Slowed(delay_s))
+        return train_on_ray(*args, **kwargs)
+
+    ray_trainer.train_on_ray = slowed

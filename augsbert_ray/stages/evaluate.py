@@ -22,9 +22,10 @@ from pydantic import ValidationInfo, model_validator
 from augsbert_ray import schema
 from augsbert_ray.errors import TeacherCheckError
 from augsbert_ray.evaluation import PRIMARY_METRIC, TARGET_METRIC, target_metrics, task_metrics, undefined_scores
-from augsbert_ray.runtime import driver_is_the_only_node, per_worker_cpus, remote_call
+from augsbert_ray.runtime import driver_is_the_only_node, per_worker_cpus
 from augsbert_ray.stages.base import (Declaration, ScoreRow, Stage, StageParams, StageResult, SummaryContext,
                                       model_field, placement_field)
+from augsbert_ray.workers import remote_call
 
 PAIR_COLUMNS = schema.PAIR_COLUMNS  # (re-exported for callers that score pair tables)
 
@@ -251,10 +252,10 @@ def _torch_threads(threads: int | None):
     import torch
 
     before = torch.get_num_threads()
-    if threads is None:
+    if threads is None:  # a Ray task's CPUs; a warm host (which reserves none itself) set torch's already
         import ray
 
-        threads = int(ray.get_runtime_context().get_assigned_resources().get("CPU", 1))
+        threads = int(ray.get_runtime_context().get_assigned_resources().get("CPU", 0)) or before
     torch.set_num_threads(max(1, threads))
     try:
         yield

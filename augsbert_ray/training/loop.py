@@ -263,6 +263,8 @@ def train_pairs(recipe: Recipe, s1: list[str], s2: list[str], labels: np.ndarray
     return trainer.module, trainer.stats()
 
 
+# Kept by hand: transformers' get_linear_schedule_with_warmup gives step / warmup in warmup (a
+# first step at lr 0) where this gives (step + 1) / (warmup + 1); switching would change every model.
 def _linear_warmup_decay(step: int, warmup: int, total: int) -> float:
     if step < warmup:
         return (step + 1) / (warmup + 1)

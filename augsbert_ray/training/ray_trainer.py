@@ -29,7 +29,6 @@ import re
 import shutil
 import sys
 import tempfile
-import time
 import traceback
 from dataclasses import dataclass
 from pathlib import Path
@@ -48,11 +47,6 @@ class WorkerResources:
     cpus_per_worker: float
     checkpoint_every: float = 0.25  # fraction of the steps between checkpoints; 0: only the end
     max_failures: int = 2
-
-
-# Chaos-test hook (JSON in this environment variable; never set in normal runs):
-# {"delay_s": s} slows every training step down, so a test can stop a run part-way.
-TRAIN_TRACE_ENV = "AUGSBERT_TRAIN_TRACE"
 
 
 def _stdout_line(line: str) -> None:
@@ -162,13 +156,15 @@ def _train(config: dict) -> None:
 
     from augsbert_ray.training.loop import HParams, PairTrainer
     from augsbert_ray.training.recipes import make_recipe
+    from augsbert_ray.training.warm_fit import latest_checkpoint, persist_checkpoint
 
     ctx = ray.train.get_context()
     rank, world = ctx.get_world_rank(), ctx.get_world_size()
     torch.set_num_threads(max(1, int(config["threads"])))
     table: pa.Table = ray.get(config["data"])
     recipe = make_recipe(config["kind"], **config["recipe"])
-    device = ray.train.torch.get_device()
+    # On a warm host (local mode) the device is the host's; Ray Train's worker knows its own.
+    device = config.get("device") or ray.train.torch.get_device()
     if world > 1:
         wrap = ray.train.torch.prepare_model  # moves to the device and wraps in DDP
     else:
@@ -190,26 +186,33 @@ def _train(config: dict) -> None:
         name=config["name"],
     )
     checkpoint = ray.train.get_checkpoint()
+    persisted = config.get("checkpoint_dir")  # a warm host's run: checkpoints are written here (warm_fit)
+    if checkpoint is None and persisted:
+        latest = latest_checkpoint(persisted, STATE_FILE)
+        checkpoint = ray.train.Checkpoint.from_directory(str(latest)) if latest is not None else None
     if checkpoint is not None:  # a restarted worker group: continue where the last checkpoint left off
         restore_checkpoint(trainer, checkpoint)
         # A restarted worker group, or a re-run of a stage whose driver died mid-training.
         say(f"[{config['name']}] resumed from the checkpoint at step {trainer.step}/{trainer.total}")
     resumed_from = trainer.step
     every = max(1, round(config["checkpoint_every"] * trainer.total)) if config["checkpoint_every"] else trainer.total
-    after_step = _chain(_fault_hook(config.get("fault"), rank), _step_reporter(progress, trainer))
-    delay = float((config.get("trace") or {}).get("delay_s", 0))
-    if delay:  # the chaos tests' slowed-down training
-        after_step = _chain(lambda step: time.sleep(delay), after_step)
+    fault = config.get("fault")
+    after_step = _chain(fault(rank) if fault is not None else None, _step_reporter(progress, trainer))
     while trainer.step < trainer.total:
         trainer.run(until=min(trainer.total, (trainer.step // every + 1) * every), after_step=after_step)
         if progress is not None:
             progress.flush()
+        metrics = {**trainer.stats(), "resumed_from_step": resumed_from}
+        if persisted:
+            saved = persist_checkpoint(lambda d: write_checkpoint(trainer, recipe, d), persisted, trainer.step)
+            ray.train.report(metrics, checkpoint=ray.train.Checkpoint.from_directory(str(saved)))
+            continue
         with tempfile.TemporaryDirectory() as tmp:
             ckpt = None
             if rank == 0:
                 write_checkpoint(trainer, recipe, tmp)
                 ckpt = ray.train.Checkpoint.from_directory(tmp)
-            ray.train.report({**trainer.stats(), "resumed_from_step": resumed_from}, checkpoint=ckpt)
+            ray.train.report(metrics, checkpoint=ckpt)
 
 
 def _step_reporter(progress, trainer):
@@ -228,30 +231,6 @@ def _chain(*hooks):
     if len(hooks) == 1:
         return hooks[0]
     return lambda step: [h(step) for h in hooks]
-
-
-def _fault_hook(fault: dict | None, rank: int):
-    """Fault injection for chaos tests: the worker of ``rank`` fails after ``step``.
-
-    ``fault = {"rank": r, "step": s, "flag": path}``: the worker exits hard, once; the flag
-    file records that the fault fired, so the restarted worker trains on. With ``"raise":
-    message`` it raises ``ValueError(message)`` instead (an error no retry can fix), on every
-    attempt, and each attempt adds a line to the flag file.
-    """
-    if not fault or fault["rank"] != rank:
-        return None
-
-    def hook(step: int) -> None:
-        flag = Path(fault["flag"])
-        if step == fault["step"] and "raise" in fault:
-            with flag.open("a") as f:
-                f.write(f"{step}\n")
-            raise ValueError(fault["raise"])
-        if step == fault["step"] and not flag.exists():
-            flag.write_text(str(step))
-            os._exit(1)  # a crash, not an exception: no cleanup, no report
-
-    return hook
 
 
 def _storage(location) -> str:
@@ -391,7 +370,8 @@ def train_on_ray(
             distinct training needs its own (the job gives every stage fingerprint its own folder).
         out_dir: where the final model is written, loadable by sentence-transformers.
         name: the model's name, shown in progress.
-        fault: fault injection for chaos tests (see ``_fault_hook``).
+        fault: fault injection for the chaos tests (``augsbert_ray.testing``): called in each
+            worker with its rank, it returns a hook run after every step, or None.
         progress: a ``StageProgress`` bound to the job's display through a picklable
             ``progress_channel.ProgressHandle`` (None: rank 0 prints its progress lines).
             Rank 0 reports the total steps and each step, and its progress lines as messages.
@@ -415,21 +395,24 @@ def train_on_ray(
     storage = _storage(storage_dir)
     marker = f"{storage.rstrip('/')}/{run}.fatal.json"
     _remove_marker(marker)  # an earlier attempt's error is not this one's
+    loop_config = {
+        "kind": kind,
+        "name": name,
+        "recipe": recipe,
+        "hparams": hparams,
+        "threads": resources.cpus_per_worker,
+        "data": ray.put(pairs.select(schema.training_columns(pairs))),
+        "checkpoint_every": resources.checkpoint_every,
+        "fault": fault,
+        "fatal_marker": marker,
+        "progress": progress,
+    }
+    pool = _warm_pool(resources, storage_dir)
+    if pool is not None:
+        return _train_on_host(pool, loop_config, resources, storage, run, name, marker, out_dir)
     trainer = _trainer_class()(
         _train_loop_per_worker,
-        train_loop_config={
-            "kind": kind,
-            "name": name,
-            "recipe": recipe,
-            "hparams": hparams,
-            "threads": resources.cpus_per_worker,
-            "data": ray.put(pairs.select(schema.training_columns(pairs))),
-            "checkpoint_every": resources.checkpoint_every,
-            "fault": fault,
-            "trace": json.loads(os.environ[TRAIN_TRACE_ENV]) if os.environ.get(TRAIN_TRACE_ENV) else None,
-            "fatal_marker": marker,
-            "progress": progress,
-        },
+        train_loop_config=loop_config,
         scaling_config=ScalingConfig(
             num_workers=resources.num_workers,
             use_gpu=resources.use_gpu,
@@ -463,6 +446,49 @@ def train_on_ray(
     export_model(result.checkpoint, out_dir)
     # Where Ray Train kept the run ("local", "s3", "gcs", ...): checkpoints go straight there.
     return {**result.metrics, "storage_filesystem": result.filesystem.type_name}
+
+
+def _warm_pool(resources: WorkerResources, storage_dir):
+    """The job's pool of warm hosts when this training runs on one (``workers.training_on_host``)."""
+    import ray
+
+    from augsbert_ray.rundir import is_uri
+    from augsbert_ray.runtime import driver_is_the_only_node
+    from augsbert_ray.workers import Placement, active_pool, training_on_host
+
+    pool = active_pool()
+    if pool is None or resources.num_workers != 1:
+        return None
+    single = driver_is_the_only_node()
+    placement = Placement(num_workers=resources.num_workers, use_gpu=resources.use_gpu, pool_open=True,
+                          single_node=single, local_storage=not is_uri(storage_dir),
+                          node_gpus=float(ray.cluster_resources().get("GPU", 0)) if single else 0.0)
+    return pool if training_on_host(placement) else None
+
+
+def _train_on_host(pool, loop_config: dict, resources: WorkerResources, storage: str, run: str, name: str,
+                   marker: str, out_dir: Path) -> dict:
+    """``train_on_ray`` on a warm host: the same training function and errors (see ``warm_fit``)."""
+    from ray.train import Checkpoint
+
+    from augsbert_ray.training.warm_fit import RestartsExhausted, fit_on_host
+
+    try:
+        metrics, checkpoint = fit_on_host(
+            pool, _train_loop_per_worker, loop_config, run=run, storage=storage, cpus=resources.cpus_per_worker,
+            gpus=1 if resources.use_gpu else 0, max_failures=resources.max_failures,
+            what=f"training {name} (training.cpus_per_worker, training.use_gpu)")
+    except RestartsExhausted as e:
+        raise TrainingError(
+            f"training {name} failed with no restart left (training.max_failures={resources.max_failures}); its "
+            f"checkpoints are kept in {storage.rstrip('/')}/{run} and a re-run resumes from the latest: "
+            f"{describe_error(e.cause)}") from None
+    fatal = _read_marker(marker)
+    if fatal is not None:
+        _remove_marker(marker)
+        raise _fatal(name, storage, run, fatal["error"], fatal.get("traceback", ""))
+    export_model(Checkpoint.from_directory(checkpoint), out_dir)
+    return {**metrics, "storage_filesystem": "local"}
 
 
 def _fatal(name: str, storage: str, run: str, error: str, trace: str) -> TrainingError:

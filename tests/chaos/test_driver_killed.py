@@ -22,7 +22,6 @@ import pytest
 import yaml
 
 from augsbert_ray.labeling import TRACE_ENV
-from augsbert_ray.training.ray_trainer import TRAIN_TRACE_ENV
 
 pytestmark = pytest.mark.slow
 
@@ -43,16 +42,16 @@ def _job(path: Path, run_dir: Path, stsb: dict, model: str) -> Path:
     return path
 
 
-def _run(job: Path, log: Path, trace: dict | None = None, train_trace: dict | None = None) -> subprocess.Popen:
+def _run(job: Path, log: Path, trace: dict | None = None, train_delay_s: float = 0) -> subprocess.Popen:
     env = dict(os.environ)
     env.pop(TRACE_ENV, None)
-    env.pop(TRAIN_TRACE_ENV, None)
     if trace:
         env[TRACE_ENV] = json.dumps(trace)
-    if train_trace:
-        env[TRAIN_TRACE_ENV] = json.dumps(train_trace)
+    # `augsbert run JOB`, its trainings slowed down by train_delay_s a step (augsbert_ray.testing).
+    slow = f"from augsbert_ray.testing import slow_training; slow_training({train_delay_s!r}); " if train_delay_s else ""
+    code = f"import sys; {slow}from augsbert_ray.cli import main; sys.exit(main(['run', {str(job)!r}]))"
     # A session of its own, so that killing its group kills the driver and the local Ray it started.
-    return subprocess.Popen([sys.executable, "-m", "augsbert_ray.cli", "run", str(job)], env=env,
+    return subprocess.Popen([sys.executable, "-c", code], env=env,
                             stdout=open(log, "w"), stderr=subprocess.STDOUT, start_new_session=True)
 
 
@@ -110,7 +109,7 @@ def test_a_killed_driver_redoes_only_what_was_in_flight(tiny_stsb, tiny_model, t
     # The re-run, with the bi-encoder's training slowed down and the driver killed again once
     # the training stage has a checkpoint.
     trace2 = tmp_path / "trace2.txt"
-    proc = _run(job, tmp_path / "chaos2.log", {"path": str(trace2), "delay_s": 0}, {"delay_s": 0.5})
+    proc = _run(job, tmp_path / "chaos2.log", {"path": str(trace2), "delay_s": 0}, train_delay_s=0.5)
     checkpoints = lambda: list(run_dir.glob("stages/augsbert/*/ray/train/*/checkpoint_*"))  # noqa: E731
     _kill_when(proc, tmp_path / "chaos2.log", checkpoints, "training checkpoint")
     silver = pq.read_table(run_dir / "silver.parquet")

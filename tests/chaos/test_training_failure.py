@@ -11,6 +11,7 @@ from conftest import make_sentence
 from safetensors.torch import load_file
 
 from augsbert_ray.errors import TrainingError
+from augsbert_ray.testing import CrashAt
 from augsbert_ray.training.ray_trainer import WorkerResources, train_on_ray
 
 pytestmark = pytest.mark.slow
@@ -37,7 +38,7 @@ def test_a_killed_training_worker_resumes_from_its_checkpoint(ray_local, tiny_mo
     flag = tmp_path / "fault-fired"
     # 18 steps (6 per epoch), checkpoints every round(0.25 x 18) = 4 steps: the worker dies at
     # step 10, two steps after the checkpoint at step 8.
-    stats = _train(tiny_model, tmp_path, "faulty", fault={"rank": 0, "step": 10, "flag": str(flag)})
+    stats = _train(tiny_model, tmp_path, "faulty", fault=CrashAt(rank=0, step=10, flag=str(flag)))
     assert flag.read_text() == "10"  # the fault fired
     # Resumed, not restarted: from the latest checkpoint Ray Train had registered when the
     # worker died (step 8, or step 4 if the report at step 8 was still in flight).
@@ -65,7 +66,7 @@ def test_failures_beyond_the_limit_fail_the_stage(ray_local, tiny_model, tmp_pat
             hparams={"epochs": 1, "lr": 1e-3, "batch_size": 8, "warmup_ratio": 0.1, "seed": 3},
             resources=WorkerResources(1, False, 1, checkpoint_every=0.5, max_failures=0),
             storage_dir=tmp_path / "ray_train", out_dir=tmp_path / "out", name="no-retries",
-            fault={"rank": 0, "step": 2, "flag": str(tmp_path / "flag")},
+            fault=CrashAt(rank=0, step=2, flag=str(tmp_path / "flag")),
         )
     assert not err.value.permanent  # a crash is transient: it was retried as far as the limit allowed
     assert "no restart left (training.max_failures=0)" in str(err.value)

@@ -12,6 +12,7 @@ from conftest import make_sentence
 from safetensors import SafetensorError
 
 from augsbert_ray.errors import DataError, ModelError, TrainingError
+from augsbert_ray.testing import RaiseAt
 from augsbert_ray.training.ray_trainer import WorkerResources, describe_error, is_permanent, train_on_ray
 
 
@@ -55,7 +56,7 @@ def test_a_permanent_error_in_the_training_loop_is_raised_once_without_restarts(
             hparams={"epochs": 1, "lr": 1e-3, "batch_size": 8, "warmup_ratio": 0.1, "seed": 3},
             resources=WorkerResources(1, False, 1, checkpoint_every=0.5, max_failures=2),
             storage_dir=tmp_path / "ray_train", out_dir=tmp_path / "out", name="doomed",
-            fault={"rank": 0, "step": 1, "flag": str(flag), "raise": "labels and model do not fit"},
+            fault=RaiseAt(rank=0, step=1, flag=str(flag), message="labels and model do not fit"),
         )
     seconds = time.perf_counter() - t0
     message = str(info.value)

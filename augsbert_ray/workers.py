@@ -1,0 +1,202 @@
+"""Warm worker hosts: resident Ray actors that train and score one stage after another.
+
+A fresh Ray Train run starts a controller and a worker group, new processes that import torch
+and transformers before the first step. A host is started once per job (when the first stage
+needs one) and kept until the job's runner closes, so its imports, tokenizers and CUDA
+context carry from one stage to the next; training runs in it through Ray Train's local mode
+(``ScalingConfig(num_workers=0)``, see ``training.warm_fit``).
+
+A host reserves nothing itself (``num_cpus=0``): while it works, the pool holds a placement
+group of the work's resources, so the cluster's scheduler accounts for it exactly as it does
+for a Ray Train worker, and an idle host blocks no other stage's actors. Two stages working at
+once each get a host of their own: an idle host is reused, and a new one is started only when
+every host is busy and the reservation for the new work could be placed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import threading
+from dataclasses import dataclass
+
+# Ray sets CUDA_VISIBLE_DEVICES to "" in an actor that asks for no GPU; a host asks for none
+# (its placement group does), so it keeps the node's devices visible.
+_KEEP_GPUS = {"RAY_EXPERIMENTAL_NOSET_CUDA_VISIBLE_DEVICES": "1"}
+
+
+@dataclass(frozen=True)
+class Placement:
+    """What decides where a training runs (see ``training_on_host``)."""
+
+    num_workers: int
+    use_gpu: bool
+    pool_open: bool  # a job's runner opened the pool
+    single_node: bool  # the cluster is the driver's machine alone
+    local_storage: bool  # checkpoints go to a local path (not a URI)
+    node_gpus: float  # GPUs of that machine
+
+
+def training_on_host(p: Placement) -> bool:
+    """Whether a training runs on a warm host (Ray Train's local mode) or a new worker group.
+
+    A host fits one worker on the driver's own machine, within a job: data-parallel runs
+    (``training.num_workers > 1``), multi-node clusters and remote addresses keep Ray Train's
+    worker group, which places workers and restarts them on any node. A host writes checkpoints
+    itself, so only to a local storage; with a GPU, only on a machine of one GPU (the host
+    trains on the node's first device).
+    """
+    if not (p.pool_open and p.single_node and p.local_storage) or p.num_workers != 1:
+        return False
+    return not p.use_gpu or p.node_gpus == 1
+
+
+class _Host:
+    """The resident process: imports the training stack once, then runs what it is handed."""
+
+    def __init__(self):
+        import torch  # noqa: F401 - warmed here, once, for every stage the host serves
+        import transformers  # noqa: F401
+        from ray.train.torch import TorchTrainer  # noqa: F401
+
+    def pid(self) -> int:
+        return os.getpid()
+
+    def call(self, fn, *args, threads: int = 0, **kwargs):
+        """``fn(*args, **kwargs)`` here; ``threads``: torch's intra-op threads (the CPUs reserved)."""
+        if threads:
+            import torch
+
+            torch.set_num_threads(threads)
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            _free_gpu_cache()
+
+
+def _free_gpu_cache() -> None:
+    """Hands the GPU memory torch cached for finished work back to the device, for other processes."""
+    import gc
+    import sys
+
+    torch = sys.modules.get("torch")
+    if torch is not None and torch.cuda.is_available():
+        gc.collect()
+        torch.cuda.empty_cache()
+
+
+class HostPool:
+    """The job's warm hosts, handed out one piece of work at a time (``acquire``)."""
+
+    def __init__(self):
+        self._idle: list = []
+        self._busy: list = []
+        self._lock = threading.Lock()
+        self.started = 0  # hosts started over the pool's life (a killed host is replaced)
+
+    @contextlib.contextmanager
+    def acquire(self, cpus: float, gpus: float, what: str):
+        """A host for one piece of work, with ``cpus`` and ``gpus`` reserved while it runs.
+
+        Raises:
+            AugSBERTError: the cluster cannot ever place the reservation (``what`` names the settings).
+        """
+        import ray
+        from ray.util.placement_group import placement_group, remove_placement_group
+
+        from augsbert_ray.runtime import require_resources
+
+        require_resources([{"CPU": cpus, "GPU": gpus}], what)
+        bundle = {"CPU": cpus, **({"GPU": gpus} if gpus else {})}
+        group = placement_group([bundle], strategy="STRICT_PACK")
+        try:
+            ray.get(group.ready())  # waits while other work holds the resources
+            host = self._take()
+            try:
+                yield host
+            except BaseException:
+                self._drop(host)  # a host that failed (or was interrupted) is not handed out again
+                raise
+            self._give_back(host)
+        finally:
+            remove_placement_group(group)
+
+    def _take(self):
+        import ray
+
+        with self._lock:
+            host = self._idle.pop() if self._idle else None
+            if host is None:
+                host = ray.remote(num_cpus=0, max_restarts=0, runtime_env={"env_vars": _KEEP_GPUS})(_Host).remote()
+                self.started += 1
+            self._busy.append(host)
+        return host
+
+    def _give_back(self, host) -> None:
+        with self._lock:
+            self._busy.remove(host)
+            self._idle.append(host)
+
+    def _drop(self, host) -> None:
+        import ray
+
+        with self._lock:
+            if host in self._busy:
+                self._busy.remove(host)
+        with contextlib.suppress(Exception):
+            ray.kill(host)
+
+    def close(self) -> None:
+        """Ends every host (idle or busy)."""
+        import ray
+
+        with self._lock:
+            hosts, self._idle, self._busy = self._idle + self._busy, [], []
+        for host in hosts:
+            with contextlib.suppress(Exception):  # Ray may already be down
+                ray.kill(host)
+
+
+def remote_call(fn, *args, num_cpus: float = 1, num_gpus: float = 0, what: str | None = None, **kwargs):
+    """``runtime.remote_call`` on a warm host where one fits (the job's pool is open, the cluster
+    is the driver's machine and has at most one GPU), so that the work pays no process start.
+
+    Raises:
+        AugSBERTError: the cluster cannot ever place the work (``what`` names the settings).
+    """
+    import ray
+
+    from augsbert_ray.runtime import driver_is_the_only_node
+    from augsbert_ray.runtime import remote_call as task_call
+
+    fits = _pool is not None and driver_is_the_only_node() and ray.cluster_resources().get("GPU", 0) <= 1
+    if not fits:
+        return task_call(fn, *args, num_cpus=num_cpus, num_gpus=num_gpus, what=what, **kwargs)
+    with _pool.acquire(num_cpus, num_gpus, what or "work on a warm host") as host:
+        return ray.get(host.call.remote(fn, *args, threads=max(1, int(num_cpus)), **kwargs))
+
+
+_pool: HostPool | None = None
+_pool_lock = threading.Lock()
+
+
+def open_pool() -> HostPool:
+    """Opens the job's pool (hosts start when work first needs one)."""
+    global _pool
+    with _pool_lock:  # stages of one job start in threads of their own
+        if _pool is None:
+            _pool = HostPool()
+        return _pool
+
+
+def active_pool() -> HostPool | None:
+    """The job's pool, or None outside a job (work then runs as it would without hosts)."""
+    return _pool
+
+
+def close_pool() -> None:
+    """Ends the job's hosts."""
+    global _pool
+    pool, _pool = _pool, None
+    if pool is not None:
+        pool.close()
