@@ -70,9 +70,9 @@ def stage_table(stages: list[StageRecord]) -> list[str]:
               f"{'' if s.fixed_seconds is None else format(s.fixed_seconds, '.1f')} | {s.throughput} |"
               for s in stages]
     return lines + ["", "Fixed cost: the part of a stage's time that does not grow with its work: for training, "
-                    "everything outside the training loop (starting Ray Train's workers, loading the model and the "
-                    "pairs, checkpoints, exporting the model); for labelling, the time to the first labelled shard "
-                    "(starting the actors, loading the model)."]
+                    "everything outside the training loop (starting the training's process: a warm host "
+                    "or Ray Train's workers; loading the model and the pairs, checkpoints, exporting the model); "
+                    "for labelling, the time to the first labelled shard (starting the actors, loading the model)."]
 
 
 def cluster_line(metrics: RunMetrics) -> str:

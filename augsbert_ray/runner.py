@@ -126,9 +126,6 @@ class Runner:
         self._lock = threading.RLock()
 
     # -- fingerprints ----------------------------------------------------------------------
-    def declaration(self, stage: Stage, cfg: JobConfig | None = None) -> Declaration:
-        return stage.declare(cfg or self.cfg)
-
     def fingerprint(self, stage: Stage, cfg: JobConfig | None = None) -> str:
         """The stage's fingerprint under ``cfg`` (default: the job's), from its declaration."""
         from augsbert_ray.models import model_content_id

@@ -11,9 +11,8 @@ one runs, inputs go up through pinned memory, and scores come back once per chun
 
 ``prepare_model`` sets the precision: fp32 (the reference, and the default on CPUs without
 bf16 instructions), bf16 (the default on GPUs and on CPUs with AVX-512 BF16 or AMX), fp16
-(GPU), or int8 (dynamic int8 quantisation of the linear layers, CPU only, opt-in: on a
-trained MiniLM teacher its scores moved by up to 0.2, see
-``benchmarks/results/labeling_speed*.md``). The benchmark ``benchmarks/labeling_speed.py``
+(GPU), or int8 (dynamic int8 quantisation of the linear layers, CPU only, opt-in: it moves
+scores measurably, see ``benchmarks/results/labeling_speed*.md``). The benchmark ``benchmarks/labeling_speed.py``
 measures each against fp32 scores.
 """
 

@@ -154,7 +154,7 @@ class Evaluate(Stage):
         cpus = per_worker_cpus(params.cpus_per_worker, env.cluster.cpus, params.num_workers)
         batch, use_gpu = params.batch_size, params.use_gpu
         # One machine and no GPU to place the scoring on: score in the driver. A Ray task would
-        # start a worker process that imports transformers (8-10 s on 2 cores) to score a few
+        # start a worker process that imports transformers (seconds of start-up) to score a few
         # thousand pairs, and the driver has the models' files on its own disk.
         here = not use_gpu and driver_is_the_only_node()
 
