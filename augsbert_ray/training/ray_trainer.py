@@ -435,14 +435,8 @@ def train_on_ray(
         if fatal is not None:  # several workers, no restart left to report it from
             _remove_marker(marker)
             raise _fatal(name, storage, run, fatal["error"], fatal["traceback"]) from None
-        raise TrainingError(
-            f"training {name} failed with no restart left (training.max_failures={resources.max_failures}); its "
-            f"checkpoints are kept in {storage.rstrip('/')}/{run} and a re-run resumes from the latest: "
-            f"{_failure_summary(e)}") from None
-    fatal = _read_marker(marker)
-    if fatal is not None:
-        _remove_marker(marker)
-        raise _fatal(name, storage, run, fatal["error"], fatal.get("traceback", ""))
+        raise _restarts_exhausted(name, resources, storage, run, _failure_summary(e)) from None
+    _raise_recorded_error(marker, name, storage, run)
     export_model(result.checkpoint, out_dir)
     # Where Ray Train kept the run ("local", "s3", "gcs", ...): checkpoints go straight there.
     return {**result.metrics, "storage_filesystem": result.filesystem.type_name}
@@ -479,16 +473,24 @@ def _train_on_host(pool, loop_config: dict, resources: WorkerResources, storage:
             gpus=1 if resources.use_gpu else 0, max_failures=resources.max_failures,
             what=f"training {name} (training.cpus_per_worker, training.use_gpu)")
     except RestartsExhausted as e:
-        raise TrainingError(
-            f"training {name} failed with no restart left (training.max_failures={resources.max_failures}); its "
-            f"checkpoints are kept in {storage.rstrip('/')}/{run} and a re-run resumes from the latest: "
-            f"{describe_error(e.cause)}") from None
+        raise _restarts_exhausted(name, resources, storage, run, describe_error(e.cause)) from None
+    _raise_recorded_error(marker, name, storage, run)
+    export_model(Checkpoint.from_directory(checkpoint), out_dir)
+    return {**metrics, "storage_filesystem": "local"}
+
+
+def _restarts_exhausted(name: str, resources: WorkerResources, storage: str, run: str, cause: str) -> TrainingError:
+    return TrainingError(
+        f"training {name} failed with no restart left (training.max_failures={resources.max_failures}); its "
+        f"checkpoints are kept in {storage.rstrip('/')}/{run} and a re-run resumes from the latest: {cause}")
+
+
+def _raise_recorded_error(marker: str, name: str, storage: str, run: str) -> None:
+    """Raises the permanent error a worker recorded in ``marker``, if any (see the module)."""
     fatal = _read_marker(marker)
     if fatal is not None:
         _remove_marker(marker)
         raise _fatal(name, storage, run, fatal["error"], fatal.get("traceback", ""))
-    export_model(Checkpoint.from_directory(checkpoint), out_dir)
-    return {**metrics, "storage_filesystem": "local"}
 
 
 def _fatal(name: str, storage: str, run: str, error: str, trace: str) -> TrainingError:
