@@ -25,7 +25,7 @@ from augsbert_ray.evaluation import PRIMARY_METRIC, TARGET_METRIC, target_metric
 from augsbert_ray.runtime import driver_is_the_only_node, per_worker_cpus
 from augsbert_ray.stages.base import (Declaration, ScoreRow, Stage, StageParams, StageResult, SummaryContext,
                                       model_field, placement_field)
-from augsbert_ray.workers import remote_call
+from augsbert_ray.workers import active_pool, remote_call
 
 PAIR_COLUMNS = schema.PAIR_COLUMNS  # (re-exported for callers that score pair tables)
 
@@ -153,24 +153,27 @@ class Evaluate(Stage):
                 for name in ("dev", "test", "target_test", "target_dev") if name in inputs}
         cpus = per_worker_cpus(params.cpus_per_worker, env.cluster.cpus, params.num_workers)
         batch, use_gpu = params.batch_size, params.use_gpu
-        # One machine and no GPU to place the scoring on: score in the driver. A Ray task would
-        # start a worker process that imports transformers (seconds of start-up) to score a few
-        # thousand pairs, and the driver has the models' files on its own disk.
-        here = not use_gpu and driver_is_the_only_node()
+        # On the driver's machine the models' files are on local disk: no shipping. There the
+        # job's warm hosts score (their imports and model classes are loaded once for every
+        # stage); without them (outside a job) and without a GPU, the driver scores itself, as a
+        # Ray task would start a worker process that imports transformers to score a few pairs.
+        local = driver_is_the_only_node()
+        here = local and not use_gpu and active_pool() is None
 
         def call(fn, model, *args):
             if here:
                 return fn(str(model), *args, threads=int(cpus))
-            return remote_call(fn, model, *args, num_cpus=cpus, num_gpus=1 if use_gpu else 0,
+            return remote_call(fn, str(model) if local else model, *args, num_cpus=cpus,
+                               num_gpus=1 if use_gpu else 0,
                                what="scoring a model (training.cpus_per_worker, training.use_gpu)")
 
         if self.trained_by is not None:
-            model = inputs.path("model") if here else env.ship(inputs.path("model"))
+            model = inputs.path("model") if local else env.ship(inputs.path("model"))
         if self.encoder == "cross":
             preds = call(_predict_cross_encoder, model, sets, batch, params.max_length)
         elif self.trained_by is None:
             base = params.base_model
-            preds = call(_predict_bi_encoder, base if here else env.base_model(base), sets, batch,
+            preds = call(_predict_bi_encoder, base if local else env.base_model(base), sets, batch,
                          params.max_length, params.num_layers)
         else:
             preds = call(_predict_bi_encoder, model, sets, batch, params.max_length, None)
