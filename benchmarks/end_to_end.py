@@ -1,15 +1,17 @@
 """End-to-end wall time of an AugSBERT BM25 job: the engine vs a plain sequential script that
 does the same steps with sentence-transformers alone, side by side in one run.
 
-The engine runs the job (``augsbert run``'s code path, on an embedded local Ray unless
-``RAY_ADDRESS`` names a cluster). The script then takes the very same gold pairs (the
-engine's ``gold/*.parquet``, so both see the same subsample) and the job's hyperparameters,
-and does what a user of sentence-transformers alone would write, in one process:
+The engine runs the job as ``augsbert run JOB`` (on an embedded local Ray unless
+``RAY_ADDRESS`` names a cluster). The script, in a Python process of its own, takes the very
+same gold pairs (the first engine run's ``gold/*.parquet``, so both see the same subsample)
+and the job's hyperparameters, and does what a user of sentence-transformers alone would
+write, in one process:
 ``CrossEncoder.fit`` on gold, ``SentenceTransformer`` zero-shot, ``SentenceTransformer.fit``
 on gold (``CosineSimilarityLoss``), BM25 top-k per sentence with ``rank_bm25`` (the self
 hit, pairs seen before and gold pairs dropped), ``CrossEncoder.predict`` to label them, and
 ``SentenceTransformer.fit`` on gold + silver; each model is scored on dev and test. Both
-report wall time per step and test Spearman.
+report wall time per step and test Spearman; each side's wall time runs from its process's
+start to its exit. With ``--repeat N`` the sides alternate N times.
 
 Regression jobs (STSb) with ``sampling.strategy: bm25`` only.
 
@@ -21,9 +23,11 @@ Regression jobs (STSb) with ``sampling.strategy: bm25`` only.
 from __future__ import annotations
 
 import argparse
+import json
 import math
 import re
 import shutil
+import subprocess
 import sys
 import tempfile
 import time
@@ -133,58 +137,103 @@ def plain_script(cfg, gold: dict, log) -> tuple[dict, dict, dict]:
     return seconds, scores, counts
 
 
+def _side_script(args) -> int:
+    """One run of the plain script, in a process of its own: its timings go to ``args.json``."""
+    from augsbert_ray.config import load_job
+
+    cfg = load_job(args.job, args.extra)
+    gold = {s: pq.read_table(Path(args.gold) / f"{s}.parquet") for s in ("train", "dev", "test")}
+    t0 = time.perf_counter()
+    seconds, scores, counts = plain_script(cfg, gold, print)
+    Path(args.json).write_text(json.dumps({"seconds": seconds, "scores": scores, "counts": counts,
+                                           "in_process_s": time.perf_counter() - t0}), encoding="utf-8")
+    return 0
+
+
+def _timed(cmd: list[str], log: Path) -> float:
+    """Runs ``cmd`` to its end (its output to ``log``); its wall time, process start to exit."""
+    t0 = time.perf_counter()
+    with open(log, "w", encoding="utf-8") as out:
+        rc = subprocess.run(cmd, stdout=out, stderr=subprocess.STDOUT).returncode
+    wall = time.perf_counter() - t0
+    if rc != 0:
+        raise SystemExit(f"{' '.join(cmd)} failed (exit {rc}); see {log}")
+    return wall
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--job", default="jobs/stsb-1k-bm25.yaml")
     p.add_argument("--set", dest="extra", action="append", default=[], metavar="KEY=VALUE")
-    p.add_argument("--root", default="", help="where the engine's run directory goes (default: a temporary one)")
+    p.add_argument("--root", default="", help="where the runs and their logs go (default: a temporary folder)")
     p.add_argument("--out", default="benchmarks/results/end_to_end")
+    p.add_argument("--repeat", type=int, default=1, help="runs of each side, alternating engine and script")
+    p.add_argument("--side", choices=("script",), help=argparse.SUPPRESS)  # one side, in its own process
+    p.add_argument("--gold", help=argparse.SUPPRESS)
+    p.add_argument("--json", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
+    if args.side == "script":
+        return _side_script(args)
 
     from augsbert_ray.config import load_job
-    from augsbert_ray.pipeline import run_job
     from provenance import provenance, write_result
 
     root = Path(args.root or tempfile.mkdtemp(prefix="augsbert-e2e-"))
-    cfg = load_job(args.job, args.extra + [f"run_dir={root / 'engine'}"])
+    root.mkdir(parents=True, exist_ok=True)
+    cfg = load_job(args.job, args.extra)
     if cfg.task != "regression" or cfg.sampling.strategy != "bm25" or cfg.target is not None:
         raise SystemExit(f"{args.job}: this benchmark compares in-domain regression jobs with BM25 sampling")
-
-    t0 = time.perf_counter()
-    engine = run_job(cfg, fresh=True).to_dict()
-    engine_wall = time.perf_counter() - t0
-    gold = {s: pq.read_table(root / "engine" / "gold" / f"{s}.parquet") for s in ("train", "dev", "test")}
-
-    t0 = time.perf_counter()
-    script_s, script_scores, counts = plain_script(cfg, gold, print)
-    script_wall = time.perf_counter() - t0
+    augsbert = Path(sys.executable).with_name("augsbert")
+    steps = ["cross_encoder", "zero_shot", "gold_only", "candidates", "silver", "augsbert"]
+    runs = []
+    # Each side runs as its user would start it, in a fresh process (imports and Ray's start
+    # included), one after the other on an otherwise idle machine.
+    for r in range(args.repeat):
+        run_dir = root / f"engine-{r}"
+        shutil.rmtree(run_dir, ignore_errors=True)
+        engine_wall = _timed([str(augsbert), "run", args.job, *args.extra, f"run_dir={run_dir}"],
+                             root / f"engine-{r}.log")
+        engine = json.loads((run_dir / "metrics.json").read_text())
+        print(f"[engine {r + 1}/{args.repeat}] {engine_wall:.1f} s", flush=True)
+        side = root / f"script-{r}.json"
+        script_wall = _timed([sys.executable, __file__, "--side", "script", "--job", args.job,
+                              *[a for x in args.extra for a in ("--set", x)], "--gold", str(root / "engine-0" / "gold"),
+                              "--json", str(side)], root / f"script-{r}.log")
+        script = json.loads(side.read_text())
+        print(f"[script {r + 1}/{args.repeat}] {script_wall:.1f} s", flush=True)
+        # A step of the script is a training stage and its evaluation in the engine.
+        eng_s = {s: engine["stage_seconds"].get(s, 0.0) + engine["stage_seconds"].get(f"eval_{s}", 0.0)
+                 for s in steps}
+        runs.append({"engine": {"wall_s": engine_wall, "stage_seconds": eng_s, "scores": engine["scores"],
+                                "silver": engine["sampling"]["silver"]},
+                     "script": {"wall_s": script_wall, **script}})
 
     metric = engine["primary_metric"]
-    steps = ["cross_encoder", "zero_shot", "gold_only", "candidates", "silver", "augsbert"]
     names = {"cross_encoder": "cross-encoder: train + score dev/test", "zero_shot": "zero-shot bi-encoder: score",
              "gold_only": "gold-only bi-encoder: train + score", "candidates": "BM25 candidates",
              "silver": "label candidates", "augsbert": "AugSBERT bi-encoder: train + score"}
-    # A step of the script is a training stage and its evaluation in the engine.
-    eng_s = {s: engine["stage_seconds"].get(s, 0.0) + engine["stage_seconds"].get(f"eval_{s}", 0.0) for s in steps}
+    gold_rows = pq.read_metadata(root / "engine-0" / "gold" / "train.parquet").num_rows
     lines = ["# End to end: the engine vs a sequential sentence-transformers script", "",
              f"Job `{args.job}`" + (f" with {' '.join(args.extra)}" if args.extra else "")
-             + f": {gold['train'].num_rows:,} gold training pairs, BM25 top-{cfg.sampling.top_k}. "
-             "Same gold pairs and hyperparameters for both.", "",
-             "| step | engine (s) | script (s) |", "|---|---:|---:|"]
-    lines += [f"| {names[s]} | {eng_s.get(s, float('nan')):.1f} | {script_s[s]:.1f} |" for s in steps]
-    lines += [f"| **wall time, whole job** | **{engine_wall:.1f}** | **{script_wall:.1f}** |", "",
-              f"Engine / script wall time: {engine_wall / script_wall:.2f} (below 1: the engine is faster; it also "
-              "starts Ray, checkpoints and writes its report).", "",
+             + f": {gold_rows:,} gold training pairs, BM25 top-{cfg.sampling.top_k}. Same gold pairs and "
+             "hyperparameters for both. Each side is a fresh process started as its user starts it "
+             "(`augsbert run JOB`; `python script.py`), the sides alternating, one at a time.", "",
+             "| step | " + " | ".join(f"engine {i + 1} (s) | script {i + 1} (s)" for i in range(len(runs))) + " |",
+             "|---|" + "---:|---:|" * len(runs)]
+    lines += [f"| {names[s]} | " + " | ".join(f"{r['engine']['stage_seconds'][s]:.1f} | {r['script']['seconds'][s]:.1f}"
+                                              for r in runs) + " |" for s in steps]
+    lines += ["| **wall time, process start to exit** | " + " | ".join(
+        f"**{r['engine']['wall_s']:.1f}** | **{r['script']['wall_s']:.1f}**" for r in runs) + " |", ""]
+    ratios = [r["engine"]["wall_s"] / r["script"]["wall_s"] for r in runs]
+    lines += [f"Engine / script wall time: {', '.join(f'{x:.2f}' for x in ratios)} (below 1: the engine is faster; "
+              "its time includes starting Ray, checkpoints and its report; the script's its imports).", "",
               f"| test {metric} | engine | script |", "|---|---:|---:|"]
-    lines += [f"| {k_} | {engine['scores'][k_]['test'][metric]:.2f} | {script_scores[k_]['test']:.2f} |"
+    last = runs[-1]
+    lines += [f"| {k_} | {last['engine']['scores'][k_]['test'][metric]:.2f} | {last['script']['scores'][k_]['test']:.2f} |"
               for k_ in ("cross_encoder", "zero_shot", "gold_only", "augsbert")]
-    lines += [f"| silver pairs | {engine['sampling']['silver']:,} | {counts['candidates']:,} |"]
+    lines += [f"| silver pairs | {last['engine']['silver']:,} | {last['script']['counts']['candidates']:,} |"]
     lines += ["", *provenance("benchmarks/end_to_end.py", argv)]
-    write_result(args.out, lines, {
-        "engine": {"wall_s": engine_wall, "stage_seconds": eng_s, "scores": engine["scores"],
-                   "silver": engine["sampling"]["silver"]},
-        "script": {"wall_s": script_wall, "seconds": script_s, "scores": script_scores, "silver": counts["candidates"]},
-        "args": vars(args)})
+    write_result(args.out, lines, {"runs": runs, "ratios": ratios, "args": vars(args)})
     print("\n".join(lines))
     if not args.root:
         shutil.rmtree(root, ignore_errors=True)
