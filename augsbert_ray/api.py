@@ -14,6 +14,9 @@ Example::
                                  columns={"sentence1": "question", "sentence2": "answer"})
     print(summary.pairs, summary.pairs_per_s)
 
+    report = augsbert_ray.bench("bench-out", quick=True, parts=["bm25", "control-plane"])
+    print(report.part("control-plane").data["ceiling"])
+
 Each function starts a local Ray (or joins the cluster it is given, or one that this
 process already joined) and leaves Ray as it found it.
 """
@@ -27,7 +30,7 @@ from collections.abc import Sequence
 from contextlib import ExitStack
 from pathlib import Path
 
-__all__ = ["load_job", "run", "label"]
+__all__ = ["load_job", "run", "label", "bench"]
 
 
 def load_job(path: str | os.PathLike, overrides: Sequence[str] = ()):
@@ -257,3 +260,40 @@ def _label_checked(model, inputs, out: Path, record: dict, cfg, max_length: int,
             pairs_per_s=rate, first_shard_seconds=report.first_shard_seconds, actors=actors)
         label_output.finish_output(root, summary)
         return summary
+
+
+def bench(out: str | os.PathLike = "bench", *, quick: bool = False, model: str = "embedded",
+          parts: Sequence[str] | None = None, address: str | None = None, data_dir: str | os.PathLike | None = None,
+          verbose: bool = False, log=None, command: str | None = None):
+    """Measures the cluster part by part, each beside its in-process peer, as ``augsbert bench`` does.
+
+    Parts (``augsbert_ray.bench.PARTS``, always run in this order): ``labelling`` (the Ray
+    pipeline for 1..N actors against ``CrossEncoder.predict``), ``bm25`` (against bm25s),
+    ``semantic`` (Faiss exact and approximate against ``util.semantic_search``), ``training``
+    (Ray Train against ``SentenceTransformer.fit``, and a stage's fixed cost) and
+    ``control-plane`` (the labelling pipeline with a scorer that does no model work). A part
+    that fails is recorded with its error and the others still run.
+
+    Args:
+        out: the folder for ``report.md``, ``report.json`` and the plot, each rewritten as a part ends.
+        quick: small sizes: a few minutes on a small CPU.
+        model: the encoder of every part: ``embedded``, a Hugging Face id or a local folder.
+        parts: the parts to run (default: all).
+        address: a Ray cluster address (default: ``RAY_ADDRESS``, else a local Ray).
+        data_dir: where the STS benchmark is (default: ``AUGSBERT_DATA_DIR``; synthetic
+            sentences without it).
+        verbose: show Ray's own messages (else they go to ``out/logs/ray.log``).
+        log: receives the progress lines (default: stderr).
+        command: how the run was started, for the report (default: this call).
+
+    Returns:
+        The ``bench.records.BenchReport`` (also in ``out/report.json``); a failed part has
+        ``status == "failed"`` and its ``error``.
+
+    Raises:
+        AugSBERTError: an unknown part or a model that cannot be loaded, before Ray starts.
+    """
+    from augsbert_ray.bench.suite import PARTS, run_bench
+
+    return run_bench(out, quick=quick, model=model, parts=tuple(PARTS if parts is None else parts),
+                     address=address, data_dir=data_dir, verbose=verbose, log=log, command=command)

@@ -25,7 +25,7 @@ from pathlib import Path
 import numpy as np
 
 from augsbert_ray.bench.data import unique_sentences
-from augsbert_ray.bench.semantic import grow, recall, top_k_others
+from augsbert_ray.bench.semantic import grow, recall, sample_queries, st_search, timed_search
 
 
 def _pairs(settings: str) -> list[tuple[int, int]]:
@@ -51,7 +51,6 @@ def main(argv: list[str] | None = None) -> int:
 
     import faiss
     import torch
-    from sentence_transformers import util
 
     from augsbert_ray.candidates.semantic import ShardedIndex, build_faiss_index, embed_texts
     from augsbert_ray.config import FaissConfig
@@ -67,34 +66,18 @@ def main(argv: list[str] | None = None) -> int:
     print(f"embedded {len(texts):,} sentences in {time.perf_counter() - t0:.0f} s", flush=True)
     emb = grow(base, args.scale, args.noise, seed=0)
     n, k = len(emb), args.k
-    q_ids = np.sort(np.random.default_rng(1).choice(n, min(args.queries, n), replace=False))
-    queries = np.ascontiguousarray(emb[q_ids])
+    q_ids, queries = sample_queries(emb, args.queries)
     rows: dict[str, dict] = {}
 
     def timed(name: str, build, search, note: str = "") -> np.ndarray:
-        t0 = time.perf_counter()
-        index = build()
-        built = time.perf_counter() - t0
-        search(index, queries[:16])  # warm-up (threads, caches), not timed
-        t0 = time.perf_counter()
-        scores, ids = search(index, queries)
-        secs = time.perf_counter() - t0
-        got = top_k_others(scores, ids, q_ids, k)
-        rows[name] = {"build_s": built, "search_s": secs, "qps": len(q_ids) / secs, "note": note}
-        print(f"{name}: build {built:.2f} s, {len(q_ids) / secs:,.0f} queries/s", flush=True)
-        if hasattr(index, "close"):
-            index.close()
-        return got
+        t = timed_search(build, search, queries, q_ids, k)
+        rows[name] = {"build_s": t.build_s, "search_s": t.search_s, "qps": t.queries_per_s, "note": note}
+        print(f"{name}: build {t.build_s:.2f} s, {t.queries_per_s:,.0f} queries/s", flush=True)
+        return t.hits
 
     # The peer: exact cosine top-k in torch, as sentence-transformers users run it.
-    corpus_t = torch.from_numpy(emb)
-
-    def st_search(_, q):
-        hits = util.semantic_search(torch.from_numpy(q), corpus_t, top_k=k + 1)
-        ids = np.array([[h["corpus_id"] for h in row] for row in hits], np.int64)
-        return np.array([[h["score"] for h in row] for row in hits], np.float32), ids
-
-    peer = timed("sentence_transformers.util.semantic_search", lambda: None, st_search, "exact, torch")
+    peer = timed("sentence_transformers.util.semantic_search", lambda: None,
+                 lambda _, q: st_search(emb, q, k + 1), "exact, torch")
     exact = timed("engine: Faiss flat (exact)", lambda: build_faiss_index(emb, FaissConfig(use_gpu=False), 0),
                   lambda ix, q: ix.search(q, k + 1), "exact")
     rows["engine: Faiss flat (exact)"]["recall"] = 1.0

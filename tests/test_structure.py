@@ -78,7 +78,7 @@ def test_the_package_exports_the_api_alone_and_imports_it_only_when_used():
              "'transformers', 'augsbert_ray.api') if m in sys.modules); before = heavy(); a.run; "
              "print(a.__all__, before, heavy())")
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout
-    assert out.strip() == "['load_job', 'run', 'label'] [] ['augsbert_ray.api']"
+    assert out.strip() == "['load_job', 'run', 'label', 'bench'] [] ['augsbert_ray.api']"
 
 
 def test_production_code_never_imports_the_fault_injection_module():

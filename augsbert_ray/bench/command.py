@@ -28,11 +28,11 @@ def add_parser(sub) -> None:
 
 
 def main(args, argv: list[str]) -> int:
-    """Runs ``augsbert bench`` and prints where its report is."""
-    from augsbert_ray.bench.suite import run_bench
+    """Runs ``augsbert bench`` (``api.bench``) and prints where its report is."""
+    from augsbert_ray.api import bench
 
-    report = run_bench(args.out, quick=args.quick, model=args.model, parts=args.parts, address=args.address,
-                       data_dir=args.data_dir, verbose=args.verbose, command="augsbert " + shlex.join(argv))
+    report = bench(args.out, quick=args.quick, model=args.model, parts=args.parts, address=args.address,
+                   data_dir=args.data_dir, verbose=args.verbose, command="augsbert " + shlex.join(argv))
     failed = [p.part for p in report.parts if p.status == "failed"]
     print(f"bench report: {args.out}/report.md" + (f" (failed parts: {', '.join(failed)})" if failed else ""))
     return 1 if failed else 0

@@ -8,6 +8,7 @@ sampling does); the approximate indexes' recall@k is measured against exact sear
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -57,6 +58,48 @@ def st_search(corpus: np.ndarray, queries: np.ndarray, k: int) -> tuple[np.ndarr
             np.array([[h["corpus_id"] for h in row] for row in hits], np.int64))
 
 
+def sample_queries(emb: np.ndarray, n_queries: int, seed: int = 1) -> tuple[np.ndarray, np.ndarray]:
+    """A seeded sample of ``n_queries`` rows of ``emb`` (all where fewer): (row ids, sorted; their rows)."""
+    n = len(emb)
+    q_ids = np.sort(np.random.default_rng(seed).choice(n, min(n_queries, n), replace=False))
+    return q_ids, np.ascontiguousarray(emb[q_ids])
+
+
+@dataclass(frozen=True)
+class Timing:
+    """One search timed: its index's build time, the search's time and rate, and its top-k."""
+
+    build_s: float
+    search_s: float
+    queries_per_s: float
+    hits: np.ndarray  # each query's top-k other rows (-1 where fewer)
+
+
+def timed_search(build, search, queries: np.ndarray, q_ids: np.ndarray, k: int) -> Timing:
+    """Builds an index and times one search of every query through it.
+
+    Args:
+        build: ``() -> index`` (timed apart from the search).
+        search: ``(index, queries) -> (scores, ids)``, asked for ``k + 1`` hits (a query finds itself).
+        queries, q_ids: the query rows and their row ids (``sample_queries``).
+        k: the hits kept per query, the query itself left out.
+
+    Returns:
+        A ``Timing``. A warm-up search of 16 queries (threads, caches) runs first, untimed; an
+        index with ``close`` (sharded over actors) is closed after.
+    """
+    t0 = time.perf_counter()
+    index = build()
+    built = time.perf_counter() - t0
+    search(index, queries[:16])
+    t0 = time.perf_counter()
+    scores, ids = search(index, queries)
+    secs = time.perf_counter() - t0
+    if hasattr(index, "close"):
+        index.close()
+    return Timing(built, secs, len(q_ids) / secs, top_k_others(scores, ids, q_ids, k))
+
+
 def run(result: PartResult, emb: np.ndarray, k: int, n_queries: int, approximate: list[tuple[str, object]],
         log, use_gpu: bool = False) -> None:
     """Fills ``result`` with queries/s and recall@k of each search on ``emb`` (unit rows).
@@ -69,22 +112,15 @@ def run(result: PartResult, emb: np.ndarray, k: int, n_queries: int, approximate
     from augsbert_ray.config import FaissConfig
 
     n = len(emb)
-    q_ids = np.sort(np.random.default_rng(1).choice(n, min(n_queries, n), replace=False))
-    queries = np.ascontiguousarray(emb[q_ids])
+    q_ids, queries = sample_queries(emb, n_queries)
     peer_name, exact_name = "sentence_transformers.util.semantic_search (exact)", "engine: Faiss flat (exact)"
 
     def timed(name: str, build, search, side: str = "engine", vs: str | None = peer_name):
-        t0 = time.perf_counter()
-        index = build()
-        built = time.perf_counter() - t0
-        search(index, queries[:16])  # warm-up (threads, caches), not timed
-        t0 = time.perf_counter()
-        scores, ids = search(index, queries)
-        secs = time.perf_counter() - t0
-        log(f"[bench] semantic: {name}: {len(q_ids) / secs:,.0f} queries/s")
-        result.add(name, len(q_ids) / secs, "queries/s", side=side, vs=vs,
-                   note=f"index built in {built:.2f} s" if built > 0.01 else "")
-        return top_k_others(scores, ids, q_ids, k)
+        t = timed_search(build, search, queries, q_ids, k)
+        log(f"[bench] semantic: {name}: {t.queries_per_s:,.0f} queries/s")
+        result.add(name, t.queries_per_s, "queries/s", side=side, vs=vs,
+                   note=f"index built in {t.build_s:.2f} s" if t.build_s > 0.01 else "")
+        return t.hits
 
     peer = timed(peer_name, lambda: None, lambda _, q: st_search(emb, q, k + 1), side="peer", vs=None)
     exact = timed(exact_name, lambda: build_faiss_index(emb, FaissConfig(use_gpu=False), 0),

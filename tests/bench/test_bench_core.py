@@ -149,3 +149,21 @@ def test_an_unknown_part_is_one_error_line_before_ray_starts(capsys):
     assert main(["bench", "--parts", "labelling", "gpu-melting", "--out", "unused"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("augsbert: error:") and "gpu-melting" in err[0]
+
+
+def test_a_timed_search_keeps_each_querys_top_k_others_and_the_peer_matches_faiss_flat():
+    from augsbert_ray.bench.semantic import recall, sample_queries, st_search, timed_search
+    from augsbert_ray.candidates.semantic import build_faiss_index
+    from augsbert_ray.config import FaissConfig
+
+    rng = np.random.default_rng(0)
+    emb = rng.standard_normal((300, 16)).astype(np.float32)
+    emb /= np.linalg.norm(emb, axis=1, keepdims=True)
+    q_ids, queries = sample_queries(emb, 50)
+    assert len(set(q_ids.tolist())) == 50 and np.array_equal(queries, emb[q_ids])
+    brute = np.argsort(-(queries @ emb.T), axis=1)[:, 1:4]  # each query's row comes first: left out
+    peer = timed_search(lambda: None, lambda _, q: st_search(emb, q, 4), queries, q_ids, 3)
+    flat = timed_search(lambda: build_faiss_index(emb, FaissConfig(use_gpu=False), 0),
+                        lambda ix, q: ix.search(q, 4), queries, q_ids, 3)
+    assert np.array_equal(peer.hits, brute) and recall(flat.hits, peer.hits) == 1.0
+    assert peer.queries_per_s > 0 and all(q not in row for q, row in zip(q_ids, flat.hits))

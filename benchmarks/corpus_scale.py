@@ -1,0 +1,175 @@
+"""Large corpora end to end: a domain-adaptation job over 100k, 300k and 1M corpus sentences,
+with the wall time of every stage and peak memory, to see whether memory stays flat as the
+corpus grows.
+
+Each size is one corpus-mode job (``target.corpus``, format ``lines``) run in a fresh process up
+to the silver labels: gold loading, the teacher trained on a small STSb gold set, the checks
+beside it, the corpus read and deduplicated by Ray Data, candidate pairs sampled over the
+corpus sentences, and every candidate labelled by the actor pool. The bi-encoder is not
+trained on the silver set (its cost does not depend on where the pairs came from).
+
+The corpus is generated, never copied into the repository: ``scale.write_corpus`` draws each
+sentence word by word from the STS benchmark's sentences in ``--data-dir`` (their length
+distribution and unigram frequencies, seeded, distinct sentences only) and writes one per line
+under ``--work``. The default sampler is random recombination with one partner per sentence
+(``rs``, so the labelling budget is about one pair per sentence) and the cross-encoder a
+random 2-layer BERT (hidden size 128) on the embedded tokenizer: the point is the engine's
+memory and time per stage, not the scores. ``--strategy bm25`` runs BM25 top-k instead.
+
+Memory is sampled four times a second (``augsbert_ray.bench.memory.MemorySampler``): the
+driver's RSS, and PSS summed over the driver and every process it started (Ray's GCS,
+raylet, workers and actors), so Ray's shared-memory object store is counted once.
+
+    nice python benchmarks/corpus_scale.py --work /tmp/corpus-scale             # 100k, 300k, 1M
+    python benchmarks/corpus_scale.py --sizes 20000 --work /tmp/cs --out /tmp/cs/result   # a quick look
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+MIB = 2 ** 20
+
+
+def one_run(args) -> dict:
+    """One job over one corpus, in this process; its stage times and memory peaks."""
+    from augsbert_ray.bench.memory import MemorySampler
+    from augsbert_ray.bench.model_dirs import tiny_cross_encoder
+    from augsbert_ray.config import validate_tree
+    from augsbert_ray.pipeline import run_job
+
+    work, data = Path(args.work), Path(args.data_dir)
+    model = args.model if args.model != "tiny" else tiny_cross_encoder(work / "tiny-ce")
+    sampling = ({"strategy": "rs", "random_per_sentence": args.k} if args.strategy == "rs"
+                else {"strategy": args.strategy, "top_k": args.k})
+    tree = {
+        "name": "corpus-scale", "task": "regression", "seed": 1, "run_dir": str(work / "run"),
+        "data": {"train": {"format": "stsb", "path": str(data / "stsb" / "sts-train.csv")},
+                 "dev": {"format": "stsb", "path": str(data / "stsb" / "sts-dev.csv")},
+                 "test": {"format": "stsb", "path": str(data / "stsb" / "sts-test.csv")},
+                 "subsample": {"train": 64, "dev": 32, "test": 32}},
+        "target": {"task": "binary", "corpus": {"path": args.corpus, "format": "lines"},
+                   "test": {"format": "mrpc", "path": str(data / "mrpc" / "msr_paraphrase_test.txt")}},
+        "sampling": sampling,
+        "cross_encoder": {"model": model, "epochs": 1, "batch_size": 16},
+        "bi_encoder": {"model": "embedded", "epochs": 1},
+        "ray": {"num_cpus": args.cpus},
+    }
+    cfg = validate_tree(tree)
+    with MemorySampler() as mem:
+        mem.stage = "setup"
+
+        def on_start(stage: str) -> None:  # memory is attributed to the stage that runs last started
+            mem.stage = stage
+
+        m = run_job(cfg, log=lambda line: print(line, flush=True), fresh=True, until="silver", on_start=on_start)
+        mem.stage = "end"
+    c, s = m.stage("candidates"), m.stage("silver")
+    return {"sentences": c.result.sentences, "candidates": c.result.candidates, "silver": s.result.silver,
+            "stage_seconds": m.stage_seconds, "peak_driver_rss": mem.peak_rss, "peak_total_pss": mem.peak_total,
+            "stage_peaks": mem.stage_peaks}
+
+
+def _markdown(runs: list[dict], args, argv) -> list[str]:
+    from provenance import provenance
+
+    from augsbert_ray.bench.hardware import cpu_description
+
+    base = runs[0]
+    what = (f"random recombination, {args.k} partner(s) per sentence" if args.strategy == "rs"
+            else f"{args.strategy} top-{args.k}")
+    lines = ["# Large corpora end to end: stage times and peak memory against corpus size", "",
+             f"One domain-adaptation job (corpus mode) per row, up to the silver labels; candidates: {what}; "
+             f"cross-encoder: {args.model}" + (" (a random 2-layer BERT, hidden size 128, embedded tokenizer)"
+                                                if args.model == "tiny" else "")
+             + f"; gold: 64 STSb pairs; {args.cpus} CPUs. Corpus: distinct sentences drawn word by word from the "
+             "STS benchmark's length distribution and word frequencies (`scale.write_corpus`, seeded), one per "
+             "line. Peak memory sampled every 0.25 s: the driver's RSS, and PSS summed over the driver and every "
+             "Ray process it started.", "",
+             "| corpus lines | sentences | candidate pairs | labelled | job wall (s) | candidates (s) | labelling (s) "
+             "| peak driver RSS (MiB) | peak total PSS (MiB) | total vs smallest | load average (1 min) start / end |",
+             "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    for r in runs:
+        st = r["stage_seconds"]
+        lines.append(f"| {r['size']:,} | {r['sentences']:,} | {r['candidates']:,} | {r['silver']:,} | "
+                     f"{r['wall_s']:.0f} | {st.get('candidates', 0):.0f} | {st.get('silver', 0):.0f} | "
+                     f"{r['peak_driver_rss'] / MIB:,.0f} | {r['peak_total_pss'] / MIB:,.0f} | "
+                     f"{r['peak_total_pss'] / base['peak_total_pss']:.2f}x | "
+                     f"{r['load_start'][0]:.1f} / {r['load_end'][0]:.1f} |")
+    stages = list(dict.fromkeys(s for r in runs for s in r["stage_seconds"]))
+    lines += ["", "Wall time of every stage (s; stages beside each other overlap):", "",
+              "| corpus lines | " + " | ".join(stages) + " |", "|---:|" + "---:|" * len(stages)]
+    for r in runs:
+        lines.append(f"| {r['size']:,} | " + " | ".join(f"{r['stage_seconds'].get(s, 0):.1f}" for s in stages) + " |")
+    peaks = list(dict.fromkeys(s for r in runs for s in r["stage_peaks"]))
+    lines += ["", "Peak memory while each stage was the last to start (MiB, driver RSS / total PSS):", "",
+              "| corpus lines | " + " | ".join(peaks) + " |", "|---:|" + "---:|" * len(peaks)]
+    for r in runs:
+        p = r["stage_peaks"]
+        lines.append(f"| {r['size']:,} | " + " | ".join(
+            f"{p[s]['driver_rss'] / MIB:,.0f} / {p[s]['total_pss'] / MIB:,.0f}" if s in p else "-" for s in peaks) + " |")
+    lines += ["", f"CPU: {cpu_description()}. The machine was shared with other jobs: the load average column "
+                  "says how busy it was, so the times are not throughput figures.", "",
+              *provenance("benchmarks/corpus_scale.py", argv)]
+    return lines
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--sizes", type=int, nargs="+", default=[100_000, 300_000, 1_000_000], help="corpus lines")
+    p.add_argument("--strategy", default="rs", choices=["rs", "bm25"], help="how candidates are sampled")
+    p.add_argument("--k", type=int, default=1, help="partners (rs) or top-k (bm25) per sentence")
+    p.add_argument("--model", default="tiny", help="tiny (a small random BERT), embedded, or a model path")
+    p.add_argument("--cpus", type=int, default=os.cpu_count())
+    p.add_argument("--data-dir", default=os.environ.get("AUGSBERT_DATA_DIR", "../shared/data"))
+    p.add_argument("--work", required=True, help="where the corpora and run directories go (not the repository)")
+    p.add_argument("--out", default="benchmarks/results/corpus_scale_cpu")
+    # one run, in a child process
+    p.add_argument("--one", action="store_true", help=argparse.SUPPRESS)
+    p.add_argument("--corpus", help=argparse.SUPPRESS)
+    p.add_argument("--result", help=argparse.SUPPRESS)
+    args = p.parse_args(argv)
+    if args.one:
+        Path(args.result).write_text(json.dumps(one_run(args)))
+        return 0
+
+    from provenance import write_result
+    from scale import write_corpus
+
+    argv = sys.argv[1:] if argv is None else argv
+    root = Path(args.work)
+    runs = []
+    for size in sorted(args.sizes):
+        corpus = root / f"corpus-{size}.txt"
+        if not corpus.exists():
+            print(f"[corpus-scale] writing a corpus of {size:,} sentences to {corpus}", flush=True)
+            info = write_corpus(corpus, size, Path(args.data_dir))
+            (root / f"corpus-{size}.json").write_text(json.dumps(info))
+        work = root / f"run-{size}"
+        work.mkdir(parents=True, exist_ok=True)
+        result = work / "result.json"
+        cmd = [sys.executable, __file__, "--one", "--corpus", str(corpus), "--work", str(work), "--result",
+               str(result), "--strategy", args.strategy, "--k", str(args.k), "--model", args.model,
+               "--cpus", str(args.cpus), "--data-dir", args.data_dir]
+        load_start, t0 = os.getloadavg(), time.perf_counter()
+        subprocess.run(cmd, check=True)
+        r = json.loads(result.read_text())
+        r.update(size=size, wall_s=time.perf_counter() - t0, load_start=load_start, load_end=os.getloadavg(),
+                 corpus=json.loads((root / f"corpus-{size}.json").read_text()))
+        runs.append(r)
+        print(f"[corpus-scale] {size:,}: {r['candidates']:,} pairs labelled in {r['wall_s']:.0f} s, driver peak "
+              f"{r['peak_driver_rss'] / MIB:,.0f} MiB, total peak {r['peak_total_pss'] / MIB:,.0f} MiB", flush=True)
+        # written after every size, so a long last size leaves the others on record
+        write_result(args.out, _markdown(runs, args, argv), {"runs": runs, "args": vars(args)})
+    print("\n".join(_markdown(runs, args, argv)))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
