@@ -87,3 +87,46 @@ def test_bm25_searcher_reports_each_batch(tmp_path):
     searcher(sentences.slice(0, 8))
     searcher(sentences.slice(8, 4))
     assert progress.calls == [("advance", 8), ("flush",), ("advance", 4), ("flush",)]
+
+
+def test_labelling_hands_the_pool_the_scorer_it_is_given(ray_local, monkeypatch):
+    """``label_shards`` (``augsbert label``, the bench's null scorer) passes its ``scorer`` to the
+    pool; without one the pool builds ``PairScorer`` for the model (``pair_scorer_kwargs``)."""
+    from augsbert_ray.labeling import ScorerSpec, label_shards
+    from augsbert_ray.labeling.scorer import pair_scorer_kwargs
+
+    seen = []
+
+    def fake_pool(pending, finished, commit, *args):
+        seen.append(args[-1])
+        for i in sorted(pending):
+            block = ray_local.get(pending[i].ref)
+            commit(i, checked_shard(i, block.append_column(schema.LABEL, pa.array(np.zeros(block.num_rows),
+                                                                                   pa.float32())), pending[i].keys))
+
+    monkeypatch.setattr(driver, "run_pool", fake_pool)
+
+    class Null:
+        pass
+
+    spec = ScorerSpec(Null, {"label": -1.0})
+    cfg = LabelingConfig(block_size=4, num_gpus=0.5, precision="bf16")
+    assert label_shards(table_shards(_candidates(6), 4), "model", cfg, 64, 2.0, MemoryStore(), scorer=spec) == 2
+    assert label_shards(table_shards(_candidates(6), 4), "model", cfg, 64, 2.0, MemoryStore()) == 2
+    assert seen == [spec, None]
+    kwargs = pair_scorer_kwargs("model", cfg, 64, 2.0)
+    assert (kwargs["model_dir"], kwargs["threads"], kwargs["use_gpu"], kwargs["precision"], kwargs["max_length"]) \
+        == ("model", 2, True, "bf16", 64)
+
+
+class MemoryStore:
+    """A ``ShardStore`` in memory (nothing committed before)."""
+
+    def __init__(self):
+        self.root, self.shards = "memory", {}
+
+    def done(self, i, digest):
+        return False
+
+    def commit(self, i, table, digest):
+        self.shards[i] = table

@@ -3,8 +3,8 @@
 The pairs go through ``labeling.label_shards`` (what ``augsbert label`` runs): shards cut
 and fingerprinted on the driver, put in Ray's object store, handed by Ray Data to an actor
 pool, checked against their input and committed to disk with their manifests. Only the
-actors' scorer is replaced, by ``NullScorer``, which returns a constant label without
-tokenising or running a model; the run's rate is then what the engine itself can move, and
+actors' scorer is another, ``NullScorer`` (passed as the pipeline's ``scorer``), which returns
+a constant label without tokenising or running a model; the run's rate is then what the engine itself can move, and
 ``ceiling.analyse`` says where its time goes.
 
 The input shards are made in memory from a pool of sentences (a shard's pairs are distinct;
@@ -13,7 +13,6 @@ making them is timed apart, as reading files would be).
 
 from __future__ import annotations
 
-import contextlib
 import tempfile
 import time
 
@@ -30,8 +29,8 @@ NULL_LABEL = -1.0  # outside any cross-encoder's [0, 1]: a shard labelled by a r
 class NullScorer:
     """A labelling actor that does no model work: every pair gets ``NULL_LABEL``.
 
-    It takes ``PairScorer``'s constructor arguments and ignores them; token columns made by a
-    tokenising stage ahead of it are dropped, as ``PairScorer`` drops them.
+    It takes no model; token columns made by a tokenising stage ahead of it are dropped, as
+    ``PairScorer`` drops them.
     """
 
     def __init__(self, **_):
@@ -43,25 +42,6 @@ class NullScorer:
 
         batch = batch.drop_columns([c for c in (codec.IDS, codec.TYPES) if c in batch.column_names])
         return batch.append_column(schema.LABEL, pa.array(np.full(batch.num_rows, NULL_LABEL, np.float32)))
-
-
-@contextlib.contextmanager
-def null_actors():
-    """The labelling pipeline's actor class is ``NullScorer`` within the block.
-
-    The pipeline builds its actor pool from ``labeling.pool.PairScorer``; it is swapped for the
-    duration and put back, whatever happens. ``TimedStore`` checks the first committed shard's
-    labels, so a pipeline that no longer takes its actor class from there fails at once
-    instead of labelling with the real model.
-    """
-    from augsbert_ray.labeling import pool
-
-    before = pool.PairScorer
-    pool.PairScorer = NullScorer
-    try:
-        yield
-    finally:
-        pool.PairScorer = before
 
 
 class TimedStore:
@@ -89,7 +69,7 @@ class TimedStore:
             labels = table.column(schema.LABEL).to_numpy()
             if not np.all(labels == NULL_LABEL):
                 raise RuntimeError("the actor pool scored with a model, not the null scorer: the labelling pipeline "
-                                   "no longer builds its actors from labeling.PairScorer (see bench.control_plane)")
+                                   "no longer builds its actors from the scorer it is given (see bench.control_plane)")
         t0 = time.perf_counter()
         self._store.commit(i, table, digest)
         t1 = time.perf_counter()
@@ -157,17 +137,17 @@ def measure(pool: list[str], pairs: int, block_size: int, actors: int, cluster_c
     """One null-scorer labelling run of ``pairs`` pairs in shards of ``block_size``."""
     from augsbert_ray.bench.memory import MemorySampler
     from augsbert_ray.config import LabelingConfig
-    from augsbert_ray.labeling import LabelingReport, actor_cpus, label_shards
+    from augsbert_ray.labeling import LabelingReport, ScorerSpec, actor_cpus, label_shards
 
     cfg = LabelingConfig(actors=actors, block_size=block_size, tokenize_stage="actor")
     clock, report, made = PhaseClock(log), LabelingReport(), [0.0]
     with tempfile.TemporaryDirectory(prefix="bench-control-plane-") as tmp, \
-            MemorySampler(interval=0.5, descendants=False) as mem, null_actors():
+            MemorySampler(interval=0.5, descendants=False) as mem:
         store = TimedStore(tmp)
         rss0, cpu0, t0 = clock.me.memory_info().rss, clock.cpu(), time.perf_counter()
         label_shards(shards(pool, pairs, block_size, made), "embedded", cfg, 128,
                      actor_cpus(cfg, cluster_cpus, actors), store, log=log, report=report, actors=actors,
-                     progress=clock)
+                     progress=clock, scorer=ScorerSpec(NullScorer))
         wall, cpu1 = time.perf_counter() - t0, clock.cpu()
     queued = (clock.queued_at or t0) - t0
     return PhaseTimes(pairs=pairs, shards=report.shards, wall=wall, input=made[0], queued=queued,

@@ -3,7 +3,8 @@
 ``scoring.score_pairs`` is the pure core (model in, scores out). The package around it:
 
 - ``codec``: pairs tokenised ahead of the actors, as Arrow token columns;
-- ``scorer``: ``PairScorer``, the Ray Data callable that loads the model once per actor;
+- ``scorer``: ``PairScorer``, the Ray Data callable that loads the model once per actor, and
+  ``ScorerSpec``, the actors' class and arguments a caller may pass instead;
 - ``shards``: candidates cut into shards, and the ``ShardStore`` that commits each once;
 - ``sizing``: the pool's size and each actor's CPUs (pure);
 - ``pool``: one actor pool over the pending shards (the Ray edge);
@@ -12,12 +13,12 @@
 
 from augsbert_ray.labeling.codec import tokenize_batch
 from augsbert_ray.labeling.driver import LabelingReport, label_candidates, label_candidates_file, label_shards
-from augsbert_ray.labeling.scorer import TRACE_ENV, PairScorer
+from augsbert_ray.labeling.scorer import TRACE_ENV, PairScorer, ScorerSpec
 from augsbert_ray.labeling.shards import ShardStore, exact_shards
 from augsbert_ray.labeling.sizing import (TOKENIZE_CPUS, actor_cpus, labelling_requests, pool_size,
                                           separate_tokenizer)
 from augsbert_ray.scoring import score_pairs
 
 __all__ = ["score_pairs", "label_candidates", "label_candidates_file", "label_shards", "ShardStore", "LabelingReport",
-           "PairScorer", "TRACE_ENV", "TOKENIZE_CPUS", "actor_cpus", "exact_shards", "labelling_requests",
+           "PairScorer", "ScorerSpec", "TRACE_ENV", "TOKENIZE_CPUS", "actor_cpus", "exact_shards", "labelling_requests",
            "pool_size", "separate_tokenizer", "tokenize_batch"]

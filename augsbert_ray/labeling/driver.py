@@ -39,7 +39,8 @@ class LabelingReport:
 
 def label_candidates(candidates: pa.Table, model_dir: str, cfg, max_length: int, cpus_per_actor: float,
                      store: ShardStore | None = None, log=lambda line: None, on_commit=None,
-                     report: LabelingReport | None = None, actors: int | None = None, progress=None) -> pa.Table:
+                     report: LabelingReport | None = None, actors: int | None = None, progress=None,
+                     scorer=None) -> pa.Table:
     """Labels candidates with an actor pool of cross-encoders, shard by shard, exactly once.
 
     The candidates are cut into shards of ``cfg.block_size`` rows; each shard is one Ray Data
@@ -64,6 +65,8 @@ def label_candidates(candidates: pa.Table, model_dir: str, cfg, max_length: int,
         progress: a ``progress.StageProgress`` (None: none): the pairs to label in all, then
             the pairs of each committed shard (a reused shard's at the start). With it, the
             periodic "k/n shards labelled" lines are left to the display.
+        scorer: the actors' class and arguments (``scorer.ScorerSpec``; None: ``PairScorer``
+            of ``model_dir``).
 
     Returns:
         ``schema.SILVER_SCHEMA`` rows sorted by (id1, id2): one per candidate.
@@ -72,7 +75,7 @@ def label_candidates(candidates: pa.Table, model_dir: str, cfg, max_length: int,
         return schema.empty_table(schema.SILVER_SCHEMA)
     done: dict[int, pa.Table] = {}
     count = _label(table_shards(candidates, cfg.block_size), done, model_dir, cfg, max_length, cpus_per_actor,
-                   store, log, on_commit, report, actors, progress)
+                   store, log, on_commit, report, actors, progress, scorer)
     silver = pa.concat_tables([done[i] for i in range(count)]).cast(schema.SILVER_SCHEMA)
     silver = silver.take(pc.sort_indices(silver, [(schema.ID1, "ascending"), (schema.ID2, "ascending")]))
     if silver.num_rows != candidates.num_rows:  # every candidate gets exactly one label
@@ -83,7 +86,7 @@ def label_candidates(candidates: pa.Table, model_dir: str, cfg, max_length: int,
 def label_candidates_file(candidates_path, silver_path, model_dir: str, cfg, max_length: int,
                           cpus_per_actor: float, store: ShardStore, log=lambda line: None, on_commit=None,
                           report: LabelingReport | None = None, actors: int | None = None,
-                          progress=None) -> int:
+                          progress=None, scorer=None) -> int:
     """``label_candidates`` from a Parquet file of candidates to a Parquet file of silver pairs.
 
     The driver's heap never holds all the pairs: the candidates are read a shard at a time and
@@ -103,7 +106,7 @@ def label_candidates_file(candidates_path, silver_path, model_dir: str, cfg, max
 
     total = pq.ParquetFile(candidates_path).metadata.num_rows
     count = _label(file_shards(candidates_path, cfg.block_size), None, model_dir, cfg, max_length, cpus_per_actor,
-                   store, log, on_commit, report, actors, progress)
+                   store, log, on_commit, report, actors, progress, scorer)
     out = Path(silver_path)
     tmp = out.with_name(f".{out.name}.tmp")
     written = 0
@@ -121,7 +124,7 @@ def label_candidates_file(candidates_path, silver_path, model_dir: str, cfg, max
 
 def label_shards(shards, model_dir, cfg, max_length: int, cpus_per_actor: float, store: ShardStore,
                  log=lambda line: None, report: LabelingReport | None = None, actors: int | None = None,
-                 progress=None) -> int:
+                 progress=None, scorer=None) -> int:
     """``label_candidates`` for candidate shards made elsewhere (``augsbert label``'s pair files):
     each shard is committed to ``store`` under its index, none is kept in memory.
 
@@ -134,7 +137,7 @@ def label_shards(shards, model_dir, cfg, max_length: int, cpus_per_actor: float,
         The number of shards.
     """
     return _label(shards, None, model_dir, cfg, max_length, cpus_per_actor, store, log, None, report, actors,
-                  progress)
+                  progress, scorer)
 
 
 @dataclass
@@ -145,7 +148,7 @@ class _Pending:
 
 
 def _label(shards, done: dict | None, model_dir, cfg, max_length, cpus_per_actor, store, log, on_commit,
-           report, actors: int | None = None, progress=None) -> int:
+           report, actors: int | None = None, progress=None, scorer=None) -> int:
     """Labels an iterable of candidate shards; returns how many shards there were.
 
     With ``done`` (a dict), labelled shards are kept there by index; with ``done=None`` they
@@ -210,7 +213,7 @@ def _label(shards, done: dict | None, model_dir, cfg, max_length, cpus_per_actor
     while pending:
         failure = None
         try:
-            run_pool(pending, finished, commit, model_dir, cfg, max_length, cpus_per_actor, actors)
+            run_pool(pending, finished, commit, model_dir, cfg, max_length, cpus_per_actor, actors, scorer)
         except LabelingError:
             raise
         except Exception as e:  # actor restarts or task retries exhausted, a lost actor, the pool failed

@@ -11,14 +11,16 @@ import pyarrow.compute as pc
 from augsbert_ray import schema
 from augsbert_ray.errors import LabelingError
 from augsbert_ray.labeling.codec import tokenize_batch
-from augsbert_ray.labeling.scorer import PairScorer, trace_hook
+from augsbert_ray.labeling.scorer import PairScorer, ScorerSpec, pair_scorer_kwargs
 from augsbert_ray.labeling.shards import KEY_COLUMNS, SHARD
 from augsbert_ray.labeling.sizing import TOKENIZE_CPUS, labelling_requests, pool_size, separate_tokenizer
 
 
 def run_pool(pending: dict, finished: set, commit, model_dir, cfg, max_length, cpus_per_actor,
-             actors: int | None = None) -> None:
+             actors: int | None = None, scorer: ScorerSpec | None = None) -> None:
     """One actor pool over the ``pending`` shards; each shard is committed when all its rows are back.
+
+    ``scorer``: the actors' class and arguments (None: ``PairScorer`` of ``model_dir``).
 
     Raises:
         LabelingError: a shard that comes back twice or with other pairs than it held.
@@ -28,7 +30,7 @@ def run_pool(pending: dict, finished: set, commit, model_dir, cfg, max_length, c
         # Ray Data takes actor restart limits only through the deprecated **ray_remote_args.
         warnings.filterwarnings("ignore", message=".*ray_remote_args.*deprecated", category=DeprecationWarning)
         labelled = labelled_dataset([p.ref for _, p in sorted(pending.items())], model_dir, cfg, max_length,
-                                    cpus_per_actor, actors)
+                                    cpus_per_actor, actors, scorer)
     partial: dict[int, list[pa.Table]] = {}
     batches = iter(labelled.iter_batches(batch_size=None, batch_format="pyarrow"))  # a generator
     try:
@@ -76,8 +78,12 @@ def release_failed_pool(error: BaseException) -> None:
 
 
 def labelled_dataset(refs: list, model_dir: str, cfg, max_length: int, cpus_per_actor: float,
-                     actors: int | None = None):
+                     actors: int | None = None, scorer: ScorerSpec | None = None):
     """The Ray Dataset that labels the shards in ``refs`` (lazy: nothing runs until it is read).
+
+    Args:
+        scorer: the actors' class and constructor arguments; None: this module's ``PairScorer``
+            (looked up at each call) for the cross-encoder in ``model_dir``.
 
     Raises:
         AugSBERTError: when the pool cannot run at once on the cluster (``require_resources``).
@@ -99,19 +105,11 @@ def labelled_dataset(refs: list, model_dir: str, cfg, max_length: int, cpus_per_
         # Tokenise in CPU tasks ahead of the actors, so a GPU actor only pads and runs the model.
         ds = ds.map_batches(tokenize_batch, fn_kwargs={"model_dir": model_dir, "max_length": max_length},
                             batch_size=cfg.block_size, batch_format="pyarrow", num_cpus=TOKENIZE_CPUS)
+    if scorer is None:
+        scorer = ScorerSpec(PairScorer, pair_scorer_kwargs(model_dir, cfg, max_length, cpus_per_actor))
     return ds.map_batches(
-        PairScorer,
-        fn_constructor_kwargs={
-            "model_dir": model_dir,
-            "micro_batch_size": cfg.micro_batch_size,
-            "max_length": max_length,
-            "threads": int(cpus_per_actor),
-            "use_gpu": cfg.num_gpus > 0,
-            "precision": cfg.precision,
-            "token_budget": cfg.token_budget,
-            "compile": cfg.compile,
-            "trace": trace_hook(),
-        },
+        scorer.cls,
+        fn_constructor_kwargs=dict(scorer.kwargs),
         compute=ActorPoolStrategy(size=actors),
         batch_size=cfg.block_size,
         batch_format="pyarrow",

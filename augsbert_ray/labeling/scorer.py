@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 import os
 import time
+from dataclasses import dataclass, field
+from typing import Any, Mapping
 
 import pyarrow as pa
 
@@ -24,6 +26,34 @@ def trace_hook() -> dict | None:
     """The ``TRACE_ENV`` settings of this process, or None."""
     text = os.environ.get(TRACE_ENV)
     return json.loads(text) if text else None
+
+
+@dataclass(frozen=True)
+class ScorerSpec:
+    """What the labelling actors are: a Ray Data callable class and its constructor's keyword
+    arguments (Ray Data builds one instance per actor). By default the pool builds
+    ``PairScorer`` with ``pair_scorer_kwargs``; a benchmark may pass another class that takes a
+    batch and returns it with a label column."""
+
+    cls: type
+    kwargs: Mapping[str, Any] = field(default_factory=dict)
+
+
+def pair_scorer_kwargs(model_dir: str, cfg, max_length: int, threads: float) -> dict:
+    """``PairScorer``'s constructor arguments in a labelling run: ``model_dir``'s cross-encoder
+    under ``cfg`` (``config.LabelingConfig``), with ``threads`` torch threads (the CPUs an actor
+    reserves)."""
+    return {
+        "model_dir": model_dir,
+        "micro_batch_size": cfg.micro_batch_size,
+        "max_length": max_length,
+        "threads": int(threads),
+        "use_gpu": cfg.num_gpus > 0,
+        "precision": cfg.precision,
+        "token_budget": cfg.token_budget,
+        "compile": cfg.compile,
+        "trace": trace_hook(),
+    }
 
 
 class PairScorer:

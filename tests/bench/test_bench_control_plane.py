@@ -16,7 +16,7 @@ def test_the_null_scorer_labels_every_pair_through_the_pipeline(ray_local):
     lines = []
     t = measure(["a man plays", "a woman sings", "dogs run"], pairs=600, block_size=100, actors=1,
                 cluster_cpus=2, log=lines.append)
-    assert labeling.PairScorer.__name__ == "PairScorer"  # put back after the run
+    assert labeling.PairScorer.__name__ == "PairScorer"  # the pipeline's own class, never swapped
     assert (t.pairs, t.shards) == (600, 6) and t.peak_rss > 0 and t.commit > 0
     assert 0 < t.input <= t.queued < t.wall and t.first_shard > 0
     c = analyse(t)
