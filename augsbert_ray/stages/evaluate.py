@@ -116,6 +116,7 @@ class Evaluate(Stage):
     kind = "evaluate"
     unit = "pairs"
     result_type = EvalResult
+    name_prefix = "eval_"
 
     def throughput(self, result: EvalResult, seconds: float) -> str:
         pairs = sum(split.get("pairs", 0) for split in result.scores.values())
