@@ -83,6 +83,8 @@ def export_model(checkpoint, out_dir: str | os.PathLike) -> None:
         shutil.copytree(Path(d) / MODEL_DIR, out_dir)
 
 
+# Messages, not types, for these two: torch raises a shape mismatch as a plain RuntimeError and
+# transformers a missing or unloadable model file as a plain OSError; neither has a subclass to test.
 # RuntimeErrors that would recur on every attempt: weights that do not fit the model.
 _PERMANENT_RUNTIME = re.compile(r"Error\(s\) in loading state_dict|size mismatch|shape mismatch|"
                                 r"mat1 and mat2 shapes cannot be multiplied|must match the size of tensor")
