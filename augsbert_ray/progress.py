@@ -51,7 +51,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, TextIO
 
-__all__ = ["JobProgress", "StageProgress", "format_duration"]
+from augsbert_ray.messages import EngineFormatter
+
+__all__ = ["DisplayHandler", "JobProgress", "StageProgress", "format_duration"]
 
 PENDING, RUNNING, DONE, REUSED, FAILED, SKIPPED = "pending", "running", "done", "reused", "failed", "skipped"
 REUSED_NOTE = "skipped: complete in an earlier run"
@@ -356,9 +358,15 @@ class JobProgress:
         """A reporter bound to stage ``name``, for code in this process."""
         return StageProgress(self, name)
 
-    def logging_handler(self, level: int = logging.INFO) -> logging.Handler:
-        """A ``logging.Handler`` that shows WARNING and above as messages and keeps the rest in the job log."""
-        return _ProgressLogHandler(self, level)
+    def log_only(self, line: str) -> None:
+        """A line for the job log alone (not shown)."""
+        with self._lock:
+            self._write_log(line)
+
+    def logging_handler(self, level: int = logging.DEBUG,
+                        retag: dict[str, tuple[str, str]] | None = None) -> logging.Handler:
+        """This display as a ``logging.Handler`` (``DisplayHandler``): INFO and above shown, DEBUG in the job log."""
+        return DisplayHandler(self, level, retag)
 
     # -- estimates ---------------------------------------------------------------------------
     def job_eta(self) -> tuple[float | None, dict]:
@@ -574,18 +582,34 @@ class JobProgress:
             pass
 
 
-class _ProgressLogHandler(logging.Handler):
-    def __init__(self, progress: JobProgress, level: int):
+class DisplayHandler(logging.Handler):
+    """The job's display as a ``logging.Handler`` (see ``messages``): INFO and above are shown as
+    engine lines (above the bars, or as plain lines) and kept in the job log; DEBUG is kept in
+    the job log only, as ``[logger name] message``.
+
+    Args:
+        progress: the ``JobProgress`` that shows the lines.
+        level: the least level handled.
+        retag: a logger (and those below it) -> (a tag, the tag its lines are shown with):
+            ``augsbert label`` runs the silver stage's labelling,
+            ``{"augsbert_ray.labeling": ("[silver]", "[label]")}``.
+    """
+
+    def __init__(self, progress: JobProgress, level: int = logging.DEBUG,
+                 retag: dict[str, tuple[str, str]] | None = None):
         super().__init__(level)
-        self.progress = progress
+        self.progress, self.retag = progress, dict(retag or {})
+        self.setFormatter(EngineFormatter())
 
     def emit(self, record: logging.LogRecord) -> None:
         try:
-            text = record.getMessage()
-            if record.levelno >= logging.WARNING:
-                self.progress.message(f"[augsbert] {record.levelname}: {text}")
+            if record.levelno >= logging.INFO:
+                line = self.format(record)
+                for name, (tag, shown) in self.retag.items():
+                    if record.name == name or record.name.startswith(name + "."):
+                        line = line.replace(tag, shown, 1)
+                self.progress.message(line)
             else:
-                with self.progress._lock:
-                    self.progress._write_log(f"[{record.name}] {text}")
+                self.progress.log_only(f"[{record.name}] {record.getMessage()}")
         except Exception:  # noqa: BLE001 - logging must never raise
             self.handleError(record)

@@ -152,20 +152,32 @@ def test_a_stage_reported_before_it_was_started_and_a_position_that_goes_back():
     assert lines[-1] == "[1/1] train  4/10 steps (1.0 steps/s, ETA 0:00:06, job ETA 0:00:06)"
 
 
-def test_logging_handler_shows_warnings_and_keeps_the_rest_in_the_job_log(tmp_path):
+def test_the_display_is_a_logging_handler_for_the_engines_lines(tmp_path):
+    from augsbert_ray.messages import prefixed
+
     out = io.StringIO()
     logger = logging.getLogger("augsbert_ray.test_progress")
     with JobProgress(["a"], stream=out, log_path=tmp_path / "job.log") as p:
         handler = p.logging_handler()
         logger.addHandler(handler)
-        logger.setLevel(logging.INFO)
+        logger.setLevel(logging.DEBUG)
         try:
+            logger.info("[gold] pairs: train 60, dev 60, test 60")  # an engine line: shown as written
+            logger.warning("[teacher_check] WARNING: the teacher is not better")  # tagged: as written
             logger.warning("faiss.shards=4 x faiss.shard_cpus=1 is more than the cluster's 2 CPUs")
-            logger.info("semantic search: 10 / 20 queries over 2 shards")
+            with prefixed("[auto] "):
+                logger.info("[pilot] dev spearman after 20% of the steps")
+            logger.debug("semantic search: 10 / 20 queries over 2 shards")  # the job log only
         finally:
             logger.removeHandler(handler)
-    assert "[augsbert] WARNING: faiss.shards=4" in out.getvalue() and "semantic search" not in out.getvalue()
-    assert "[augsbert_ray.test_progress] semantic search: 10 / 20 queries" in (tmp_path / "job.log").read_text()
+    shown = [line[9:] for line in out.getvalue().splitlines()]
+    assert [line for line in shown if not line.startswith("[1/1]") and not line.startswith("job")] == [
+        "[gold] pairs: train 60, dev 60, test 60", "[teacher_check] WARNING: the teacher is not better",
+        "[augsbert] WARNING: faiss.shards=4 x faiss.shard_cpus=1 is more than the cluster's 2 CPUs",
+        "[auto] [pilot] dev spearman after 20% of the steps"]
+    log = (tmp_path / "job.log").read_text()
+    assert "[augsbert_ray.test_progress] semantic search: 10 / 20 queries" in log and "semantic" not in out.getvalue()
+    assert " [gold] pairs: train 60, dev 60, test 60\n" in log
 
 
 def test_bars_in_a_pseudo_terminal(tmp_path):
