@@ -234,3 +234,19 @@ def test_bars_in_a_pseudo_terminal(tmp_path):
 def test_format_duration():
     assert format_duration(0) == "0:00:00" and format_duration(3725.4) == "1:02:05"
     assert format_duration(None) == "-:--:--"
+
+
+def test_the_eta_model_is_pure_and_prices_a_planned_stage_by_its_kinds_measured_cost():
+    from augsbert_ray.progress.eta import DONE, RUNNING, JobModel
+
+    m = JobModel(["a", "b"])
+    m.plan("a", total=10, unit="steps")
+    a = m.get("a")
+    a.state, a.started, a.first_at, a.done_at_first, a.done, a.last_at = RUNNING, 0.0, 1.0, 0.0, 10.0, 11.0
+    a.state, a.seconds = DONE, 15.0  # 1 step/s in its loop, 5 s besides
+    m.measure(a)
+    m.plan("b", total=20, unit="steps")
+    eta, basis = m.job_eta(now=20.0)
+    assert eta == 25.0 and basis == {"rates": {"b": "1.0 steps/s + 0:00:05 start-up in a"}, "unestimated": []}
+    m.plan("c")  # a stage with no estimate: the figure becomes a lower bound that names it
+    assert m.job_eta(now=20.0) == (25.0, {"rates": {"b": "1.0 steps/s + 0:00:05 start-up in a"}, "unestimated": ["c"]})
