@@ -30,6 +30,8 @@ from collections.abc import Sequence
 from contextlib import ExitStack
 from pathlib import Path
 
+log = logging.getLogger(__name__)
+
 __all__ = ["load_job", "run", "label", "bench"]
 
 
@@ -107,11 +109,14 @@ def job_stages(cfg) -> list[str]:
     return stage_names(cfg)
 
 
-def _display(stack: ExitStack, logs: Path, stages: list[str], verbose: bool, log_name: str = "job.log"):
-    """The progress display; unless ``verbose`` (or stderr is not the process's own), Ray's
-    output goes to ``logs/ray.log`` and only the engine's lines and progress reach the terminal.
+def _display(stack: ExitStack, logs: Path, stages: list[str], verbose: bool, log_name: str = "job.log",
+             retag: dict[str, tuple[str, str]] | None = None):
+    """The progress display, which handles the engine's logging (``messages``) while ``stack``
+    is open; unless ``verbose`` (or stderr is not the process's own), Ray's output goes to
+    ``logs/ray.log`` and only the engine's lines (workers' too) and progress reach the terminal.
     Ray is stopped, and shipped model copies removed, when ``stack`` closes."""
     from augsbert_ray.artifacts import cleanup_shipped
+    from augsbert_ray.messages import handled_by
     from augsbert_ray.progress import JobProgress
     from augsbert_ray.ray_logs import RayOutput
     from augsbert_ray.runtime import stop_ray
@@ -123,16 +128,10 @@ def _display(stack: ExitStack, logs: Path, stages: list[str], verbose: bool, log
     progress = stack.enter_context(JobProgress(stages, stream=out.terminal if out else sys.stderr,
                                                log_path=logs / log_name,
                                                redirect_std=verbose))
+    # The engine's lines, and those of Ray workers (RayOutput logs them), on the display; DEBUG in the log.
+    stack.enter_context(handled_by(progress.logging_handler(retag=retag), logging.DEBUG))
     if out is not None:
-        out.follow(progress.message)
-        progress.message(f"[augsbert] Ray's own messages: {logs / 'ray.log'} (--verbose shows them here)")
-    # The engine's own logging: warnings on the display, the rest in the log.
-    engine = logging.getLogger("augsbert_ray")
-    handler, level = progress.logging_handler(), engine.level
-    engine.addHandler(handler)
-    engine.setLevel(logging.INFO)
-    stack.callback(engine.setLevel, level)
-    stack.callback(engine.removeHandler, handler)
+        log.info(f"[augsbert] Ray's own messages: {logs / 'ray.log'} (--verbose shows them here)")
     return progress
 
 
@@ -142,7 +141,7 @@ def _run_watched(cfg, fresh: bool, verbose: bool):
 
     with ExitStack() as stack:
         progress = _display(stack, local_root(cfg.resolved_run_dir) / "logs", job_stages(cfg), verbose)
-        return run_job(cfg, log=progress.message, fresh=fresh, progress=progress, verbose=verbose)
+        return run_job(cfg, fresh=fresh, progress=progress, verbose=verbose)
 
 
 def label(model: str, pairs: str | Sequence[str], out: str | os.PathLike, *, columns: str | dict | None = None,
@@ -226,18 +225,16 @@ def _label_checked(model, inputs, out: Path, record: dict, cfg, max_length: int,
 
     root = label_output.open_output(out, record, fresh)
     with ExitStack() as stack:
-        progress = _display(stack, root / label_output.LOGS, ["label"], verbose, log_name="label.log")
-
-        def log(line: str) -> None:
-            progress.message(line.replace("[silver]", "[label]", 1))
-
-        log(f"[label] {inputs.pairs} pairs in {len(inputs.files)} file(s) -> {root}")
+        # the labelling is the silver stage's: its lines are shown as the label command's
+        progress = _display(stack, root / label_output.LOGS, ["label"], verbose, log_name="label.log",
+                            retag={"augsbert_ray.labeling": ("[silver]", "[label]")})
+        log.info(f"[label] {inputs.pairs} pairs in {len(inputs.files)} file(s) -> {root}")
         if not trained:
-            log(f"[label] WARNING: {model} has no trained classification head: a new one is drawn (the same in "
-                "every actor and run), so its scores mean nothing. Score with a trained cross-encoder, such as a "
-                "job's models/cross-encoder.")
+            log.warning(f"[label] WARNING: {model} has no trained classification head: a new one is drawn (the "
+                        "same in every actor and run), so its scores mean nothing. Score with a trained "
+                        "cross-encoder, such as a job's models/cross-encoder.")
         cluster = start_ray(address, verbose=verbose, log_dir=None if verbose else root / label_output.LOGS)
-        log(f"[label] Ray cluster: {cluster.describe()}")
+        log.info(f"[label] Ray cluster: {cluster.describe()}")
         actors = pool_size(cfg, cluster.gpus)
         cpus = actor_cpus(cfg, cluster.cpus, actors)
         store = label_output.LabelStore(root, inputs.score_column, fetch=ray.get)
@@ -249,7 +246,7 @@ def _label_checked(model, inputs, out: Path, record: dict, cfg, max_length: int,
 
         report = LabelingReport()
         progress.start_stage("label", total=inputs.pairs, unit="pairs")
-        label_shards(candidates(), ship_if_local(model), cfg, max_length, cpus, store, log=log, report=report,
+        label_shards(candidates(), ship_if_local(model), cfg, max_length, cpus, store, report=report,
                      actors=actors, progress=progress.stage("label"))
         rate = report.labelled_pairs / report.seconds if report.seconds else 0.0
         progress.finish_stage("label", note=f"{rate:.1f} pairs/s, {report.reused} of {report.shards} shards "

@@ -9,10 +9,14 @@ What each stage reads, writes and publishes is declared in its module (``augsber
 
 from __future__ import annotations
 
+import logging
 import os
+import warnings
+from contextlib import nullcontext
 from typing import Callable
 
 from augsbert_ray.config import JobConfig, dump_job
+from augsbert_ray.messages import lines_to
 from augsbert_ray.metrics import RunMetrics
 from augsbert_ray.preflight import check_models, check_paths
 from augsbert_ray.rundir import RunDir
@@ -20,6 +24,8 @@ from augsbert_ray.runner import Done, Runner
 from augsbert_ray.stages import (AugSBERT, AutoPilot, Calibrate, Candidates, Evaluate, Gold, GoldOnly, Pilot, Ship,
                                  Silver, Stage, TargetGold, TargetSets, Teacher, TeacherCheck, source_of)
 from augsbert_ray.stages.gold import has_upper_bound
+
+log = logging.getLogger(__name__)
 
 
 def recipe(cfg: JobConfig, search: dict | None = None) -> list[Stage]:
@@ -58,7 +64,7 @@ def stage_names(cfg: JobConfig) -> list[str]:
     return names
 
 
-def run_job(cfg: JobConfig, log: Callable[[str], None] = print, fresh: bool = False, until: str | None = None,
+def run_job(cfg: JobConfig, log: Callable[[str], None] | None = None, fresh: bool = False, until: str | None = None,
             on_stage: Callable[[Done], None] | None = None,
             on_start: Callable[[str], None] | None = None, progress=None, verbose: bool = True) -> RunMetrics:
     """Runs one AugSBERT job and returns its metrics (also written to the run directory).
@@ -74,7 +80,8 @@ def run_job(cfg: JobConfig, log: Callable[[str], None] = print, fresh: bool = Fa
 
     Args:
         cfg: the job.
-        log: receives progress lines.
+        log: deprecated: the job's lines are logged (``messages``: the ``augsbert_ray`` logger);
+            a callable given here still receives them while the job runs.
         fresh: redo every stage, ignoring what earlier runs finished.
         until: stop after the stage of this name (e.g. ``cross_encoder``) and the stages listed
             before it; the metrics then hold what ran (``complete`` is False).
@@ -84,18 +91,26 @@ def run_job(cfg: JobConfig, log: Callable[[str], None] = print, fresh: bool = Fa
         verbose: False keeps Ray's own messages off the terminal, in ``<run dir>/logs/ray.log``
             (``runtime.start_ray``).
     """
+    if log is not None:
+        warnings.warn("run_job(log=...) is deprecated: the job's lines are logged to the 'augsbert_ray' logger; "
+                      "add a logging handler to receive them", DeprecationWarning, stacklevel=2)
+    with lines_to(log) if log is not None else nullcontext():
+        return _run_job(cfg, fresh, until, on_stage, on_start, progress, verbose)
+
+
+def _run_job(cfg: JobConfig, fresh: bool, until: str | None, on_stage, on_start, progress, verbose: bool) -> RunMetrics:
     check_paths(cfg)  # before anything is written: the input files and model folders are there
     check_models(cfg)
-    rd = RunDir(cfg.resolved_run_dir, log)
+    rd = RunDir(cfg.resolved_run_dir)
     job = cfg
 
     def claim():  # the run directory holds this job's work from its first stage on
         rd.write_text("config.yaml", dump_job(job))
-        log(f"[augsbert] job '{job.name}': run directory {rd.location}"
-            + (f" (staged locally in {rd.root})" if rd.uri else ""))
+        log.info(f"[augsbert] job '{job.name}': run directory {rd.location}"
+                 + (f" (staged locally in {rd.root})" if rd.uri else ""))
 
-    runner = Runner(cfg, rd, log, fresh=fresh, on_stage=on_stage, on_start=on_start, on_claim=claim,
-                    progress=progress, start_cluster=lambda: _start_cluster(cfg, rd, log, runner, verbose))
+    runner = Runner(cfg, rd, fresh=fresh, on_stage=on_stage, on_start=on_start, on_claim=claim,
+                    progress=progress, start_cluster=lambda: _start_cluster(cfg, rd, runner, verbose))
     names = stage_names(cfg)
     if until is not None and until not in names:
         raise ValueError(f"no stage '{until}' in this job; stages: {', '.join(names)}")
@@ -132,11 +147,10 @@ def plan(cfg: JobConfig, run_dir=None) -> dict[str, str]:
     Two configs whose plans differ for a stage would run it separately; equal ones share it.
     """
     rd = RunDir(run_dir or cfg.resolved_run_dir)
-    return Runner(cfg, rd, lambda line: None).plan(recipe(cfg))
+    return Runner(cfg, rd).plan(recipe(cfg))
 
 
-def _start_cluster(cfg: JobConfig, rd: RunDir, log: Callable[[str], None], runner: Runner | None = None,
-                   verbose: bool = True):
+def _start_cluster(cfg: JobConfig, rd: RunDir, runner: Runner | None = None, verbose: bool = True):
     from augsbert_ray.models import TRUST_REMOTE_CODE_ENV
     from augsbert_ray.resource_checks import check_cluster_gpus, runs_locally
     from augsbert_ray.runtime import start_ray
@@ -145,16 +159,16 @@ def _start_cluster(cfg: JobConfig, rd: RunDir, log: Callable[[str], None], runne
     os.environ.pop(TRUST_REMOTE_CODE_ENV, None)
     env = {TRUST_REMOTE_CODE_ENV: "1"} if cfg.trust_remote_code else None
     if cfg.trust_remote_code:
-        log("[augsbert] WARNING: trust_remote_code is on: Python code shipped with the configured models "
-            "will run on the driver and every Ray worker. Use it only for models whose code you trust.")
+        log.warning("[augsbert] WARNING: trust_remote_code is on: Python code shipped with the configured models "
+                    "will run on the driver and every Ray worker. Use it only for models whose code you trust.")
     cluster = start_ray(cfg.ray.address, cfg.ray.num_cpus, env_vars=env, verbose=verbose,
                         log_dir=None if verbose else rd.path("logs"))
     if not runs_locally(cfg):  # a local run's GPUs were checked before Ray started
         check_cluster_gpus(cfg, cluster.gpus, cfg.ray.address)
     if runner is not None:
         runner.open_channel()  # Ray workers report their progress to the display
-    log(f"[augsbert] Ray cluster: {cluster.describe()}")
+    log.info(f"[augsbert] Ray cluster: {cluster.describe()}")
     if cluster.logs or cluster.dashboard:
-        log(f"[augsbert] Ray logs: {cluster.logs or 'see the cluster'}; dashboard: "
-            f"{cluster.dashboard or 'not started'} (bound to the head; reach it by SSH tunnel)")
+        log.info(f"[augsbert] Ray logs: {cluster.logs or 'see the cluster'}; dashboard: "
+                 f"{cluster.dashboard or 'not started'} (bound to the head; reach it by SSH tunnel)")
     return cluster

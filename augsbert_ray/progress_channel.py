@@ -4,7 +4,8 @@ Training steps happen in Ray Train workers and Tune trials, labelling and querie
 Data actors: none of them can draw on the driver's terminal. ``progress_channel`` starts
 a ``ProgressSink`` (an async actor with no CPU, on the driver's node) and a driver thread
 that drains it into a ``JobProgress``; it yields a ``ProgressHandle``, which pickles into
-any task, actor or train loop.
+any task, actor or train loop. Workers' messages are logged on the driver (this module's
+logger, under the engine's: ``messages``), where the display's logging handler shows them.
 
 Workers call the handle fire-and-forget: counts are added up in the worker and sent at
 most every ``flush_s`` seconds (or on ``flush()``, and at once for messages) with a
@@ -25,11 +26,14 @@ a dead sink costs nothing but the lost counts. Code that takes an optional
 from __future__ import annotations
 
 import asyncio
+import logging
 import threading
 import time
 from augsbert_ray.progress import StageProgress
 
 __all__ = ["ProgressSink", "ProgressHandle", "ProgressChannel", "progress_channel", "apply_events"]
+
+log = logging.getLogger(__name__)
 
 
 class ProgressSink:
@@ -130,7 +134,7 @@ class ProgressHandle:
 
 
 def apply_events(progress, events: list) -> None:
-    """Replays drained events on a ``JobProgress``."""
+    """Replays drained events on a ``JobProgress``; messages are logged (see the module)."""
     for event in events:
         kind = event[0]
         if kind == "advance":
@@ -142,7 +146,7 @@ def apply_events(progress, events: list) -> None:
         elif kind == "update":
             progress.update(event[1], event[2])
         elif kind == "message":
-            progress.message(event[1])
+            log.info("%s", event[1])
 
 
 class ProgressChannel:

@@ -8,7 +8,7 @@ actor pool), and Ray's error notices ("(raylet) A worker died ..."), which Ray p
 straight to the driver's stdout and stderr. ``RayOutput`` sends the process's stdout and
 stderr (file descriptors 1 and 2, so native writes too) to ``<run_dir>/logs/ray.log``
 and keeps a handle on the terminal for the progress display. A thread follows the file
-and passes on:
+and logs (to this module's logger, under the engine's: see ``messages``):
 
 - engine lines printed in workers (``[silver] labelling actor on cpu: bf16, 2 threads``),
   with Ray's prefix removed;
@@ -24,12 +24,13 @@ Example::
 
     with RayOutput(run_dir / "logs" / "ray.log") as out:
         with JobProgress(stages, stream=out.terminal) as progress:
-            out.follow(progress.message)
-            ...
+            with messages.handled_by(progress.logging_handler()):
+                ...
 """
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 import sys
@@ -39,6 +40,8 @@ from pathlib import Path
 from typing import Callable
 
 __all__ = ["RayOutput", "translate", "engine_line"]
+
+log = logging.getLogger(__name__)
 
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 # Ray's prefix of a forwarded worker line: "(MapWorker(MapBatches(PairScorer)) pid=12, ip=10.0.0.2) "
@@ -116,7 +119,8 @@ class RayOutput:
         self._held: dict[str, int] = {}  # notices of a kind held back since the last one shown
 
     def follow(self, on_line: Callable[[str], None]) -> None:
-        """Engine lines and translated notices found in the file go to ``on_line``."""
+        """Engine lines and translated notices found in the file go to ``on_line`` (by default
+        they are logged)."""
         self._on_line = on_line
 
     def __enter__(self) -> "RayOutput":
@@ -181,10 +185,10 @@ class RayOutput:
                 self._stop.wait(self.poll_s)
 
     def _handle(self, line: str) -> None:
-        if self._on_line is None:
-            return
         try:
-            shown = engine_line(line)
+            # Only workers' engine lines: this process logs its own where they are made, and
+            # a logging handler that writes to stderr would otherwise see its lines come back.
+            shown = engine_line(line) if _PREFIX.match(_ANSI.sub("", line)) else None
             if shown is None:
                 notice = translate(line)
                 if notice is None:
@@ -198,6 +202,9 @@ class RayOutput:
                 held = self._held.pop(kind, 0)
                 if held:
                     shown += f" ({held} more like it in the last {REPEAT_S:.0f} s: see {self.path.name})"
-            self._on_line(shown)
+            if self._on_line is not None:
+                self._on_line(shown)
+            else:
+                log.info("%s", shown)
         except Exception:  # noqa: BLE001 - following the log must never stop the job
             pass

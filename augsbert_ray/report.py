@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import logging
 import os
 from pathlib import Path
 
@@ -16,6 +17,8 @@ from augsbert_ray.metrics import ClusterInfo, RunMetrics, StageRecord
 from augsbert_ray.versions import versions
 from augsbert_ray.rundir import RunDir
 from augsbert_ray.stages.base import ScoreRow, SummaryContext
+
+log = logging.getLogger(__name__)
 
 
 def summary_markdown(metrics: RunMetrics) -> str:
@@ -217,5 +220,5 @@ def finish(cfg, runner, stages: list, complete: bool = True, plot: bool = True, 
     publish_cards(cfg, rd.root, m, {stage: out["model"] for stage, out in runner.published.items() if "model" in out})
     rd.push()
     if not quiet:
-        runner.log(f"[augsbert] wrote metrics.json and summary.md in {rd.location}")
+        log.info(f"[augsbert] wrote metrics.json and summary.md in {rd.location}")
     return m

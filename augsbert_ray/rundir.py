@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import os
 import re
 from pathlib import Path
@@ -27,6 +28,8 @@ from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
+
+log = logging.getLogger(__name__)
 
 
 def fingerprint(*parts: Any) -> str:
@@ -137,9 +140,8 @@ def local_root(location: str | os.PathLike) -> Path:
 
 
 class RunDir:
-    def __init__(self, root: str | os.PathLike, log=lambda line: None):
+    def __init__(self, root: str | os.PathLike):
         self.uri = str(root).rstrip("/") if is_uri(root) else None
-        self.log = log
         self.root = local_root(root)
         if self.uri is None:
             # Created by the first write: a job that fails its input checks leaves nothing behind.
@@ -203,7 +205,7 @@ class RunDir:
             n += 1
         self._synced = self._local_files()
         if n:
-            self.log(f"[augsbert] fetched {n} file(s) of an earlier run from {self.uri}")
+            log.info(f"[augsbert] fetched {n} file(s) of an earlier run from {self.uri}")
 
     def push(self) -> None:
         """Uploads new or changed files to the remote run directory; stage markers go last."""

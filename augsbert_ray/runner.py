@@ -20,6 +20,7 @@ where the README says.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import shutil
 import threading
@@ -30,9 +31,11 @@ from typing import Any, Callable
 
 from augsbert_ray import graph
 from augsbert_ray.config import JobConfig
+from augsbert_ray.messages import prefixed
 from augsbert_ray.rundir import RunDir, fingerprint
 from augsbert_ray.stages.base import Artifact, Declaration, Inputs, Stage, StageResult, fingerprint_settings
 
+log = logging.getLogger(__name__)
 MARKER = "done.json"
 
 
@@ -57,7 +60,6 @@ class StageEnv:
         out: the stage's own folder; outputs go here (resumable state too).
         storage: where Ray Train / Tune may keep this stage's checkpoints (a path, or a URI
             under a remote run directory).
-        log: progress lines for the person running the job.
         runner: the job's runner, for the cluster and model shipping (``ship``,
             ``base_model``, ``cluster``).
         fresh: the stage must not resume anything.
@@ -65,7 +67,6 @@ class StageEnv:
 
     out: Path
     storage: str
-    log: Callable[[str], None]
     runner: "Runner"
     fresh: bool = False
 
@@ -93,7 +94,6 @@ class Runner:
     Args:
         cfg: the job.
         rd: its run directory.
-        log: receives progress lines.
         fresh: redo every stage, ignoring what earlier runs finished.
         start_cluster: called (once) before the first stage that needs Ray and is not
             reused; returns the cluster's resources.
@@ -104,11 +104,12 @@ class Runner:
             then holds this job's work (the job writes its ``config.yaml`` there).
     """
 
-    def __init__(self, cfg: JobConfig, rd: RunDir, log: Callable[[str], None] = print, *, fresh: bool = False,
+    def __init__(self, cfg: JobConfig, rd: RunDir, *, fresh: bool = False,
                  start_cluster: Callable[[], Any] | None = None,
                  on_stage: Callable[[Done], None] | None = None, on_start: Callable[[str], None] | None = None,
                  progress=None, on_claim: Callable[[], None] | None = None):
-        self.cfg, self.rd, self.log, self.fresh = cfg, rd, log, fresh
+        self.cfg, self.rd, self.fresh = cfg, rd, fresh
+        self.prefix = ""  # in front of every line logged while this runner runs a stage (``child``)
         self._on_claim, self._claimed = on_claim, False
         self.artifacts: dict[str, Artifact] = {}
         self.done: dict[str, Done] = {}
@@ -149,6 +150,10 @@ class Runner:
         ``cfg`` runs the stage under a variant of the job's config (e.g. another teacher
         recipe); its outputs then live in that variant's folder, and are not published.
         """
+        with prefixed(self.prefix):
+            return self._run(stage, cfg)
+
+    def _run(self, stage: Stage, cfg: JobConfig | None) -> Done:
         variant = cfg is not None
         cfg = cfg or self.cfg
         decl = stage.declare(cfg)
@@ -163,19 +168,19 @@ class Runner:
             if self.progress is not None:
                 self.progress.finish_stage(stage.name, done.seconds, reused=True)
             else:
-                self.log(f"[{stage.name}] complete in an earlier run; skipped")
+                log.info(f"[{stage.name}] complete in an earlier run; skipped")
         else:
             if self.fresh and not stage.always:
                 self.rd.remove_tree(rel)
             if stage.needs_ray:
                 self.ensure_cluster()
             folder.mkdir(parents=True, exist_ok=True)
-            env = StageEnv(out=folder, storage=self.rd.storage(f"{rel}/ray"), log=self.log, runner=self,
+            env = StageEnv(out=folder, storage=self.rd.storage(f"{rel}/ray"), runner=self,
                            fresh=self.fresh, stage=stage.name)
             if self.progress is not None:
                 self.progress.start_stage(stage.name)
             else:
-                self.log(f"[{stage.name}] started")
+                log.info(f"[{stage.name}] started")
             if self._on_start is not None:
                 self._on_start(stage.name)
             t0 = time.perf_counter()
@@ -193,7 +198,7 @@ class Runner:
             if self.progress is not None:
                 self.progress.finish_stage(stage.name, seconds)
             else:
-                self.log(f"[{stage.name}] done in {seconds:.1f}s")
+                log.info(f"[{stage.name}] done in {seconds:.1f}s")
         content = stage.content_fingerprints(folder) or {}
         with self._lock:
             for name in decl.outputs:
@@ -334,8 +339,8 @@ class Runner:
         shipped models, and the artifacts found so far (the gold pairs), but its own record
         of stages; nothing it runs is published, and it reports to no display. Stages it
         shares with the job (same fingerprints) are simply reused."""
-        child = Runner(cfg, self.rd, (lambda line: self.log(log_prefix + line)) if log_prefix else self.log,
-                       fresh=False, start_cluster=self.ensure_cluster)
+        child = Runner(cfg, self.rd, fresh=False, start_cluster=self.ensure_cluster)
+        child.prefix = self.prefix + log_prefix  # its lines are told apart from the job's own
         child.cluster = self.cluster
         child._shipped = self._shipped
         child.channel = None
@@ -404,11 +409,11 @@ class Runner:
         changed = [name for name, sig in record.get("outputs", {}).items()
                    if self.rd.signature(f"{rel}/{name}") != sig]
         if changed:
-            self.log(f"[{stage.name}] completed earlier, but {', '.join(changed)} is missing or changed; redoing it")
+            log.info(f"[{stage.name}] completed earlier, but {', '.join(changed)} is missing or changed; redoing it")
             return None
         result = stage.load_result(record.get("result"))
         if result is None:
-            self.log(f"[{stage.name}] completed earlier, but its recorded result is of another version; redoing it")
+            log.info(f"[{stage.name}] completed earlier, but its recorded result is of another version; redoing it")
             return None
         return {**record, "result": result}
 

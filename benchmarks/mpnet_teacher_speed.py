@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import gc
 import json
+import logging
 import random
 import sys
 import time
@@ -229,4 +230,5 @@ def render(args, rates: dict, proj: dict, threads: int) -> list[str]:
 
 
 if __name__ == "__main__":
+    logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stdout)  # the training loop's lines
     sys.exit(main())

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import multiprocessing as mp
 import os
 import sys
@@ -289,5 +290,6 @@ def _write(lines: list[str], rows: list[dict], args, argv, out: Path, teacher_te
 
 
 if __name__ == "__main__":
+    logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stdout)  # the training loop's lines
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     sys.exit(main())

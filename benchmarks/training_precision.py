@@ -13,6 +13,7 @@ scoring) and the dev and test scores of every seed, with their mean.
 from __future__ import annotations
 
 import argparse
+import logging
 import os
 import sys
 
@@ -38,7 +39,7 @@ def train_once(cfg, gold: dict, kind: str, precision: str, seed: int) -> dict:
     hp = HParams(**{**hparams(c, cfg.seed, cfg.training, precision), "seed": seed})
     recipe = make_recipe(kind, **recipe_args)
     s1, s2, labels = pair_lists(gold["train"])
-    trainer = PairTrainer(recipe, s1, s2, labels, hp, log=print, name=f"{kind} {precision} seed {seed}")
+    trainer = PairTrainer(recipe, s1, s2, labels, hp, name=f"{kind} {precision} seed {seed}")
     trainer.run()
     splits = {s: gold[s].select(PAIR_COLUMNS) for s in ("dev", "test")}
     preds = {s: recipe.predict(trainer.module, *pair_lists(splits[s])[:2], cfg.evaluation.batch_size) for s in splits}
@@ -113,4 +114,5 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
+    logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stdout)  # the training loop's lines
     sys.exit(main())

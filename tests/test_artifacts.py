@@ -181,17 +181,18 @@ def test_a_job_that_trusts_remote_code_says_so(tmp_path, monkeypatch):
     from unittest import mock
 
     from augsbert_ray.config import validate_tree
+    from augsbert_ray.messages import lines_to
     from augsbert_ray.pipeline import _start_cluster
     from augsbert_ray.rundir import RunDir
 
     tree = {"name": "x", "data": {s: {"format": "stsb", "path": f"{s}.csv"} for s in ("train", "dev", "test")}}
     lines = []
-    with mock.patch("augsbert_ray.runtime.start_ray") as start:
-        _start_cluster(validate_tree({**tree, "trust_remote_code": True}), RunDir(tmp_path / "a"), lines.append)
+    with mock.patch("augsbert_ray.runtime.start_ray") as start, lines_to(lines.append):
+        _start_cluster(validate_tree({**tree, "trust_remote_code": True}), RunDir(tmp_path / "a"))
         assert start.call_args.kwargs["env_vars"] == {"AUGSBERT_TRUST_REMOTE_CODE": "1"}
         assert any("WARNING: trust_remote_code is on" in line for line in lines)
         lines.clear()
-        _start_cluster(validate_tree(tree), RunDir(tmp_path / "b"), lines.append)
+        _start_cluster(validate_tree(tree), RunDir(tmp_path / "b"))
         assert start.call_args.kwargs["env_vars"] is None and not any("WARNING" in line for line in lines)
 
 

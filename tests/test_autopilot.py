@@ -13,6 +13,7 @@ import json
 import pytest
 
 from augsbert_ray.config import validate_tree
+from augsbert_ray.messages import lines_to
 from augsbert_ray.pipeline import run_job
 from augsbert_ray.stages.auto import decide
 
@@ -82,7 +83,7 @@ def test_the_autopilot_chooses_the_one_setting_that_can_help(tmp_path, tiny_stsb
     own = "teacher 1x1e+30, bm25 top-2, calibration none, gold x2, cosent-distill objective"
     right = "teacher 1x0.0001, bm25 top-2, calibration none, gold x2, cosent-distill objective"
     rd = RunDir(cfg.resolved_run_dir)
-    runner = Runner(cfg, rd, lambda line: None, start_cluster=lambda: _start_cluster(cfg, rd, lambda line: None))
+    runner = Runner(cfg, rd, start_cluster=lambda: _start_cluster(cfg, rd))
     try:
         choice = choose(cfg, runner, recipe)
     finally:
@@ -97,7 +98,7 @@ def test_the_autopilot_chooses_the_one_setting_that_can_help(tmp_path, tiny_stsb
     assert (job.cross_encoder.lr, job.bi_encoder.gold_repeat, job.auto.enabled) == (1e-4, 2, False)
     assert runner.done == {} and runner.artifacts == {}  # the search ran in runners of its own
     # The job runs the chosen setting: its teacher, candidates and labels are the search's own.
-    m = run_job(cfg, log=lambda line: None)
+    m = run_job(cfg)
     auto = m.result("auto")
     assert auto.chosen == right and auto.settings[1]["pilot_dev"] == a["settings"][1]["pilot_dev"]
     assert {"cross_encoder", "candidates", "silver"} <= set(m.stages_reused)
@@ -113,7 +114,8 @@ def test_the_autopilot_chooses_the_one_setting_that_can_help(tmp_path, tiny_stsb
     assert f"Chose {right}: {a['why']}" in summary
     # A re-run does nothing again: every setting's stages and the pilots are reused.
     lines = []
-    again = run_job(cfg, log=lines.append)
+    with lines_to(lines.append):
+        again = run_job(cfg)
     assert again.result("auto").chosen == right and again.scores == m.scores
     started = sorted(line for line in lines if line.endswith("] started"))  # (gold and auto run at once)
     assert started == ["[auto] started", "[gold] started", "[gold] started", "[ship] started",

@@ -39,7 +39,7 @@ def _runner(tmp_path, cfg, artifacts: dict):
     from augsbert_ray.runner import Runner
     from augsbert_ray.stages.base import Artifact
 
-    runner = Runner(cfg, RunDir(tmp_path / "run"), lambda line: None)
+    runner = Runner(cfg, RunDir(tmp_path / "run"))
     for aid, path in artifacts.items():
         runner.artifacts[aid] = Artifact(path, aid)
     return runner

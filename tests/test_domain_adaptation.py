@@ -13,6 +13,7 @@ import pytest
 from augsbert_ray import schema
 from augsbert_ray.config import validate_tree
 from augsbert_ray.loaders import load_pairs
+from augsbert_ray.messages import lines_to
 from augsbert_ray.pipeline import run_job
 from augsbert_ray.sources import DataSource
 
@@ -69,7 +70,8 @@ def test_labelled_target_pairs_binary_target(tmp_path, tiny_stsb, _tiny_model_ma
     cfg = _job(shared_run, tiny_stsb, tiny_model, {
         "pairs": {"format": "mrpc", "path": str(pairs)}, "test": {"format": "mrpc", "path": str(test)}, "task": "binary"})
     lines = []
-    m = run_job(cfg, log=lines.append).to_dict()
+    with lines_to(lines.append):
+        m = run_job(cfg).to_dict()
     rd = cfg.resolved_run_dir
     assert m["target"]["task"] == "binary" and m["target"]["metric"] == "auc_0.05"
     for key in ("zero_shot", "gold_only", "cross_encoder", "target_gold", "augsbert"):
@@ -101,7 +103,7 @@ def test_unlabelled_target_pairs_mixed_with_source_gold(tmp_path, tiny_stsb, _ti
         "pairs": {"format": "csv", "path": path,
                   "columns": {"sentence1": "question1", "sentence2": "question2", "label": None}},
         "test": {"format": "stsb", "path": str(tiny_stsb["test"])}, "mix_source_gold": True})
-    m = run_job(cfg, log=lambda line: None).to_dict()
+    m = run_job(cfg).to_dict()
     assert "target_gold" not in m["scores"] and m["target"]["data"]["pairs"]["labelled"] is False
     assert m["target"]["candidates"] == {"target_pairs": 32, "self_pairs_left_out": 1, "repeats_left_out": 1}
     assert m["sampling"]["silver"] == 30
@@ -121,7 +123,7 @@ def test_corpus_mode_samples_pairs_from_target_sentences(tmp_path, tiny_stsb, _t
     cfg = _job(shared_run, tiny_stsb, tiny_model, {
         "corpus": {"path": str(corpus_file), "format": "tsv", "column": "#1 String"},
         "test": {"format": "mrpc", "path": str(test)}, "task": "binary"})
-    m = run_job(cfg, log=lambda line: None).to_dict()
+    m = run_job(cfg).to_dict()
     rd = cfg.resolved_run_dir
     lines = m["target"]["candidates"]["corpus_lines"]
     assert lines["lines"] == 40 and lines["ok"] + lines["truncated"] == lines["distinct"] + lines["duplicates"]
@@ -137,5 +139,5 @@ def test_corpus_mode_samples_pairs_from_target_sentences(tmp_path, tiny_stsb, _t
     assert 0 <= m["scores"]["augsbert"]["target_test"]["auc_0.05"] <= 100
     assert "target_gold" not in m["scores"]  # a corpus has no labels: no upper bound
     # A re-run reuses the corpus's candidates (its files are unchanged).
-    m2 = run_job(cfg, log=lambda line: None).to_dict()
+    m2 = run_job(cfg).to_dict()
     assert "candidates" in m2["stages_reused"] and m2["sampling"]["silver"] == m["sampling"]["silver"]

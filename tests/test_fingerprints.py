@@ -168,7 +168,7 @@ def _plan(cfg, run_dir) -> dict:
     from augsbert_ray.rundir import RunDir
     from augsbert_ray.runner import Runner
 
-    runner = Runner(cfg, RunDir(run_dir), lambda line: None)
+    runner = Runner(cfg, RunDir(run_dir))
     out = runner.plan(recipe(cfg))
     for aid, artifact in runner.artifacts.items():
         if aid.split("/")[0] in ("gold", "target"):

@@ -76,7 +76,7 @@ def test_training_on_the_gpu_in_bf16_learns_and_keeps_fp32_weights(tiny_model):
     labels = np.array([1.0 if a.split()[1] == b.split()[1] else 0.0 for a, b in zip(s1, s2)], np.float32)
     trainer = PairTrainer(BiEncoderRecipe(model=tiny_model, max_length=32), s1, s2, labels,
                           HParams(epochs=4, lr=1e-3, batch_size=16, warmup_ratio=0.0, seed=0, precision="auto"),
-                          device="cuda", log=lambda line: None)
+                          device="cuda")
     assert trainer.precision == ("bf16" if torch.cuda.is_bf16_supported() else "fp32")
     trainer.run(until=1)
     first = trainer.losses[-1]

@@ -8,6 +8,7 @@ import pytest
 from augsbert_ray import schema
 from augsbert_ray.candidates.pairs import gold_pair_keys, pair_keys, unique_sentences
 from augsbert_ray.config import validate_tree
+from augsbert_ray.messages import lines_to
 from augsbert_ray.pipeline import run_job
 from augsbert_ray.rundir import RunDir
 
@@ -38,7 +39,8 @@ def finished_run(tmp_path_factory, _tiny_model_master, ray_local):
     stsb = {s: write_stsb(root / f"sts-{s}.csv", n, seed) for s, n, seed in [("train", 48, 1), ("dev", 24, 2), ("test", 24, 3)]}
     cfg = tiny_job(stsb, str(_tiny_model_master), root / "run")
     lines = []
-    metrics = run_job(cfg, log=lines.append)
+    with lines_to(lines.append):
+        metrics = run_job(cfg)
     return cfg, stsb, metrics, lines
 
 
@@ -164,8 +166,7 @@ def test_a_rerun_reuses_finished_stages_and_a_changed_setting_trains_from_scratc
     rd = cfg.resolved_run_dir
     first = {name: _sha256(rd / "stages" / name / metrics.stage(name).fingerprint[:16] / "model" / "model.safetensors")
              for name in ("gold_only", "augsbert")}
-    lines = []
-    again = run_job(cfg, log=lines.append)
+    again = run_job(cfg)
     assert sorted(again.stages_reused) == sorted(
         ["cross_encoder", "eval_cross_encoder", "eval_zero_shot", "gold_only", "eval_gold_only", "candidates",
          "silver", "augsbert", "eval_augsbert"])
@@ -181,12 +182,13 @@ def test_a_rerun_reuses_finished_stages_and_a_changed_setting_trains_from_scratc
     changes = {"sampling": cfg.sampling.model_copy(update={"top_k": 1}),
                "bi_encoder": cfg.bi_encoder.model_copy(update={"lr": 5e-4, "num_layers": 1})}
     changed = cfg.model_copy(update=changes)
-    lines.clear()
-    third = run_job(changed, log=lines.append)
+    lines = []
+    with lines_to(lines.append):
+        third = run_job(changed)
     assert sorted(third.stages_reused) == ["cross_encoder", "eval_cross_encoder"]
     assert third.result("candidates").candidates < metrics.result("candidates").candidates
     assert not any("resumed from the checkpoint" in line for line in lines)
-    reference = run_job(changed.model_copy(update={"run_dir": str(fresh_dir)}), log=lambda line: None)
+    reference = run_job(changed.model_copy(update={"run_dir": str(fresh_dir)}))
     assert sorted(reference.stages_reused) == ["cross_encoder", "eval_cross_encoder"]
     for name, published in (("gold_only", "bi-encoder-gold-only"), ("augsbert", "bi-encoder-augsbert")):
         weights = _sha256(rd / "models" / published / "model.safetensors")
@@ -199,7 +201,7 @@ def test_a_rerun_reuses_finished_stages_and_a_changed_setting_trains_from_scratc
     assert student[0].auto_model.config.num_hidden_layers == 1  # the changed num_layers took
 
     # Back to the first settings: everything is still there, nothing runs again.
-    back = run_job(cfg, log=lambda line: None)
+    back = run_job(cfg)
     assert len(back.stages_reused) == 9 and back.scores == metrics.scores
     assert_cards(cfg, back)  # every stage reused: the cards are the first settings' again
     assert _sha256(rd / "models/bi-encoder-augsbert/model.safetensors") == first["augsbert"]  # republished
@@ -213,7 +215,7 @@ def test_gold_repeat_retrains_only_augsbert_on_gold_repeated(finished_run, tmp_p
     shutil.copytree(cfg.resolved_run_dir, rd)
     changed = cfg.model_copy(update={"run_dir": str(rd),
                                      "bi_encoder": cfg.bi_encoder.model_copy(update={"gold_repeat": 3})})
-    again = run_job(changed, log=lambda line: None)
+    again = run_job(changed)
     assert {"gold_only", "candidates", "silver"} <= set(again.stages_reused)
     assert "augsbert" not in again.stages_reused
     silver, gold = metrics.result("silver").silver, metrics.result("gold").train
@@ -230,14 +232,14 @@ def test_the_pilot_scored_on_dev_then_on_folds_of_the_gold_pairs(finished_run, t
     shutil.copytree(cfg.resolved_run_dir, rd)
     checked = validate_tree({**cfg.model_dump(mode="json"), "run_dir": str(rd),
                              "evaluation": {**cfg.evaluation.model_dump(mode="json"), "pilot": True}})
-    on_dev = run_job(checked, log=lambda line: None)
+    on_dev = run_job(checked)
     assert {s for s in on_dev.stage_seconds if s not in on_dev.stages_reused} - set(ALWAYS) == {"pilot"}
     p = on_dev.result("pilot").model_dump()
     assert p["scored_on"] == "dev" and p["folds"] == 0 and set(p["pilots"]) == {"gold only", "gold + silver"}
     assert p["scores"] == {k: v["dev"] for k, v in p["pilots"].items()}  # one pilot per arm: its dev score
     folded = validate_tree({**checked.model_dump(mode="json"),
                             "evaluation": {**checked.evaluation.model_dump(mode="json"), "pilot_folds": 3}})
-    again = run_job(folded, log=lambda line: None)
+    again = run_job(folded)
     assert {s for s in again.stage_seconds if s not in again.stages_reused} - set(ALWAYS) == {"pilot"}
     p, gold, silver = again.result("pilot").model_dump(), metrics.result("gold").train, metrics.result("silver").silver
     assert p["folds"] == 3 and p["scored_on"] == f"3 folds of the gold training pairs ({gold})"
@@ -262,12 +264,13 @@ def test_teacher_check_stops_when_asked(tmp_path):
     cfg = tiny_job({s: tmp_path / f"{s}.csv" for s in ("train", "dev", "test")}, "m", tmp_path / "run")
 
     def check(cfg, teacher: float, student: float, lines):
-        runner = Runner(cfg, RunDir(tmp_path / "run"), lines.append)
+        runner = Runner(cfg, RunDir(tmp_path / "run"))
         for name, value in (("eval_cross_encoder", teacher), ("eval_gold_only", student)):
             path = tmp_path / f"{name}.json"
             path.write_text(json.dumps({"dev": {"spearman": value}}))
             runner.artifacts[f"{name}/scores.json"] = Artifact(path, name)
-        return runner.run(TeacherCheck()).result
+        with lines_to(lines.append):
+            return runner.run(TeacherCheck()).result
 
     lines = []
     assert check(cfg, 70.0, 80.0, lines).gap == -10.0 and "WARNING" in lines[-2]
@@ -325,7 +328,7 @@ def test_seed_search_decides_every_encoder_and_works_with_semantic_search(tmp_pa
     cfg = validate_tree({**json.loads(cfg.model_dump_json()),
                          "seed_search": {"enabled": True, "targets": ["bi_encoder", "cross_encoder"], "seeds": [3, 4],
                                          "keep": 1, "prune_at": 0.5}})
-    metrics = run_job(cfg, log=lambda line: None)
+    metrics = run_job(cfg)
     searched = metrics.to_dict()["seed_search"]
     assert sorted(searched) == ["augsbert", "cross_encoder", "gold_only"]
     for stage, rec in searched.items():

@@ -26,7 +26,7 @@ def test_binary_task_end_to_end(tmp_path, tiny_model, ray_local):
             "labeling": {"block_size": 32, "micro_batch_size": 8},
         }
     )
-    metrics = run_job(cfg, log=lambda line: None)
+    metrics = run_job(cfg)
     assert metrics.primary_metric == "f1" and metrics.bi_encoder_objective == "softmax"
     gold = metrics.result("gold")
     assert gold.train == 48 and gold.dev == 12  # 20% of 60 carved off

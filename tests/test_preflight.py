@@ -149,7 +149,7 @@ def test_the_splits_checked_are_the_splits_the_job_uses(tmp_path):
         "test": {"format": "stsb", "path": str(tmp_path / "test.csv")}, "subsample": {"train": 20, "dev": 9},
         "subsample_seed": 7}})
     predicted = preflight.check_job(cfg)
-    done = Runner(cfg, RunDir(cfg.resolved_run_dir), lambda line: None).run(Gold())
+    done = Runner(cfg, RunDir(cfg.resolved_run_dir)).run(Gold())
     for split in ("train", "dev", "test"):
         used = pq.read_table(done.folder / f"{split}.parquet")
         assert predicted[split].column("line").to_pylist() == used.column("line").to_pylist(), split

@@ -152,20 +152,32 @@ def test_a_stage_reported_before_it_was_started_and_a_position_that_goes_back():
     assert lines[-1] == "[1/1] train  4/10 steps (1.0 steps/s, ETA 0:00:06, job ETA 0:00:06)"
 
 
-def test_logging_handler_shows_warnings_and_keeps_the_rest_in_the_job_log(tmp_path):
+def test_the_display_is_a_logging_handler_for_the_engines_lines(tmp_path):
+    from augsbert_ray.messages import prefixed
+
     out = io.StringIO()
     logger = logging.getLogger("augsbert_ray.test_progress")
     with JobProgress(["a"], stream=out, log_path=tmp_path / "job.log") as p:
         handler = p.logging_handler()
         logger.addHandler(handler)
-        logger.setLevel(logging.INFO)
+        logger.setLevel(logging.DEBUG)
         try:
+            logger.info("[gold] pairs: train 60, dev 60, test 60")  # an engine line: shown as written
+            logger.warning("[teacher_check] WARNING: the teacher is not better")  # tagged: as written
             logger.warning("faiss.shards=4 x faiss.shard_cpus=1 is more than the cluster's 2 CPUs")
-            logger.info("semantic search: 10 / 20 queries over 2 shards")
+            with prefixed("[auto] "):
+                logger.info("[pilot] dev spearman after 20% of the steps")
+            logger.debug("semantic search: 10 / 20 queries over 2 shards")  # the job log only
         finally:
             logger.removeHandler(handler)
-    assert "[augsbert] WARNING: faiss.shards=4" in out.getvalue() and "semantic search" not in out.getvalue()
-    assert "[augsbert_ray.test_progress] semantic search: 10 / 20 queries" in (tmp_path / "job.log").read_text()
+    shown = [line[9:] for line in out.getvalue().splitlines()]
+    assert [line for line in shown if not line.startswith("[1/1]") and not line.startswith("job")] == [
+        "[gold] pairs: train 60, dev 60, test 60", "[teacher_check] WARNING: the teacher is not better",
+        "[augsbert] WARNING: faiss.shards=4 x faiss.shard_cpus=1 is more than the cluster's 2 CPUs",
+        "[auto] [pilot] dev spearman after 20% of the steps"]
+    log = (tmp_path / "job.log").read_text()
+    assert "[augsbert_ray.test_progress] semantic search: 10 / 20 queries" in log and "semantic" not in out.getvalue()
+    assert " [gold] pairs: train 60, dev 60, test 60\n" in log
 
 
 def test_bars_in_a_pseudo_terminal(tmp_path):
@@ -222,3 +234,19 @@ def test_bars_in_a_pseudo_terminal(tmp_path):
 def test_format_duration():
     assert format_duration(0) == "0:00:00" and format_duration(3725.4) == "1:02:05"
     assert format_duration(None) == "-:--:--"
+
+
+def test_the_eta_model_is_pure_and_prices_a_planned_stage_by_its_kinds_measured_cost():
+    from augsbert_ray.progress.eta import DONE, RUNNING, JobModel
+
+    m = JobModel(["a", "b"])
+    m.plan("a", total=10, unit="steps")
+    a = m.get("a")
+    a.state, a.started, a.first_at, a.done_at_first, a.done, a.last_at = RUNNING, 0.0, 1.0, 0.0, 10.0, 11.0
+    a.state, a.seconds = DONE, 15.0  # 1 step/s in its loop, 5 s besides
+    m.measure(a)
+    m.plan("b", total=20, unit="steps")
+    eta, basis = m.job_eta(now=20.0)
+    assert eta == 25.0 and basis == {"rates": {"b": "1.0 steps/s + 0:00:05 start-up in a"}, "unestimated": []}
+    m.plan("c")  # a stage with no estimate: the figure becomes a lower bound that names it
+    assert m.job_eta(now=20.0) == (25.0, {"rates": {"b": "1.0 steps/s + 0:00:05 start-up in a"}, "unestimated": ["c"]})

@@ -6,6 +6,7 @@ import io
 import pickle
 import re
 
+from augsbert_ray.messages import handled_by
 from augsbert_ray.progress import JobProgress
 from augsbert_ray.progress_channel import ProgressChannel, ProgressHandle
 
@@ -57,7 +58,8 @@ def test_a_ray_task_advances_the_drivers_display(ray_local, tmp_path):
         progress.flush()
         return shards * rows
 
-    with JobProgress(["silver"], stream=out, every_s=0, log_path=tmp_path / "job.log") as display:
+    with JobProgress(["silver"], stream=out, every_s=0, log_path=tmp_path / "job.log") as display, \
+            handled_by(display.logging_handler()):  # workers' messages are logged on the driver
         with ProgressChannel(display, poll_s=0.2) as handle:
             display.start_stage("silver")
             assert ray.get([label.remote(handle.stage("silver"), 5, 20) for _ in range(2)]) == [100, 100]

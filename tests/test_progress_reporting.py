@@ -11,6 +11,7 @@ from augsbert_ray.labeling import LabelingReport, ShardStore, driver
 from augsbert_ray.labeling.driver import _label
 from augsbert_ray.labeling.pool import checked_shard
 from augsbert_ray.labeling.shards import keys_digest, table_shards
+from augsbert_ray.messages import lines_to
 
 
 class Recorder:
@@ -52,8 +53,8 @@ def test_labelling_reports_its_pairs_reused_shards_first(ray_local, tmp_path, mo
     monkeypatch.setattr(driver, "run_pool", fake_pool)
     progress, lines = Recorder(), []
     report = LabelingReport()
-    assert _label(table_shards(cands, 5), None, "model", cfg, 128, 1, store, lines.append, None, report,
-                  progress=progress) == 5
+    with lines_to(lines.append):
+        assert _label(table_shards(cands, 5), None, "model", cfg, 128, 1, store, None, report, progress=progress) == 5
     assert progress.calls == [("set_total", 23, "pairs"), ("update", 10), ("advance", 5), ("advance", 5),
                               ("advance", 3)]
     # the display shows the count: only the last "k/n shards" line is logged

@@ -184,3 +184,20 @@ def test_the_density_plot_is_never_seen_half_written(tmp_path, monkeypatch):
     report.write_density_plot(target, [0.1, 0.5, 0.9], [0.2, 0.4], "t")
     assert renames == [(".silver_density.png.tmp", "silver_density.png")]
     assert target.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and [p.name for p in tmp_path.iterdir()] == [target.name]
+
+
+def test_a_stage_class_is_found_by_its_name_with_no_list_to_edit():
+    from augsbert_ray.stages import result_type_of
+    from augsbert_ray.stages.base import Stage
+
+    class ProbeResult(StageResult):
+        probed: int = 0
+
+    class Probe(Stage):
+        name = "probe_registered"
+        result_type = ProbeResult
+
+    assert result_type_of("probe_registered") is ProbeResult
+    assert result_type_of("gold") is GoldResult
+    assert result_type_of("eval_augsbert") is EvalResult  # named per instance, found by its prefix
+    assert result_type_of("no_such_stage") is None

@@ -8,6 +8,7 @@ import time
 import pytest
 
 from augsbert_ray.config import validate_tree
+from augsbert_ray.messages import lines_to
 from augsbert_ray.rundir import RunDir
 from augsbert_ray.runner import Runner, publish
 from augsbert_ray.stages.base import (Declaration, Stage, StageParams, StageResult, UndeclaredSetting,
@@ -120,8 +121,10 @@ def test_a_missing_output_redoes_the_stage_and_dependants_follow(tmp_path):
     runner.run(dbl)
     (done.folder / "n.json").unlink()
     lines = []
-    again = Runner(_cfg(), rd, lines.append)
-    assert not again.run(src).reused and again.run(dbl).reused  # same content, same fingerprint downstream
+    again = Runner(_cfg(), rd)
+    with lines_to(lines.append):
+        redone, downstream = again.run(src), again.run(dbl)
+    assert not redone.reused and downstream.reused  # same content, same fingerprint downstream
     assert any("n.json is missing or changed; redoing it" in line for line in lines)
 
 
@@ -154,6 +157,18 @@ def test_the_fingerprint_is_the_params_dump_without_placement_with_models_by_con
     assert dump["cross_encoder"]["epochs"] == params.cross_encoder.epochs
 
 
+def test_a_child_runners_lines_carry_its_prefix_from_every_stage_thread(tmp_path):
+    lines = []
+    runner = Runner(_cfg(), RunDir(tmp_path / "run"))
+    child = runner.child(_cfg(), log_prefix="[auto: x] ")
+    with lines_to(lines.append):
+        child.run_graph([Source(), Double()])  # each stage in a thread of its own
+        runner.run(Source())  # the job's own runner: no prefix
+    assert lines[:4] == ["[auto: x] [source] started", lines[1], "[auto: x] [double] started", lines[3]]
+    assert lines[1].startswith("[auto: x] [source] done in") and lines[3].startswith("[auto: x] [double] done in")
+    assert lines[4:] == ["[source] complete in an earlier run; skipped"]
+
+
 def test_a_stored_result_of_another_shape_redoes_the_stage(tmp_path):
     rd = RunDir(tmp_path / "run")
     src = Source()
@@ -162,7 +177,8 @@ def test_a_stored_result_of_another_shape_redoes_the_stage(tmp_path):
     record = json.loads(marker.read_text())
     marker.write_text(json.dumps({**record, "result": {"count": "not this stage's"}}))
     lines = []
-    again = Runner(_cfg(), rd, lines.append).run(src)
+    with lines_to(lines.append):
+        again = Runner(_cfg(), rd).run(src)
     assert not again.reused and len(src.calls) == 2 and again.result.n == done.result.n
     assert any("recorded result is of another version" in line for line in lines)
 

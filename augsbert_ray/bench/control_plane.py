@@ -138,15 +138,16 @@ def measure(pool: list[str], pairs: int, block_size: int, actors: int, cluster_c
     from augsbert_ray.bench.memory import MemorySampler
     from augsbert_ray.config import LabelingConfig
     from augsbert_ray.labeling import LabelingReport, ScorerSpec, actor_cpus, label_shards
+    from augsbert_ray.messages import lines_to
 
     cfg = LabelingConfig(actors=actors, block_size=block_size, tokenize_stage="actor")
     clock, report, made = PhaseClock(log), LabelingReport(), [0.0]
     with tempfile.TemporaryDirectory(prefix="bench-control-plane-") as tmp, \
-            MemorySampler(interval=0.5, descendants=False) as mem:
+            MemorySampler(interval=0.5, descendants=False) as mem, lines_to(log):
         store = TimedStore(tmp)
         rss0, cpu0, t0 = clock.me.memory_info().rss, clock.cpu(), time.perf_counter()
         label_shards(shards(pool, pairs, block_size, made), "embedded", cfg, 128,
-                     actor_cpus(cfg, cluster_cpus, actors), store, log=log, report=report, actors=actors,
+                     actor_cpus(cfg, cluster_cpus, actors), store, report=report, actors=actors,
                      progress=clock, scorer=ScorerSpec(NullScorer))
         wall, cpu1 = time.perf_counter() - t0, clock.cpu()
     queued = (clock.queued_at or t0) - t0

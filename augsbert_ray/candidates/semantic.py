@@ -207,8 +207,8 @@ class ShardedIndex:
             s, i = merge_top_k(ray.get([a.search.remote(batch, k) for a in self.actors]), k)
             out_s.append(s)
             out_i.append(i)
-            log.info("semantic search: %d / %d queries over %d shards", min(start + self.query_batch, len(queries)),
-                     len(queries), len(self.actors))
+            log.debug("semantic search: %d / %d queries over %d shards", min(start + self.query_batch, len(queries)),
+                      len(queries), len(self.actors))
         return np.concatenate(out_s), np.concatenate(out_i)
 
     def close(self) -> None:

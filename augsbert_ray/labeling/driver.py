@@ -7,6 +7,7 @@ new pool when one fails, up to ``labeling.pool_retries``.
 
 from __future__ import annotations
 
+import logging
 import os
 import time
 from dataclasses import dataclass, field
@@ -20,6 +21,8 @@ from augsbert_ray import schema
 from augsbert_ray.errors import LabelingError
 from augsbert_ray.labeling.pool import release_failed_pool, run_pool
 from augsbert_ray.labeling.shards import KEY_COLUMNS, SHARD, ShardStore, file_shards, keys_digest, table_shards
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -38,7 +41,7 @@ class LabelingReport:
 
 
 def label_candidates(candidates: pa.Table, model_dir: str, cfg, max_length: int, cpus_per_actor: float,
-                     store: ShardStore | None = None, log=lambda line: None, on_commit=None,
+                     store: ShardStore | None = None, on_commit=None,
                      report: LabelingReport | None = None, actors: int | None = None, progress=None,
                      scorer=None) -> pa.Table:
     """Labels candidates with an actor pool of cross-encoders, shard by shard, exactly once.
@@ -58,7 +61,6 @@ def label_candidates(candidates: pa.Table, model_dir: str, cfg, max_length: int,
         max_length: token limit of a pair.
         cpus_per_actor: CPUs reserved per actor (and torch threads it uses).
         store: where shards are committed (None: in memory only).
-        log: progress lines.
         on_commit: called after each committed shard (e.g. to upload it).
         report: filled with shard counts and timings.
         actors: the pool's size (None: ``pool_size(cfg, <the cluster's GPUs>)``).
@@ -75,7 +77,7 @@ def label_candidates(candidates: pa.Table, model_dir: str, cfg, max_length: int,
         return schema.empty_table(schema.SILVER_SCHEMA)
     done: dict[int, pa.Table] = {}
     count = _label(table_shards(candidates, cfg.block_size), done, model_dir, cfg, max_length, cpus_per_actor,
-                   store, log, on_commit, report, actors, progress, scorer)
+                   store, on_commit, report, actors, progress, scorer)
     silver = pa.concat_tables([done[i] for i in range(count)]).cast(schema.SILVER_SCHEMA)
     silver = silver.take(pc.sort_indices(silver, [(schema.ID1, "ascending"), (schema.ID2, "ascending")]))
     if silver.num_rows != candidates.num_rows:  # every candidate gets exactly one label
@@ -84,7 +86,7 @@ def label_candidates(candidates: pa.Table, model_dir: str, cfg, max_length: int,
 
 
 def label_candidates_file(candidates_path, silver_path, model_dir: str, cfg, max_length: int,
-                          cpus_per_actor: float, store: ShardStore, log=lambda line: None, on_commit=None,
+                          cpus_per_actor: float, store: ShardStore, on_commit=None,
                           report: LabelingReport | None = None, actors: int | None = None,
                           progress=None, scorer=None) -> int:
     """``label_candidates`` from a Parquet file of candidates to a Parquet file of silver pairs.
@@ -106,7 +108,7 @@ def label_candidates_file(candidates_path, silver_path, model_dir: str, cfg, max
 
     total = pq.ParquetFile(candidates_path).metadata.num_rows
     count = _label(file_shards(candidates_path, cfg.block_size), None, model_dir, cfg, max_length, cpus_per_actor,
-                   store, log, on_commit, report, actors, progress, scorer)
+                   store, on_commit, report, actors, progress, scorer)
     out = Path(silver_path)
     tmp = out.with_name(f".{out.name}.tmp")
     written = 0
@@ -123,8 +125,8 @@ def label_candidates_file(candidates_path, silver_path, model_dir: str, cfg, max
 
 
 def label_shards(shards, model_dir, cfg, max_length: int, cpus_per_actor: float, store: ShardStore,
-                 log=lambda line: None, report: LabelingReport | None = None, actors: int | None = None,
-                 progress=None, scorer=None) -> int:
+                 report: LabelingReport | None = None, actors: int | None = None, progress=None,
+                 scorer=None) -> int:
     """``label_candidates`` for candidate shards made elsewhere (``augsbert label``'s pair files):
     each shard is committed to ``store`` under its index, none is kept in memory.
 
@@ -136,7 +138,7 @@ def label_shards(shards, model_dir, cfg, max_length: int, cpus_per_actor: float,
     Returns:
         The number of shards.
     """
-    return _label(shards, None, model_dir, cfg, max_length, cpus_per_actor, store, log, None, report, actors,
+    return _label(shards, None, model_dir, cfg, max_length, cpus_per_actor, store, None, report, actors,
                   progress, scorer)
 
 
@@ -147,7 +149,7 @@ class _Pending:
     rows: int
 
 
-def _label(shards, done: dict | None, model_dir, cfg, max_length, cpus_per_actor, store, log, on_commit,
+def _label(shards, done: dict | None, model_dir, cfg, max_length, cpus_per_actor, store, on_commit,
            report, actors: int | None = None, progress=None, scorer=None) -> int:
     """Labels an iterable of candidate shards; returns how many shards there were.
 
@@ -181,7 +183,7 @@ def _label(shards, done: dict | None, model_dir, cfg, max_length, cpus_per_actor
     report.shards = len(digests)
     report.reused = len(finished)
     if finished:
-        log(f"[silver] {len(finished)} of {len(digests)} shards labelled by an earlier run; {len(pending)} to label")
+        log.info(f"[silver] {len(finished)} of {len(digests)} shards labelled by an earlier run; {len(pending)} to label")
     if progress is not None:
         progress.set_total(pairs, unit="pairs")
         progress.update(reused_pairs)
@@ -207,7 +209,7 @@ def _label(shards, done: dict | None, model_dir, cfg, max_length, cpus_per_actor
         now = time.perf_counter()
         if (progress is None and now - last_log[0] > 10) or len(finished) == len(digests):
             last_log[0] = now
-            log(f"[silver] {len(finished)}/{len(digests)} shards labelled ({report.labelled_pairs / (now - t0):.1f} pairs/s)")
+            log.info(f"[silver] {len(finished)}/{len(digests)} shards labelled ({report.labelled_pairs / (now - t0):.1f} pairs/s)")
 
     attempt = 0
     while pending:
@@ -223,8 +225,8 @@ def _label(shards, done: dict | None, model_dir, cfg, max_length, cpus_per_actor
             why = f"{type(failure).__name__}: {str(failure).splitlines()[0] if str(failure) else ''}"
             if attempt < cfg.pool_retries:
                 attempt += 1
-                log(f"[silver] the actor pool failed ({why[:300]}); a new pool labels the {len(pending)} shards "
-                    f"not committed (retry {attempt} of labeling.pool_retries={cfg.pool_retries})")
+                log.info(f"[silver] the actor pool failed ({why[:300]}); a new pool labels the {len(pending)} shards "
+                         f"not committed (retry {attempt} of labeling.pool_retries={cfg.pool_retries})")
                 continue
             where = f"; the {len(finished)} committed shards in {store.root} are kept and a re-run resumes from them" \
                 if store is not None else ""

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import fnmatch
 import json
+import logging
 import time
 from dataclasses import dataclass, field
 
@@ -32,6 +33,8 @@ import pyarrow.compute as pc
 
 from augsbert_ray import schema
 from augsbert_ray.errors import DataError
+
+log = logging.getLogger(__name__)
 
 RANGE_BYTES = 16 << 20  # bytes of a text file per read task
 DRIVER_BATCH = 16384  # cleaned lines per batch the driver takes in
@@ -267,7 +270,7 @@ def corpus_dataset(cfg, files: list[tuple]):
     return ds.map_batches(clean_column, fn_kwargs={"column": cfg.column, **kw}, batch_format="pyarrow")
 
 
-def read_corpus(cfg, seed: int = 0, log=lambda line: None, files: list[tuple] | None = None) -> CorpusResult:
+def read_corpus(cfg, seed: int = 0, files: list[tuple] | None = None) -> CorpusResult:
     """Reads, cleans and deduplicates a corpus (``config.CorpusConfig``) on the running Ray.
 
     ``files``: the corpus's ``list_files`` result, where the caller has it already.
@@ -279,7 +282,7 @@ def read_corpus(cfg, seed: int = 0, log=lambda line: None, files: list[tuple] | 
 
     files = files if files is not None else list_files(cfg.path)
     total = sum(s for _, s, _ in files)
-    log(f"[corpus] {len(files)} files, {total / 2**20:.1f} MiB, from {cfg.path}")
+    log.info(f"[corpus] {len(files)} files, {total / 2**20:.1f} MiB, from {cfg.path}")
     ctx = DataContext.get_current()
     saved = ctx.execution_options.preserve_order
     ctx.execution_options.preserve_order = True  # corpus order, so sentence ids are reproducible
@@ -298,8 +301,8 @@ def read_corpus(cfg, seed: int = 0, log=lambda line: None, files: list[tuple] | 
             seen.update(dict.fromkeys(batch.column(schema.TEXT).drop_null().to_pylist()))
             if time.perf_counter() - last > 30:
                 last = time.perf_counter()
-                log(f"[corpus] {counts['lines']:,} lines read, {len(seen):,} distinct sentences "
-                    f"({counts['lines'] / (last - t0):,.0f} lines/s)")
+                log.info(f"[corpus] {counts['lines']:,} lines read, {len(seen):,} distinct sentences "
+                         f"({counts['lines'] / (last - t0):,.0f} lines/s)")
     finally:
         ctx.execution_options.preserve_order = saved
     kept = counts[OK] + counts[TRUNCATED]
@@ -310,10 +313,10 @@ def read_corpus(cfg, seed: int = 0, log=lambda line: None, files: list[tuple] | 
         counts["sampled_out"] = len(texts) - len(keep)
         texts = [texts[i] for i in keep]
     counts["sentences"] = len(texts)
-    log(f"[corpus] {counts['lines']:,} lines: {counts[OK]:,} kept as they are, {counts[TRUNCATED]:,} truncated, "
-        f"{counts[EMPTY]:,} empty, {counts[TOO_LONG]:,} too long and {counts[BAD]:,} bad left out, "
-        f"{counts['duplicates']:,} repeats; {counts['sentences']:,} sentences"
-        + (f" (a seeded sample of {counts['distinct']:,})" if counts["sampled_out"] else ""))
+    log.info(f"[corpus] {counts['lines']:,} lines: {counts[OK]:,} kept as they are, {counts[TRUNCATED]:,} truncated, "
+             f"{counts[EMPTY]:,} empty, {counts[TOO_LONG]:,} too long and {counts[BAD]:,} bad left out, "
+             f"{counts['duplicates']:,} repeats; {counts['sentences']:,} sentences"
+             + (f" (a seeded sample of {counts['distinct']:,})" if counts["sampled_out"] else ""))
     sentences = pa.table({schema.SENTENCE_ID: pa.array(np.arange(len(texts), dtype=np.int64)),
                           schema.TEXT: pa.array(texts, pa.string())}, schema=schema.SENTENCE_SCHEMA)
     return CorpusResult(sentences, counts, files)

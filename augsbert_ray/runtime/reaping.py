@@ -48,6 +48,6 @@ def kill_leftovers(processes: list[psutil.Process], grace_s: float, what: str) -
     for process in left:
         try:
             process.kill()  # psutil checks that the id still names the same process
-            log.info("killed %s, left running by the local Ray of %s", process.pid, what)
+            log.debug("killed %s, left running by the local Ray of %s", process.pid, what)
         except psutil.Error:
             pass

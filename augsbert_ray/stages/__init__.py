@@ -15,7 +15,7 @@ params, its inputs and outputs, ``run`` and its typed result).
 
 from augsbert_ray.stages.auto import AutoPilot
 from augsbert_ray.stages.base import (Declaration, Inputs, Stage, StageParams, StageResult, SummaryContext,
-                                      UndeclaredSetting)
+                                      UndeclaredSetting, stage_class)
 from augsbert_ray.stages.candidates import SOURCES, Candidates, source_of
 from augsbert_ray.stages.evaluate import Evaluate, TeacherCheck
 from augsbert_ray.stages.gold import Gold, TargetSets
@@ -32,9 +32,7 @@ __all__ = ["AugSBERT", "AutoPilot", "Calibrate", "Candidates", "Declaration", "E
 
 def result_type_of(stage: str) -> type[StageResult] | None:
     """The result type of the job's stage named ``stage`` (None for a name no stage has): how
-    a stored result is read back (``metrics.RunMetrics.load``)."""
-    if stage.startswith("eval_"):
-        return Evaluate.result_type
-    named = (Gold, TargetSets, AutoPilot, Teacher, GoldOnly, TargetGold, AugSBERT, TeacherCheck, Candidates, Silver,
-             Calibrate, Pilot, Ship)
-    return next((cls.result_type for cls in named if cls.name == stage), None)
+    a stored result is read back (``metrics.RunMetrics.load``). Every stage class registers
+    itself by its name when defined (``base.stage_class``); the imports above define them all."""
+    cls = stage_class(stage)
+    return None if cls is None else cls.result_type

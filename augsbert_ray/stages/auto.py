@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import logging
 import time
 from dataclasses import dataclass
 
@@ -38,6 +39,8 @@ from typing import Any
 
 from augsbert_ray.config import AutoConfig
 from augsbert_ray.stages.base import Declaration, Stage, StageParams, StageResult, SummaryContext
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -231,8 +234,8 @@ def choose(cfg, runner, recipe, progress=None) -> Choice:
     record["seconds"] = time.perf_counter() - started
     gold = record["gold_only_pilot_dev"]
     scored = sum(r.get("pilot_dev") is not None for r in records)
-    runner.log(f"[auto] chose {record['chosen']} of {scored} settings tried in {record['seconds']:.0f} s: "
-               f"{record['why']}; gold-only pilot {'n/a' if gold is None else f'{gold:.2f}'}")
+    log.info(f"[auto] chose {record['chosen']} of {scored} settings tried in {record['seconds']:.0f} s: "
+             f"{record['why']}; gold-only pilot {'n/a' if gold is None else f'{gold:.2f}'}")
     return Choice(Setting("chosen", record["overrides"]).apply(cfg), record)
 
 

@@ -277,6 +277,20 @@ def config_leaves(model: BaseModel, prefix: str = ""):
             yield path, model, name
 
 
+_BY_NAME: dict[str, type["Stage"]] = {}
+_BY_PREFIX: dict[str, type["Stage"]] = {}
+
+
+def stage_class(name: str) -> type["Stage"] | None:
+    """The stage class whose stages are named ``name`` (None for a name no stage class has).
+
+    Only classes already defined are known: ``augsbert_ray.stages`` imports every stage module.
+    """
+    if name in _BY_NAME:
+        return _BY_NAME[name]
+    return next((cls for prefix, cls in _BY_PREFIX.items() if name.startswith(prefix)), None)
+
+
 class Stage:
     """Base of every stage. Subclasses set ``name`` and ``result_type`` and implement
     ``declare`` and ``run``.
@@ -293,6 +307,11 @@ class Stage:
             of that output is published (``models/cross-encoder``, ``silver.parquet``...).
         runs_after: stages this one must follow though it reads none of their outputs (an
             order of the job, e.g. no labelling before the teacher check; not fingerprinted).
+        name_prefix: for a class whose instances name themselves (``Evaluate``: ``eval_<model>``),
+            the prefix of those names, so that ``stage_class`` finds the class by a stage's name.
+
+    A subclass with a ``name`` (or a ``name_prefix``) is registered when it is defined
+    (``stage_class``): that is how a stored result is read back, with no list to edit.
     """
 
     name: str = ""
@@ -305,6 +324,15 @@ class Stage:
     version: int = 1  # bump when a stage's code changes what it produces
     publishes: Mapping[str, str] = {}
     runs_after: tuple[str, ...] = ()
+    name_prefix: ClassVar[str] = ""
+
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        # the first class to claim a name keeps it (a test's stage may reuse a job's stage name)
+        if cls.__dict__.get("name"):
+            _BY_NAME.setdefault(cls.name, cls)
+        if cls.__dict__.get("name_prefix"):
+            _BY_PREFIX.setdefault(cls.name_prefix, cls)
 
     def declare(self, cfg) -> Declaration:  # pragma: no cover - every stage overrides it
         raise NotImplementedError

@@ -15,6 +15,7 @@ Every source writes ``sentences.parquet`` (``schema.SENTENCE_SCHEMA``) and
 
 from __future__ import annotations
 
+import logging
 from typing import Any, Callable
 
 import numpy as np
@@ -27,6 +28,8 @@ from augsbert_ray.runtime import per_worker_cpus
 from augsbert_ray.config import CorpusConfig, SamplingConfig
 from augsbert_ray.stages.base import (Declaration, Stage, StageParams, StageResult, SummaryContext, model_field,
                                       narrowed, placement_field)
+
+log = logging.getLogger(__name__)
 
 OUTPUTS = ("sentences.parquet", "candidates.parquet")
 
@@ -143,8 +146,8 @@ def _gold_run(inputs, params: CandidatesParams, env) -> CandidatesResult:
     embedder = inputs.path("embedder") if "embedder" in inputs else None
     candidates = _sample(sentences, gold_pair_keys(gold, sentences), params, env, embedder)
     _write(env, sentences, candidates)
-    env.log(f"[candidates] {candidates.num_rows} {params.sampling.strategy} pairs from {sentences.num_rows} "
-            "sentences")
+    log.info(f"[candidates] {candidates.num_rows} {params.sampling.strategy} pairs from {sentences.num_rows} "
+             "sentences")
     return CandidatesResult(source=params.source, strategy=params.sampling.strategy, top_k=params.sampling.top_k,
                             sentences=sentences.num_rows, candidates=candidates.num_rows)
 
@@ -165,8 +168,8 @@ def _pairs_run(inputs, params: CandidatesParams, env) -> CandidatesResult:
     self_pairs = int((q == h).sum())
     repeats = pairs.num_rows - self_pairs - candidates.num_rows
     _write(env, sentences, candidates)
-    env.log(f"[candidates] {candidates.num_rows} target pairs ({self_pairs} self-pairs and {repeats} repeated "
-            f"pairs of {pairs.num_rows} left out) over {sentences.num_rows} sentences")
+    log.info(f"[candidates] {candidates.num_rows} target pairs ({self_pairs} self-pairs and {repeats} repeated "
+             f"pairs of {pairs.num_rows} left out) over {sentences.num_rows} sentences")
     return CandidatesResult(source=params.source, sentences=sentences.num_rows, candidates=candidates.num_rows,
                             target_pairs=pairs.num_rows, self_pairs_left_out=self_pairs, repeats_left_out=repeats)
 
@@ -182,12 +185,12 @@ def _corpus_declare(cfg) -> Declaration:
 def _corpus_run(inputs, params: CandidatesParams, env) -> CandidatesResult:
     from augsbert_ray.loaders.corpus import read_corpus
 
-    corpus = read_corpus(params.corpus, seed=params.seed, log=env.log)
+    corpus = read_corpus(params.corpus, seed=params.seed)
     embedder = inputs.path("embedder") if "embedder" in inputs else None
     candidates = _sample(corpus.sentences, np.empty(0, np.int64), params, env, embedder)
     _write(env, corpus.sentences, candidates)
-    env.log(f"[candidates] {candidates.num_rows} {params.sampling.strategy} pairs from "
-            f"{corpus.sentences.num_rows} corpus sentences")
+    log.info(f"[candidates] {candidates.num_rows} {params.sampling.strategy} pairs from "
+             f"{corpus.sentences.num_rows} corpus sentences")
     return CandidatesResult(source=params.source, strategy=params.sampling.strategy, top_k=params.sampling.top_k,
                             sentences=corpus.sentences.num_rows, candidates=candidates.num_rows,
                             corpus_files=len(corpus.files), corpus_lines=corpus.counts)

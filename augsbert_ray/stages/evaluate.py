@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import math
 from typing import Any
 
@@ -26,6 +27,8 @@ from augsbert_ray.runtime import driver_is_the_only_node, per_worker_cpus
 from augsbert_ray.stages.base import (Declaration, ScoreRow, Stage, StageParams, StageResult, SummaryContext,
                                       model_field, placement_field)
 from augsbert_ray.workers import active_pool, remote_call
+
+log = logging.getLogger(__name__)
 
 PAIR_COLUMNS = schema.PAIR_COLUMNS  # (re-exported for callers that score pair tables)
 
@@ -116,6 +119,7 @@ class Evaluate(Stage):
     kind = "evaluate"
     unit = "pairs"
     result_type = EvalResult
+    name_prefix = "eval_"
 
     def throughput(self, result: EvalResult, seconds: float) -> str:
         pairs = sum(split.get("pairs", 0) for split in result.scores.values())
@@ -193,10 +197,10 @@ class Evaluate(Stage):
             "prediction": pa.array(np.concatenate([np.asarray(preds[s], np.float32) for s in sets])
                                    if sets else [], pa.float32()),
         }), env.out / "predictions.parquet")
-        env.log(f"[{self.model}] {format_scores(scores, params.task, target_task)}")
+        log.info(f"[{self.model}] {format_scores(scores, params.task, target_task)}")
         for reason in undefined_scores({s: scores[s] for s in gold_sets}, PRIMARY_METRIC[params.task], preds):
-            env.log(f"[{self.model}] WARNING: {reason}; its {PRIMARY_METRIC[params.task]} is undefined (NaN): "
-                    "the model has collapsed to one output (a failed training, or a learning rate too high)")
+            log.warning(f"[{self.model}] WARNING: {reason}; its {PRIMARY_METRIC[params.task]} is undefined (NaN): "
+                        "the model has collapsed to one output (a failed training, or a learning rate too high)")
         return EvalResult(model=self.model, scores=scores, mixed=params.mixed,
                           target_metric=TARGET_METRIC[target_task] if target_task else None)
 
@@ -336,10 +340,10 @@ class TeacherCheck(Stage):
                 raise TeacherCheckError(
                     f"{message}. Stopping before labelling (evaluation.teacher_check=stop); try a stronger "
                     "teacher (cross_encoder.model / epochs / lr) or set evaluation.teacher_check=warn")
-            env.log(f"[teacher_check] WARNING: {message}")
+            log.warning(f"[teacher_check] WARNING: {message}")
         elif math.isnan(bi):
-            env.log(f"[teacher_check] the gold-only bi-encoder's {metric} on dev is undefined (it gave every pair "
-                    f"the same score); the cross-encoder's is {ce:.2f}")
+            log.info(f"[teacher_check] the gold-only bi-encoder's {metric} on dev is undefined (it gave every pair "
+                     f"the same score); the cross-encoder's is {ce:.2f}")
         else:
-            env.log(f"[teacher_check] cross-encoder leads the gold-only bi-encoder by {ce - bi:+.2f} {metric} on dev")
+            log.info(f"[teacher_check] cross-encoder leads the gold-only bi-encoder by {ce - bi:+.2f} {metric} on dev")
         return result

@@ -10,6 +10,7 @@ changed test file re-scores the models without retraining any (nothing trains on
 from __future__ import annotations
 
 import json
+import logging
 from typing import Any
 
 import numpy as np
@@ -21,6 +22,8 @@ from augsbert_ray import schema
 from augsbert_ray.config import DataConfig, TargetConfig
 from augsbert_ray.rundir import table_fingerprint
 from augsbert_ray.stages.base import Declaration, ScoreRow, Stage, StageParams, StageResult, SummaryContext
+
+log = logging.getLogger(__name__)
 
 Scores = dict[str, dict[str, Any]]  # split -> metric -> value
 
@@ -43,8 +46,7 @@ def content_fp(path) -> str:
     return table_fingerprint(table.drop_columns([c for c in (schema.SOURCE,) if c in table.column_names]))
 
 
-def read_gold(data, task: str, kde_labels: bool = False,
-              log=lambda line: None) -> tuple[dict[str, pa.Table], dict, list[dict]]:
+def read_gold(data, task: str, kde_labels: bool = False) -> tuple[dict[str, pa.Table], dict, list[dict]]:
     """Loads a job's gold pairs: every split checked and scaled, dev carved, splits subsampled,
     and the splits the job will use checked for size (``preflight.require_pairs``).
 
@@ -52,7 +54,6 @@ def read_gold(data, task: str, kde_labels: bool = False,
         data: the job's ``data`` settings (``config.DataConfig``).
         task: ``regression`` or ``binary`` (binary labels must be 0 or 1).
         kde_labels: the job's sampling fits a density to the training labels (KDE).
-        log: progress lines.
 
     Returns:
         the splits (``schema.PAIR_SCHEMA`` tables), counts for the report, and the skipped rows.
@@ -69,15 +70,15 @@ def read_gold(data, task: str, kde_labels: bool = False,
     for split, res in loaded.items():
         if getattr(data, split).genres is not None:
             filtered[split] = res.filtered
-            log(f"[gold] {split}: kept genres {', '.join(getattr(data, split).genres)} ({res.table.num_rows} pairs); "
-                f"{res.filtered} pairs of other genres left out")
+            log.info(f"[gold] {split}: kept genres {', '.join(getattr(data, split).genres)} ({res.table.num_rows} "
+                     f"pairs); {res.filtered} pairs of other genres left out")
         skipped += [dict(split=split, **vars(s)) for s in res.skipped]
     carved = None
     if data.dev is None:
         n = loaded["train"].table.num_rows
         carved = (f"{carved_dev_size(n, data.dev_fraction)} of {n} training pairs "
                   f"(fraction {data.dev_fraction}, seed {data.subsample_seed}), removed from train")
-        log(f"[gold] dev split carved from train: {carved}")
+        log.info(f"[gold] dev split carved from train: {carved}")
     info = {
         **{s: gold[s].num_rows for s in SPLITS},
         "rows_read": {split: res.rows_read for split, res in loaded.items()},
@@ -166,13 +167,13 @@ class Gold(Stage):
                            outputs=("train.parquet", "dev.parquet", "test.parquet", "skipped_rows.jsonl"))
 
     def run(self, inputs, params: GoldParams, env) -> GoldResult:
-        gold, info, skipped = read_gold(params.data, params.task, params.kde_labels, env.log)
+        gold, info, skipped = read_gold(params.data, params.task, params.kde_labels)
         for split in SPLITS:
             pq.write_table(gold[split], env.out / f"{split}.parquet")
         (env.out / "skipped_rows.jsonl").write_text("".join(json.dumps(s) + "\n" for s in skipped), encoding="utf-8")
         if skipped:
-            env.log(f"[gold] skipped {len(skipped)} malformed rows (listed in gold/skipped_rows.jsonl)")
-        env.log("[gold] pairs: " + ", ".join(f"{s} {gold[s].num_rows}" for s in SPLITS))
+            log.info(f"[gold] skipped {len(skipped)} malformed rows (listed in gold/skipped_rows.jsonl)")
+        log.info("[gold] pairs: " + ", ".join(f"{s} {gold[s].num_rows}" for s in SPLITS))
         return GoldResult(**info, baselines=baselines(params.task, gold["train"],
                                                       {s: gold[s] for s in ("dev", "test")}))
 
@@ -275,14 +276,14 @@ class TargetSets(Stage):
             if res.skipped:
                 (env.out / f"{name}_skipped_rows.jsonl").write_text(
                     "".join(json.dumps(vars(r)) + "\n" for r in res.skipped), encoding="utf-8")
-                env.log(f"[target] {name}: skipped {len(res.skipped)} malformed rows")
+                log.info(f"[target] {name}: skipped {len(res.skipped)} malformed rows")
             counts[name] = {"pairs": res.table.num_rows, "rows_read": res.rows_read, "skipped_rows": len(res.skipped)}
             if name == "pairs":
                 labels = res.table.column(schema.LABEL).to_numpy()
                 counts[name]["labelled"] = bool(len(labels) and np.isfinite(labels).all())
             pq.write_table(res.table, env.out / f"{name}.parquet")
-        env.log("[target] pairs: " + ", ".join(f"{n} {c['pairs']}" for n, c in counts.items())
-                + ("" if counts.get("pairs", {}).get("labelled", True) else " (target pairs unlabelled)"))
+        log.info("[target] pairs: " + ", ".join(f"{n} {c['pairs']}" for n, c in counts.items())
+                 + ("" if counts.get("pairs", {}).get("labelled", True) else " (target pairs unlabelled)"))
         evals = {f"target_{n}": loaded[n].table for n in ("test", "dev") if n in loaded}
         return TargetResult(sets=counts, task=target_task, upper_bound=params.upper_bound,
                             baselines=baselines(target_task, None, evals, target_task=target_task))

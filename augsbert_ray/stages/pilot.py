@@ -21,6 +21,7 @@ out-of-fold predictions, and the bootstrap resamples those.
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 import numpy as np
@@ -35,6 +36,8 @@ from augsbert_ray.runtime import per_worker_cpus
 from augsbert_ray.stages.base import (Declaration, Stage, StageParams, StageResult, SummaryContext,
                                       placement_field)
 from augsbert_ray.stages.student import silver_artifact, student_training_set
+
+log = logging.getLogger(__name__)
 
 
 class PilotParams(StageParams):
@@ -207,8 +210,8 @@ class Pilot(Stage):
                            gold_only_dev=gold_dev, best=best, augsbert_dev=silver_dev, gain=gain,
                            predicts_silver_helps=helps, verdict=verdict, over_baseline=over_baseline)
         (env.out / "pilots.json").write_text(json.dumps(out.model_dump(), indent=2), encoding="utf-8")
-        env.log(f"[pilot] {metric} on {scored_on} after {fraction:.0%} of the steps: gold only {_fmt(gold_dev)}, "
-                + ", ".join(f"{k} {_fmt(v)}" for k, v in scores.items() if k != "gold only") + f": {verdict}")
+        log.info(f"[pilot] {metric} on {scored_on} after {fraction:.0%} of the steps: gold only {_fmt(gold_dev)}, "
+                 + ", ".join(f"{k} {_fmt(v)}" for k, v in scores.items() if k != "gold only") + f": {verdict}")
         return out
 
 

@@ -10,12 +10,15 @@ AugSBERT model whatever its score. Dev decides, so the choice never looks at tes
 from __future__ import annotations
 
 import json
+import logging
 import math
 import os
 import shutil
 
 from augsbert_ray.evaluation import PRIMARY_METRIC
 from augsbert_ray.stages.base import Declaration, Stage, StageParams, StageResult, SummaryContext
+
+log = logging.getLogger(__name__)
 
 
 def _link_tree(src, dst) -> None:
@@ -93,6 +96,6 @@ class Ship(Stage):
         result = ShipResult(shipped=choice, metric=metric, augsbert_dev=aug, gold_only_dev=gold, why=why,
                             policy=params.policy, augsbert_test=test(aug_scores), gold_only_test=test(gold_scores))
         (env.out / "shipped.json").write_text(json.dumps(result.model_dump(), indent=2), encoding="utf-8")
-        env.log(f"[ship] models/bi-encoder is the {'AugSBERT' if choice == 'augsbert' else 'gold-only'} "
-                f"bi-encoder: {why}")
+        log.info(f"[ship] models/bi-encoder is the {'AugSBERT' if choice == 'augsbert' else 'gold-only'} "
+                 f"bi-encoder: {why}")
         return result

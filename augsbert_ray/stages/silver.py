@@ -9,6 +9,7 @@ resumes from its committed shards. A strategy that labels a pool and keeps part 
 
 from __future__ import annotations
 
+import logging
 import shutil
 import time
 
@@ -19,6 +20,8 @@ from pydantic import BaseModel
 from augsbert_ray import schema
 from augsbert_ray.config import LabelingConfig, SamplingConfig
 from augsbert_ray.stages.base import Declaration, Stage, StageParams, StageResult, SummaryContext, narrowed
+
+log = logging.getLogger(__name__)
 
 
 def selector_of(cfg):
@@ -128,12 +131,12 @@ class Silver(Stage):
         labelled_file = env.out / ("silver_pool.parquet" if selecting else "silver.parquet")
         labelled = label_candidates_file(
             inputs.path("candidates"), labelled_file, env.ship(inputs.path("teacher")), lab,
-            params.max_length, cpus, actors=actors, store=store, log=env.log, on_commit=upload,
+            params.max_length, cpus, actors=actors, store=store, on_commit=upload,
             report=report, progress=env.reporter(local=True))
         rate = report.labelled_pairs / report.seconds if report.seconds else 0.0
-        env.log(f"[silver] labelled {report.labelled_pairs} pairs in {report.labelled} shards "
-                f"({rate:.1f} pairs/s, {actors} actor(s) of {cpus:g} CPUs and {lab.num_gpus:g} GPUs); "
-                f"{report.reused} shards reused from an earlier run")
+        log.info(f"[silver] labelled {report.labelled_pairs} pairs in {report.labelled} shards "
+                 f"({rate:.1f} pairs/s, {actors} actor(s) of {cpus:g} CPUs and {lab.num_gpus:g} GPUs); "
+                 f"{report.reused} shards reused from an earlier run")
         n_silver = labelled
         if selecting:  # e.g. KDE: the labelled pool is kept, the selection trains
             from augsbert_ray.candidates import SELECTORS
@@ -143,7 +146,7 @@ class Silver(Stage):
             sel = params.selection
             s = sel.sampling
             silver = SELECTORS[s.strategy](pq.read_table(labelled_file), gold_labels, sel.task, sel.seed, s)
-            env.log(f"[silver] {s.strategy} selection kept {silver.num_rows} of {labelled}")
+            log.info(f"[silver] {s.strategy} selection kept {silver.num_rows} of {labelled}")
             write_table(env.out / "silver.parquet", silver)
             n_silver = silver.num_rows
             del silver
@@ -246,7 +249,7 @@ class Calibrate(Stage):
         silver = silver.set_column(silver.schema.get_field_index(schema.LABEL), schema.LABEL, pa.array(after))
         write_table(env.out / "silver.parquet", silver, schema.SILVER_SCHEMA)
         gold = dev.column(schema.LABEL).to_numpy()
-        env.log(f"[calibrate] {params.method} map fitted on {len(gold)} dev pairs: silver label mean "
-                f"{before.mean():.3f} -> {after.mean():.3f} (gold dev {gold.mean():.3f})")
+        log.info(f"[calibrate] {params.method} map fitted on {len(gold)} dev pairs: silver label mean "
+                 f"{before.mean():.3f} -> {after.mean():.3f} (gold dev {gold.mean():.3f})")
         return CalibrationResult(method=params.method, dev_pairs=len(gold), before=Distribution.of(before),
                                  after=Distribution.of(after), gold_dev=Distribution.of(gold))

@@ -120,7 +120,7 @@ class BiEncoderStage(Stage):
             seed_search=params.seed_search, searched=search, task=params.task,
             metric=PRIMARY_METRIC[params.task], eval_batch_size=params.eval_batch_size,
             out=env.out, storage=env.storage, cluster=env.cluster, name=f"bi-encoder-{self.name.replace('_', '-')}",
-            log=env.log, progress=None if search else env.reporter())
+            progress=None if search else env.reporter())
         facts = training_facts(b, params.objective, params.seed, params.training.precision, stats, train.num_rows)
         write_trained_card(self.name, env.out / "model", b.model, facts,
                            gold_train=None if gold is None else gold.num_rows,

@@ -90,7 +90,7 @@ class Teacher(Stage):
             task=params.task if search else "regression",
             metric=PRIMARY_METRIC[params.task] if search else "spearman",
             eval_batch_size=params.eval_batch_size,
-            out=env.out, storage=env.storage, cluster=env.cluster, name="cross-encoder", log=env.log,
+            out=env.out, storage=env.storage, cluster=env.cluster, name="cross-encoder",
             progress=None if search else env.reporter())
         write_trained_card("cross_encoder", env.out / "model", c.model,
                            training_facts(c, "bce", params.seed, params.training.precision, stats, train.num_rows),

@@ -8,7 +8,6 @@ and the exported model in ``<out>/model``.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Callable
 
 import pyarrow as pa
 
@@ -26,7 +25,7 @@ def hparams(encoder, job_seed: int, training, precision: str | None = None) -> d
 
 def fit_encoder(kind: str, train: pa.Table, dev: pa.Table | None, *, recipe: dict, hparams: dict, training,
                 seed_search, searched: bool, task: str, metric: str, eval_batch_size: int, out: Path,
-                storage: str, cluster, name: str, log: Callable[[str], None], progress=None) -> dict:
+                storage: str, cluster, name: str, progress=None) -> dict:
     """Fine-tunes one encoder and writes the model to ``out / "model"``.
 
     Args:
@@ -40,7 +39,6 @@ def fit_encoder(kind: str, train: pa.Table, dev: pa.Table | None, *, recipe: dic
         out: the stage's folder; storage: where Ray keeps the stage's checkpoints.
         cluster: the cluster's resources (``runtime.ClusterResources``).
         name: shown in progress lines.
-        log: progress lines.
         progress: the stage's reporter for the job's display (training steps), or None.
 
     Returns:
@@ -65,7 +63,7 @@ def fit_encoder(kind: str, train: pa.Table, dev: pa.Table | None, *, recipe: dic
                       gpus_per_trial=gpus)
     record = run_search(kind, train, dev, task=task, metric=metric, recipe=recipe, hparams=hparams, plan=plan,
                         storage_dir=f"{storage}/tune", out_dir=model_dir, name=name,
-                        eval_batch_size=eval_batch_size, log=log)
+                        eval_batch_size=eval_batch_size)
     return {"seed_search": record}
 
 

@@ -7,6 +7,7 @@ function that wraps the model for data-parallel training.
 
 from __future__ import annotations
 
+import logging
 import math
 import os
 import time
@@ -17,6 +18,8 @@ import numpy as np
 import torch
 
 from augsbert_ray.training.recipes import Recipe, unwrap
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -122,8 +125,7 @@ class PairTrainer:
             to the recipe's loss with each batch; None where the pairs do not say.
         device, rank, world: where this worker runs and its place in data-parallel training.
         wrap: wraps the built model for data parallelism (identity on one worker).
-        log: receives progress lines (about ten per run).
-        name: shown in the progress lines.
+        name: shown in the progress lines (about ten per run, logged to this module's logger).
     """
 
     def __init__(
@@ -139,7 +141,6 @@ class PairTrainer:
         rank: int = 0,
         world: int = 1,
         wrap: Callable[[torch.nn.Module], torch.nn.Module] = lambda m: m,
-        log: Callable[[str], None] = print,
         name: str = "model",
     ):
         self.recipe, self.s1, self.s2, self.hp = recipe, s1, s2, hp
@@ -147,7 +148,7 @@ class PairTrainer:
         self.silver = None if silver is None else np.asarray(silver, dtype=bool)
         if self.silver is not None and len(self.silver) != len(self.labels):
             raise ValueError(f"{name}: {len(self.silver)} silver flags for {len(self.labels)} pairs")
-        self.device, self.rank, self.world, self.log, self.name = device, rank, world, log, name
+        self.device, self.rank, self.world, self.name = device, rank, world, name
         if len(self.labels) == 0:
             raise ValueError(f"{name}: no training pairs")
         self.precision = resolve_training_precision(hp.precision, device)
@@ -200,7 +201,7 @@ class PairTrainer:
             self.losses = (self.losses + [loss.item()])[-self.log_every :]
             if self.step % self.log_every == 0 or self.step == self.total:
                 rate = (self.step - first) * self.rank_batch * self.world / (time.perf_counter() - started)
-                self.log(
+                log.info(
                     f"[{self.name}] epoch {epoch + 1}/{hp.epochs} step {self.step}/{self.total} "
                     f"loss {np.mean(self.losses):.4f} ({rate:.1f} pairs/s{', bf16' * (self.precision == 'bf16')})"
                 )

@@ -69,8 +69,7 @@ def _pilot(config: dict, tables: dict, dev: pa.Table | dict, steps: dict) -> Non
     objective = config["objectives"].get(config["pilot"])
     recipe = make_recipe(config["kind"], **{**config["recipe"], **({"objective": objective} if objective else {})})
     trainer = PairTrainer(recipe, *schema.pair_lists(data), HParams(**config["hparams"]),
-                          silver=schema.silver_flags(data), device=device,
-                          log=lambda line: None, name=config["pilot"])
+                          silver=schema.silver_flags(data), device=device, name=config["pilot"])
     t0 = time.perf_counter()
     trainer.run(until=steps[config["pilot"]])
     preds = recipe.predict(trainer.module, *schema.pair_lists(dev)[:2], config["eval_batch_size"])

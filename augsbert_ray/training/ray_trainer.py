@@ -24,12 +24,14 @@ error does not travel as a reported metric.)
 from __future__ import annotations
 
 import json
+import logging
 import os
 import re
 import shutil
 import sys
 import tempfile
 import traceback
+from contextlib import nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -37,7 +39,9 @@ import pyarrow as pa
 
 from augsbert_ray import schema
 from augsbert_ray.errors import AugSBERTError, TrainingError
+from augsbert_ray.messages import lines_to
 
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -83,6 +87,8 @@ def export_model(checkpoint, out_dir: str | os.PathLike) -> None:
         shutil.copytree(Path(d) / MODEL_DIR, out_dir)
 
 
+# Messages, not types, for these two: torch raises a shape mismatch as a plain RuntimeError and
+# transformers a missing or unloadable model file as a plain OSError; neither has a subclass to test.
 # RuntimeErrors that would recur on every attempt: weights that do not fit the model.
 _PERMANENT_RUNTIME = re.compile(r"Error\(s\) in loading state_dict|size mismatch|shape mismatch|"
                                 r"mat1 and mat2 shapes cannot be multiplied|must match the size of tensor")
@@ -138,7 +144,8 @@ def _train_loop_per_worker(config: dict) -> None:
     if marker and world > 1 and _read_marker(marker) is not None:
         return  # a rank of the previous attempt met a permanent error; the driver reports it
     try:
-        _train(config)
+        with _worker_lines(config, ctx.get_world_rank()):
+            _train(config)
     except Exception as e:
         if not marker or not is_permanent(e):
             raise
@@ -146,6 +153,15 @@ def _train_loop_per_worker(config: dict) -> None:
                       ctx.get_world_rank())
         if world > 1:
             raise  # the other ranks may be waiting for this one in a collective: Ray Train stops them
+
+
+def _worker_lines(config: dict, rank: int):
+    """Rank 0's engine lines (the training loop's) go to the job's display when it has one,
+    else to stdout, which Ray forwards to the driver; other ranks' are not shown."""
+    if rank != 0:
+        return nullcontext()
+    progress = config.get("progress")
+    return lines_to(progress.message if progress is not None else _stdout_line)
 
 
 def _train(config: dict) -> None:
@@ -170,9 +186,8 @@ def _train(config: dict) -> None:
     else:
         wrap = lambda m: m.to(device)  # noqa: E731
 
-    # Rank 0 reports: progress lines and steps to the job's display when it has one.
+    # Rank 0 reports its steps to the job's display when it has one (its lines: _worker_lines).
     progress = config.get("progress") if rank == 0 else None
-    say = (progress.message if progress is not None else _stdout_line) if rank == 0 else (lambda line: None)
     trainer = PairTrainer(
         recipe,
         *schema.pair_lists(table),
@@ -182,7 +197,6 @@ def _train(config: dict) -> None:
         rank=rank,
         world=world,
         wrap=wrap,
-        log=say,
         name=config["name"],
     )
     checkpoint = ray.train.get_checkpoint()
@@ -193,7 +207,7 @@ def _train(config: dict) -> None:
     if checkpoint is not None:  # a restarted worker group: continue where the last checkpoint left off
         restore_checkpoint(trainer, checkpoint)
         # A restarted worker group, or a re-run of a stage whose driver died mid-training.
-        say(f"[{config['name']}] resumed from the checkpoint at step {trainer.step}/{trainer.total}")
+        log.info(f"[{config['name']}] resumed from the checkpoint at step {trainer.step}/{trainer.total}")
     resumed_from = trainer.step
     every = max(1, round(config["checkpoint_every"] * trainer.total)) if config["checkpoint_every"] else trainer.total
     fault = config.get("fault")

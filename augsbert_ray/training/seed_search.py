@@ -21,12 +21,12 @@ result.
 
 from __future__ import annotations
 
+import logging
 import math
 import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
 
 import numpy as np
 import pyarrow as pa
@@ -42,6 +42,8 @@ from augsbert_ray.training.ray_trainer import (
     restore_checkpoint,
     write_checkpoint,
 )
+
+log = logging.getLogger(__name__)
 
 FATAL_ERROR = "fatal_error"  # the metric a trial reports an error under that no retry can fix
 
@@ -97,7 +99,7 @@ def _train_trial(config: dict, data: pa.Table, dev: pa.Table) -> None:
     s1, s2, labels = schema.pair_lists(data)
     recipe = make_recipe(config["kind"], **config["recipe"])
     hp = HParams(**{**config["hparams"], "seed": config["seed"]})
-    trainer = PairTrainer(recipe, s1, s2, labels, hp, silver=schema.silver_flags(data), device=device, log=lambda line: None, name=config["name"])
+    trainer = PairTrainer(recipe, s1, s2, labels, hp, silver=schema.silver_flags(data), device=device, name=config["name"])
     resume = config.get("resume", {}).get(str(config["seed"]))
     if resume is not None:
         restore_checkpoint(trainer, resume)
@@ -138,7 +140,6 @@ def seed_search(
     out_dir: Path,
     name: str,
     eval_batch_size: int = 64,
-    log: Callable[[str], None] = print,
 ) -> dict:
     """Runs a seed search for one encoder and copies the chosen model to ``out_dir``.
 
@@ -200,12 +201,12 @@ def seed_search(
             raise TrainingError(f"seed search {experiment}: {len(grid.errors)} trial(s) failed: "
                                 f"{describe_error(cause)}")
         results = sorted(grid, key=lambda r: r.metrics["seed"])
-        log(f"[{name}] {experiment}: {len(results)} trial(s) in {time.perf_counter() - t0:.1f}s")
+        log.info(f"[{name}] {experiment}: {len(results)} trial(s) in {time.perf_counter() - t0:.1f}s")
         return results
 
     t0 = time.perf_counter()
-    log(f"[{name}] seed search: seeds {plan.seeds}, {total} steps each, pruning at step {prune}, "
-        f"keeping {plan.keep} ({plan.scheduler}{', audit' if plan.audit else ''})")
+    log.info(f"[{name}] seed search: seeds {plan.seeds}, {total} steps each, pruning at step {prune}, "
+             f"keeping {plan.keep} ({plan.scheduler}{', audit' if plan.audit else ''})")
     trials = {s: {"seed": s, "curve": [], "status": "pruned"} for s in plan.seeds}
 
     def record(results: list) -> None:
@@ -237,8 +238,8 @@ def seed_search(
         survivors = ranked[: plan.keep]
         continued = plan.seeds if plan.audit else survivors
         if prune < total:
-            log(f"[{name}] dev at step {prune}: " + ", ".join(f"seed {s} {at_prune[s]:.2f}" for s in ranked)
-                + f"; continuing {sorted(survivors)}" + (" (audit: all seeds run to the end)" if plan.audit else ""))
+            log.info(f"[{name}] dev at step {prune}: " + ", ".join(f"seed {s} {at_prune[s]:.2f}" for s in ranked)
+                     + f"; continuing {sorted(survivors)}" + (" (audit: all seeds run to the end)" if plan.audit else ""))
             record(fit(f"{name}-exploit", {"seed": ray.tune.grid_search(continued),
                                            "resume": {str(s): trials[s]["checkpoint"] for s in continued},
                                            "eval_steps": [total], "stop_step": total}))
@@ -292,9 +293,9 @@ def seed_search(
             "best_at_end": best_final,
             "pick_is_best": pick == best_final,
         }
-    log(f"[{name}] seed search chose seed {chosen} (dev {final[chosen]:.2f}); "
-        f"{search_steps} of {len(plan.seeds) * total} steps of training every seed "
-        f"({record_out['cost']['search_fraction']:.0%})")
+    log.info(f"[{name}] seed search chose seed {chosen} (dev {final[chosen]:.2f}); "
+             f"{search_steps} of {len(plan.seeds) * total} steps of training every seed "
+             f"({record_out['cost']['search_fraction']:.0%})")
     return record_out
 
 

@@ -50,6 +50,7 @@ def main(teacher: str, out: Path) -> None:
 
     from augsbert_ray.config import LabelingConfig
     from augsbert_ray.labeling import TRACE_ENV, LabelingReport, ShardStore, label_candidates
+    from augsbert_ray.messages import lines_to
 
     out.mkdir(parents=True, exist_ok=True)
     os.environ[TRACE_ENV] = json.dumps({"path": str(out / "trace.txt"), "delay_s": 0.4})
@@ -67,8 +68,8 @@ def main(teacher: str, out: Path) -> None:
     def label() -> None:
         try:
             cfg = LabelingConfig(actors=2, block_size=8, micro_batch_size=8, precision="fp32")  # labels checked exactly
-            result["silver"] = label_candidates(cands, teacher, cfg, 32, 1, store=store, report=report,
-                                               log=lines.append)
+            with lines_to(lines.append):
+                result["silver"] = label_candidates(cands, teacher, cfg, 32, 1, store=store, report=report)
         except BaseException as e:  # reported to the test below
             result["error"] = f"{type(e).__name__}: {e}"
 

@@ -88,7 +88,7 @@ def test_a_killed_driver_redoes_only_what_was_in_flight(tiny_stsb, tiny_model, t
     # A fault-free run first (in this process, on the session's Ray: it is not killed).
     clean_dir = tmp_path / "clean"
     job = _job(tmp_path / "clean.yaml", clean_dir, tiny_stsb, tiny_model)
-    run_job(validate_tree(yaml.safe_load(job.read_text())), log=lambda line: None)
+    run_job(validate_tree(yaml.safe_load(job.read_text())))
     clean = pq.read_table(clean_dir / "silver.parquet")
     n_shards = json.loads((_folder(clean_dir, "silver") / "done.json").read_text())["result"]["shards"]["total"]
     assert n_shards >= 8
@@ -128,7 +128,7 @@ def test_a_killed_driver_redoes_only_what_was_in_flight(tiny_stsb, tiny_model, t
     # The third run resumes the interrupted training from its checkpoint: the same model as
     # the fault-free run, bit for bit. (In this process, on the session's Ray: where the
     # re-run's driver runs is not the point, and it saves a Ray start.)
-    third = run_job(validate_tree(yaml.safe_load(job.read_text())), log=lambda line: None)
+    third = run_job(validate_tree(yaml.safe_load(job.read_text())))
     assert third.stage("augsbert").result.train["resumed_from_step"] > 0
     weights = "model/model.safetensors"
     assert (_folder(run_dir, "augsbert") / weights).read_bytes() == (_folder(clean_dir, "augsbert") / weights).read_bytes()

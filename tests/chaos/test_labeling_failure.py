@@ -15,6 +15,7 @@ from augsbert_ray import schema
 from augsbert_ray.config import LabelingConfig
 from augsbert_ray.errors import LabelingError
 from augsbert_ray.labeling import LabelingReport, PairScorer, ShardStore, label_candidates, pool
+from augsbert_ray.messages import lines_to
 from augsbert_ray.testing import dying_scorer
 
 pytestmark = pytest.mark.slow
@@ -93,10 +94,10 @@ def test_a_new_pool_labels_what_a_failed_pool_left(ray_local, teacher, clean, tm
     monkeypatch.setattr(pool, "PairScorer", dying_scorer(after_batches=3, flag=tmp_path / "flag"))
     report = LabelingReport()
     lines = []
-    got = label_candidates(_candidates(), teacher, LabelingConfig(actors=2, block_size=BLOCK, micro_batch_size=4,
-                                                                  max_restarts=0, pool_retries=1),
-                           max_length=32, cpus_per_actor=1, store=ShardStore(tmp_path / "shards"), report=report,
-                           log=lines.append)
+    with lines_to(lines.append):
+        got = label_candidates(_candidates(), teacher, LabelingConfig(actors=2, block_size=BLOCK, micro_batch_size=4,
+                                                                      max_restarts=0, pool_retries=1),
+                               max_length=32, cpus_per_actor=1, store=ShardStore(tmp_path / "shards"), report=report)
     assert any("a new pool labels the" in line for line in lines)  # the first pool did fail
     assert got.equals(clean) and report.labelled == 10 and sorted(report.redone_shards) == list(range(10))
 

@@ -10,6 +10,7 @@ import torch
 from conftest import make_sentence
 
 from augsbert_ray.labeling import score_pairs
+from augsbert_ray.messages import lines_to
 from augsbert_ray.models import load_cross_encoder
 from augsbert_ray.training.loop import HParams, rank_batch_size, shard_order, steps_per_epoch, train_pairs
 from augsbert_ray.training.recipes import BiEncoderRecipe, CrossEncoderRecipe, make_recipe
@@ -131,7 +132,8 @@ def test_train_pairs_learns_and_is_reproducible(tiny_model, kind):
 
     lines: list[str] = []
     recipe = _recipe(kind, tiny_model)
-    module, stats = train_pairs(recipe, s1, s2, labels, HP, log=lines.append, name=kind)
+    with lines_to(lines.append):  # the loop logs its progress lines
+        module, stats = train_pairs(recipe, s1, s2, labels, HP, name=kind)
     final = _full_loss(recipe, module, s1, s2, labels)
     assert final < 0.5 * initial, (initial, final)
     assert stats["steps"] == steps_per_epoch(len(labels), HP.batch_size, 1) * HP.epochs == 3 * HP.epochs
@@ -140,9 +142,9 @@ def test_train_pairs_learns_and_is_reproducible(tiny_model, kind):
     assert f"step {stats['steps']}/{stats['steps']}" in lines[-1]
 
     # Same seed: bit-identical weights. Another seed: different ones (so the comparison can fail).
-    again, _ = train_pairs(_recipe(kind, tiny_model), s1, s2, labels, HP, log=lambda _: None)
+    again, _ = train_pairs(_recipe(kind, tiny_model), s1, s2, labels, HP)
     other, _ = train_pairs(
-        _recipe(kind, tiny_model), s1, s2, labels, HParams(**{**HP.to_dict(), "seed": HP.seed + 1}), log=lambda _: None
+        _recipe(kind, tiny_model), s1, s2, labels, HParams(**{**HP.to_dict(), "seed": HP.seed + 1})
     )
     first, second, third = _state(module), _state(again), _state(other)
     assert first.keys() == second.keys()
@@ -157,8 +159,7 @@ def test_bi_encoder_save_loads_in_sentence_transformers(tiny_model, tmp_path, ca
 
     s1, s2, labels = _toy_pairs(8)
     recipe = make_recipe("bi_encoder", model=tiny_model, max_length=32)
-    module, _ = train_pairs(recipe, s1, s2, labels, HParams(epochs=1, lr=1e-3, batch_size=4, warmup_ratio=0.0, seed=0),
-                            log=lambda _: None)
+    module, _ = train_pairs(recipe, s1, s2, labels, HParams(epochs=1, lr=1e-3, batch_size=4, warmup_ratio=0.0, seed=0))
     out = tmp_path / "bi"
     capfd.readouterr()
     recipe.save(module, str(out))
@@ -192,7 +193,7 @@ def test_cross_encoder_save_loads_in_sentence_transformers_and_predicts_sigmoid(
     s1, s2, labels = _toy_pairs(8)
     recipe = make_recipe("cross_encoder", model=tiny_model, max_length=64)
     module, _ = train_pairs(recipe, s1, s2, labels, HParams(epochs=1, lr=1e-3, batch_size=4, warmup_ratio=0.0, seed=0),
-                            wrap=_Wrapped, log=lambda _: None)
+                            wrap=_Wrapped)
     assert isinstance(module, _Wrapped)
     out = tmp_path / "cross"
     recipe.save(module, str(out))  # unwraps, as it must for a DDP-wrapped model
@@ -219,7 +220,7 @@ def test_train_pairs_rank_trains_on_its_shard_only(tiny_model):
     s1, s2, labels = _toy_pairs(10)
     hp = HParams(epochs=2, lr=1e-3, batch_size=4, warmup_ratio=0.0, seed=0)
     _, stats = train_pairs(CrossEncoderRecipe(model=tiny_model, max_length=64), s1, s2, labels, hp,
-                           rank=1, world=3, log=lambda _: None)
+                           rank=1, world=3)
     # 10 rows over 3 ranks: 4 each; the global batch of 4 is 2 a rank: 2 steps an epoch
     assert stats["steps"] == steps_per_epoch(10, rank_batch_size(4, 3), 3) * 2 == 4
 
@@ -244,8 +245,7 @@ def test_binary_objectives_train_and_save_only_the_encoder(tiny_model, tmp_path,
     s1, s2, labels = _toy_pairs(8)
     labels = (np.asarray(labels) >= 0.5).astype(np.float32)
     recipe = make_recipe("bi_encoder", model=tiny_model, max_length=32, objective=objective)
-    module, stats = train_pairs(recipe, s1, s2, labels, HParams(epochs=2, lr=1e-3, batch_size=4, warmup_ratio=0.0, seed=0),
-                                log=lambda _: None)
+    module, stats = train_pairs(recipe, s1, s2, labels, HParams(epochs=2, lr=1e-3, batch_size=4, warmup_ratio=0.0, seed=0))
     assert (module.head is not None) == (objective == "softmax")
     assert np.isfinite(stats["final_loss"])
     recipe.save(module, str(tmp_path / "bi"))
@@ -276,12 +276,12 @@ def test_the_loop_hands_each_batch_its_own_silver_flags():
     silver = np.array([i % 3 == 0 for i in range(10)])
     spy = _SilverSpy()
     hp = HParams(epochs=2, lr=1e-3, batch_size=4, warmup_ratio=0.0, seed=1)
-    train_pairs(spy, s1, s1, np.zeros(10, np.float32), hp, silver=silver, log=lambda _: None)
+    train_pairs(spy, s1, s1, np.zeros(10, np.float32), hp, silver=silver)
     assert len(spy.seen) == 6 and sorted(x for batch, _ in spy.seen[:3] for x in batch) == sorted(s1)
     for batch, flags in spy.seen:  # shuffled rows, each with its own flag
         assert flags == [int(x[1:]) % 3 == 0 for x in batch]
     plain = _SilverSpy()
-    train_pairs(plain, s1, s1, np.zeros(10, np.float32), hp, log=lambda _: None)
+    train_pairs(plain, s1, s1, np.zeros(10, np.float32), hp)
     assert all(flags is None for _, flags in plain.seen)  # pairs that do not say: no flags
     with pytest.raises(ValueError, match="3 silver flags for 10 pairs"):
         train_pairs(_SilverSpy(), s1, s1, np.zeros(10, np.float32), hp, silver=silver[:3])
@@ -299,7 +299,7 @@ def test_regression_objectives_learn_and_distillation_needs_the_silver_flags(tin
     module = start.build("cpu")
     with torch.no_grad():
         initial = start.loss(module, s1, s2, torch.from_numpy(labels), silver=flags).item()
-    module, _ = train_pairs(recipe, s1, s2, labels, hp, silver=silver, log=lambda _: None)
+    module, _ = train_pairs(recipe, s1, s2, labels, hp, silver=silver)
     with torch.no_grad():
         final = recipe.loss(module, s1, s2, torch.from_numpy(labels), silver=flags).item()
     assert final < 0.5 * initial, (initial, final)
@@ -316,25 +316,26 @@ def test_stopped_and_resumed_training_equals_an_uninterrupted_run(tiny_model, tm
 
     s1, s2, labels = _toy_pairs()
     hp = HParams(**{**HPARAMS[kind].to_dict(), "epochs": 3, "precision": precision, "length_grouping": grouping})
-    straight = PairTrainer(_recipe(kind, tiny_model), s1, s2, labels, hp, log=lambda _: None)
+    straight = PairTrainer(_recipe(kind, tiny_model), s1, s2, labels, hp)
     straight.run()
 
-    first = PairTrainer(_recipe(kind, tiny_model), s1, s2, labels, hp, log=lambda _: None)
+    first = PairTrainer(_recipe(kind, tiny_model), s1, s2, labels, hp)
     first.run(until=4)  # mid-epoch: epoch 2, batch 1
     first.save_state(tmp_path / "state.pt")
     torch.manual_seed(12345)  # a new process would start from another RNG state
     lines: list[str] = []
-    resumed = PairTrainer(_recipe(kind, tiny_model), s1, s2, labels, hp, log=lines.append, name=kind)
+    resumed = PairTrainer(_recipe(kind, tiny_model), s1, s2, labels, hp, name=kind)
     resumed.load_state(tmp_path / "state.pt")
     assert resumed.step == 4
-    resumed.run()
+    with lines_to(lines.append):
+        resumed.run()
     assert resumed.step == straight.step == 9
     assert "step 9/9" in lines[-1] and not any("step 1/" in line for line in lines)  # the counter continued
     a, b = _state(straight.module), _state(resumed.module)
     assert all(torch.equal(a[k], b[k]) for k in a)
     assert resumed.stats()["final_loss"] == pytest.approx(straight.stats()["final_loss"])
     # and a resume that lost the RNG state would not match (so the comparison can fail)
-    broken = PairTrainer(_recipe(kind, tiny_model), s1, s2, labels, hp, log=lambda _: None)
+    broken = PairTrainer(_recipe(kind, tiny_model), s1, s2, labels, hp)
     broken.load_state(tmp_path / "state.pt")
     torch.manual_seed(999)
     broken.run()
@@ -355,11 +356,12 @@ def test_bf16_training_autocasts_the_forward_and_learns(tiny_model, kind):
 
     lines: list[str] = []
     recipe = _recipe(kind, tiny_model)
-    trainer = PairTrainer(recipe, s1, s2, labels, hp, log=lines.append, name=kind)
+    trainer = PairTrainer(recipe, s1, s2, labels, hp, name=kind)
     seen: set[torch.dtype] = set()
     linear = next(m for m in trainer.module.modules() if isinstance(m, torch.nn.Linear))
     linear.register_forward_hook(lambda _m, _i, out: seen.add(out.dtype))
-    trainer.run()
+    with lines_to(lines.append):
+        trainer.run()
     assert seen == {torch.bfloat16}
     assert all(p.dtype == torch.float32 for p in trainer.module.parameters())
     stats = trainer.stats()
@@ -369,7 +371,7 @@ def test_bf16_training_autocasts_the_forward_and_learns(tiny_model, kind):
 
     # The default stays fp32 (the same hook sees fp32 outputs).
     seen.clear()
-    fp32 = PairTrainer(_recipe(kind, tiny_model), s1, s2, labels, HPARAMS[kind], log=lambda _: None)
+    fp32 = PairTrainer(_recipe(kind, tiny_model), s1, s2, labels, HPARAMS[kind])
     next(m for m in fp32.module.modules() if isinstance(m, torch.nn.Linear)).register_forward_hook(
         lambda _m, _i, out: seen.add(out.dtype))
     fp32.run(until=1)
@@ -413,9 +415,8 @@ def test_grouped_training_runs_the_same_steps_and_learns(tiny_model):
 
     s1, s2, labels = _toy_pairs()
     hp = HParams(**{**HPARAMS["bi"].to_dict(), "epochs": 3, "length_grouping": 2})
-    trainer = PairTrainer(_recipe("bi", tiny_model), s1, s2, labels, hp, log=lambda _: None)
-    plain = PairTrainer(_recipe("bi", tiny_model), s1, s2, labels, HParams(**{**hp.to_dict(), "length_grouping": 0}),
-                        log=lambda _: None)
+    trainer = PairTrainer(_recipe("bi", tiny_model), s1, s2, labels, hp)
+    plain = PairTrainer(_recipe("bi", tiny_model), s1, s2, labels, HParams(**{**hp.to_dict(), "length_grouping": 0}))
     assert trainer.lengths is not None and len(trainer.lengths) == len(labels) and plain.lengths is None
     trainer.run()
     assert trainer.step == plain.total and np.isfinite(trainer.stats()["final_loss"])

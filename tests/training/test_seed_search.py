@@ -32,7 +32,7 @@ def _search(tiny_model, tmp_path, name: str, **plan) -> dict:
         "bi_encoder", train, dev, task="regression", metric="spearman",
         recipe={"model": tiny_model, "max_length": 32}, hparams=HPARAMS,
         plan=SearchPlan(**{"prune_at": 0.25, "cpus_per_trial": 1, **plan}),
-        storage_dir=tmp_path / "tune", out_dir=tmp_path / name, name=name, log=lambda line: None,
+        storage_dir=tmp_path / "tune", out_dir=tmp_path / name, name=name,
     ), dev
 
 
