@@ -17,6 +17,7 @@ from typing import Callable
 import numpy as np
 import torch
 
+from augsbert_ray.training.batches import to_device
 from augsbert_ray.training.recipes import Recipe, unwrap
 
 log = logging.getLogger(__name__)
@@ -161,6 +162,8 @@ class PairTrainer:
         # Pairs' token lengths, for batches of similar lengths (length_grouped_batches).
         lengths = getattr(recipe, "lengths", None)
         self.lengths = lengths(s1, s2) if hp.length_grouping > 0 and lengths is not None else None
+        # Every pair tokenised once (the steps then only pad), where the recipe can.
+        self.tokens = recipe.pretokenize(s1, s2) if hasattr(recipe, "pretokenize") else None
         self._epoch_batches: tuple[int, list] | None = None
         self.per_epoch = steps_per_epoch(len(self.labels), self.rank_batch, world)
         self.total = self.per_epoch * hp.epochs
@@ -172,6 +175,9 @@ class PairTrainer:
         self.step = 0
         self.seconds = 0.0  # training time over every run() so far, across resumes
         self.losses: list[float] = []  # the last log_every losses
+        # Losses of the steps since they were last read, kept on the device: reading a loss
+        # waits for its step to finish, so they are read at log points and checkpoints only.
+        self._pending: list[torch.Tensor] = []
 
     def run(self, until: int | None = None, after_step: Callable[[int], None] | None = None) -> None:
         """Trains from the current step up to global step ``until`` (default: the end).
@@ -184,12 +190,7 @@ class PairTrainer:
         while self.step < until:
             epoch, in_epoch = divmod(self.step, self.per_epoch)
             idx = self._batches(epoch)[in_epoch]
-            batch_labels = torch.from_numpy(self.labels[idx]).to(self.device)
-            batch_silver = None if self.silver is None else torch.from_numpy(self.silver[idx]).to(self.device)
-            with torch.autocast(torch.device(self.device).type, torch.bfloat16, enabled=self.precision == "bf16"):
-                loss = self.recipe.loss(self.module, [self.s1[i] for i in idx], [self.s2[i] for i in idx], batch_labels,
-                                        silver=batch_silver)
-            loss = loss.float()
+            loss = self._loss(idx).float()
             self.optimizer.zero_grad(set_to_none=True)
             loss.backward()
             torch.nn.utils.clip_grad_norm_(self.module.parameters(), hp.max_grad_norm)
@@ -198,14 +199,33 @@ class PairTrainer:
             self.step += 1
             if after_step is not None:
                 after_step(self.step)
-            self.losses = (self.losses + [loss.item()])[-self.log_every :]
+            self._pending = (self._pending + [loss.detach()])[-self.log_every :]
             if self.step % self.log_every == 0 or self.step == self.total:
+                self._read_losses()
                 rate = (self.step - first) * self.rank_batch * self.world / (time.perf_counter() - started)
                 log.info(
                     f"[{self.name}] epoch {epoch + 1}/{hp.epochs} step {self.step}/{self.total} "
                     f"loss {np.mean(self.losses):.4f} ({rate:.1f} pairs/s{', bf16' * (self.precision == 'bf16')})"
                 )
         self.seconds += time.perf_counter() - started
+
+    def _loss(self, idx: np.ndarray) -> torch.Tensor:
+        """The loss of the batch of pairs ``idx`` (pre-tokenised where the recipe can)."""
+        given = to_device({"labels": torch.from_numpy(self.labels[idx]),
+                           "silver": None if self.silver is None else torch.from_numpy(self.silver[idx])}, self.device)
+        labels, silver = given["labels"], given["silver"]
+        with torch.autocast(torch.device(self.device).type, torch.bfloat16, enabled=self.precision == "bf16"):
+            if self.tokens is None:
+                return self.recipe.loss(self.module, [self.s1[i] for i in idx], [self.s2[i] for i in idx], labels,
+                                        silver=silver)
+            features = to_device(self.tokens.batch(self.recipe.batch_rows(idx, len(self.labels))), self.device)
+            return self.recipe.features_loss(self.module, features, labels, silver=silver)
+
+    def _read_losses(self) -> None:
+        """Moves the losses kept on the device into ``losses`` (one wait for the device)."""
+        if self._pending:
+            self.losses = (self.losses + torch.stack(self._pending).tolist())[-self.log_every :]
+            self._pending = []
 
     def _batches(self, epoch: int) -> list[np.ndarray]:
         """This rank's batches of ``epoch`` (a function of the seed and the epoch alone, so a
@@ -217,6 +237,7 @@ class PairTrainer:
         return self._epoch_batches[1]
 
     def stats(self) -> dict:
+        self._read_losses()
         return {
             "precision": self.precision,
             "steps": self.step,
@@ -228,6 +249,7 @@ class PairTrainer:
 
     def save_state(self, path: str | os.PathLike) -> None:
         """Writes the full training state (tensors and numbers only) to ``path``."""
+        self._read_losses()
         state = {
             "module": unwrap(self.module).state_dict(),
             "optimizer": self.optimizer.state_dict(),
@@ -247,6 +269,7 @@ class PairTrainer:
         self.optimizer.load_state_dict(state["optimizer"])
         self.scheduler.load_state_dict(state["scheduler"])
         self.step, self.seconds, self.losses = int(state["step"]), float(state["seconds"]), list(state["losses"])
+        self._pending = []
         torch.set_rng_state(state["torch_rng"].cpu())
         if state["cuda_rng"] and torch.cuda.is_available():
             torch.cuda.set_rng_state_all([s.cpu() for s in state["cuda_rng"]])

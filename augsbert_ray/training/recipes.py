@@ -13,6 +13,7 @@ import numpy as np
 import torch
 
 from augsbert_ray.models import load_bi_encoder, load_cross_encoder
+from augsbert_ray.training.batches import TokenRows
 from augsbert_ray.training.objectives import (
     angle_loss,
     contrastive_loss,
@@ -39,6 +40,11 @@ def _no_save_bars():
             hf_logging.enable_progress_bar()
 
 
+# Rows tokenised per call when a recipe pre-tokenises its training pairs (memory, not results:
+# padding inside a chunk is stripped again).
+PRETOKENIZE_CHUNK = 1024
+
+
 class Recipe(Protocol):
     def build(self, device: str) -> torch.nn.Module: ...
 
@@ -46,6 +52,10 @@ class Recipe(Protocol):
              silver: torch.Tensor | None = None) -> torch.Tensor: ...
 
     def save(self, module: torch.nn.Module, out_dir: str) -> None: ...
+
+    # Optional (both recipes have them): pre-tokenised batches, used by the loop when present.
+    # pretokenize(s1, s2) -> TokenRows; batch_rows(idx, n) -> the rows of pairs idx;
+    # features_loss(module, features, labels, silver) -> the loss, as loss() computes it.
 
     def predict(self, module: torch.nn.Module, s1: list[str], s2: list[str], batch_size: int) -> np.ndarray: ...
 
@@ -111,8 +121,25 @@ class BiEncoderRecipe:
         features = self._st.tokenize(list(s1) + list(s2))
         device = labels.device
         features = {k: v.to(device) if torch.is_tensor(v) else v for k, v in features.items()}
+        return self.features_loss(module, features, labels, silver)
+
+    def pretokenize(self, s1: list[str], s2: list[str]) -> TokenRows:
+        """Every sentence tokenised once, as ``loss`` tokenises them: rows ``0..n-1`` are ``s1``,
+        ``n..2n-1`` are ``s2`` (see ``batch_rows``)."""
+        texts = list(s1) + list(s2)
+        tok = self._st.tokenizer
+        chunks = [self._st.tokenize(texts[i:i + PRETOKENIZE_CHUNK]) for i in range(0, len(texts), PRETOKENIZE_CHUNK)]
+        return TokenRows.from_padded(chunks, tok.pad_token_id, tok.pad_token_type_id, tok.padding_side == "left")
+
+    @staticmethod
+    def batch_rows(idx: np.ndarray, n: int) -> np.ndarray:
+        """The rows of ``pretokenize``'s output that hold pairs ``idx``: both sides, as ``loss`` reads them."""
+        return np.concatenate([idx, idx + n])
+
+    def features_loss(self, module, features: dict, labels, silver=None):
+        """The loss of a batch given as tokenised features (both sides' sentences, ``s1``'s first)."""
         emb = module(features)
-        a, b = emb[: len(s1)], emb[len(s1) :]
+        a, b = emb[: len(labels)], emb[len(labels) :]
         if self.objective == "softmax":
             return softmax_pair_loss(a, b, labels, unwrap(module).head)
         if self.objective in DISTILLED:
@@ -172,10 +199,27 @@ class CrossEncoderRecipe:
         return module
 
     def loss(self, module, s1, s2, labels, silver=None):  # the teacher trains on gold alone
-        enc = self._tokenizer(
-            list(s1), list(s2), truncation=True, max_length=self.max_length, padding=True, return_tensors="pt"
-        ).to(labels.device)
-        return cross_encoder_loss(module(**enc).logits, labels)
+        return self.features_loss(module, self._encode(s1, s2).to(labels.device), labels)
+
+    def _encode(self, s1, s2):
+        return self._tokenizer(list(s1), list(s2), truncation=True, max_length=self.max_length, padding=True,
+                               return_tensors="pt")
+
+    def pretokenize(self, s1: list[str], s2: list[str]) -> TokenRows:
+        """Every pair tokenised once, as ``loss`` tokenises them (row ``i`` is pair ``i``)."""
+        chunks = [self._encode(s1[i:i + PRETOKENIZE_CHUNK], s2[i:i + PRETOKENIZE_CHUNK])
+                  for i in range(0, len(s1), PRETOKENIZE_CHUNK)]
+        tok = self._tokenizer
+        return TokenRows.from_padded([dict(c) for c in chunks], tok.pad_token_id, tok.pad_token_type_id,
+                                     tok.padding_side == "left")
+
+    @staticmethod
+    def batch_rows(idx: np.ndarray, n: int) -> np.ndarray:
+        return idx
+
+    def features_loss(self, module, features: dict, labels, silver=None):
+        """The loss of a batch given as tokenised features."""
+        return cross_encoder_loss(module(**features).logits, labels)
 
     def save(self, module, out_dir: str) -> None:
         with _no_save_bars():
