@@ -107,18 +107,3 @@ def test_leftover_processes_are_found_and_killed_after_their_grace():
         assert not reaping.alive(found[0])
     finally:
         child.kill()
-
-
-def test_a_local_ray_preloads_what_a_labelling_actor_imports():
-    """Every worker of a local Ray imports the model stack as it starts (Ray's
-    ``preload_python_modules``, a JSON list: a string stops Ray's GCS at start), and every
-    module named exists: Ray skips one that does not import, so a renamed module would only
-    slow labelling again."""
-    import importlib.util
-
-    from augsbert_ray.runtime.cluster import WORKER_PRELOAD, local_ray_options
-
-    preload = local_ray_options(2)["_system_config"]["preload_python_modules"]
-    assert preload == list(WORKER_PRELOAD)
-    assert "augsbert_ray.labeling.scorer" in WORKER_PRELOAD and "torch" in WORKER_PRELOAD
-    assert all(importlib.util.find_spec(name) is not None for name in WORKER_PRELOAD)

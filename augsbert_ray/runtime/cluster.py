@@ -57,13 +57,6 @@ TRAIN_ENV_DEFAULTS = {"RAY_TRAIN_HEALTH_CHECK_INTERVAL_S": "0.5"}
 LOCAL_TRAIN_ENV_DEFAULTS = {"RAY_TRAIN_ENABLE_PREEMPTION_WATCHER": "0", "RAY_LOG_MONITOR_MANY_FILES_THRESHOLD": "0"}
 
 
-# What a labelling actor (and a warm host, a scoring task) imports before its first batch: a
-# local Ray's worker processes import them as they start, so the worker that becomes the
-# labelling actor, started while earlier stages ran, has them already when labelling begins.
-WORKER_PRELOAD = ("torch", "transformers.modeling_utils", "transformers.models.auto.modeling_auto",
-                  "augsbert_ray.models", "augsbert_ray.labeling.scorer")
-
-
 def local_ray_options(num_cpus: int | None = None) -> dict:
     """``ray.init`` arguments for a Ray started inside this process.
 
@@ -73,17 +66,12 @@ def local_ray_options(num_cpus: int | None = None) -> dict:
     its imports again (Ray Data and Ray Train keep several helper actors too). A few more
     idle workers (each holds its imports in memory) keep them warm.
 
-    Every worker process imports ``WORKER_PRELOAD`` as it starts (Ray's
-    ``preload_python_modules``), after registering with its node, so the imports of the model
-    stack are paid in idle workers, not by the actor or task that is handed one.
-
     The metrics exporter is off: its Prometheus port answers without the cluster's token, and
     the job reads no metrics from it.
     """
     cpus = num_cpus or os.cpu_count() or 1
     return {"num_cpus": cpus,
-            "_system_config": {"num_workers_soft_limit": int(cpus) + 8, "enable_metrics_collection": False,
-                               "preload_python_modules": list(WORKER_PRELOAD)}}
+            "_system_config": {"num_workers_soft_limit": int(cpus) + 8, "enable_metrics_collection": False}}
 
 
 def start_ray(address: str | None = None, num_cpus: int | None = None,
