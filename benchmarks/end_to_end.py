@@ -161,6 +161,40 @@ def _timed(cmd: list[str], log: Path) -> float:
     return wall
 
 
+def _report(args, argv, cfg, root: Path, runs: list[dict]) -> None:
+    """Writes the comparison of the ``runs`` so far (``args.out``.md and .json) and prints it."""
+    from provenance import provenance, write_result
+
+    steps = ["cross_encoder", "zero_shot", "gold_only", "candidates", "silver", "augsbert"]
+    metric = runs[-1]["engine"]["metric"]
+    names = {"cross_encoder": "cross-encoder: train + score dev/test", "zero_shot": "zero-shot bi-encoder: score",
+             "gold_only": "gold-only bi-encoder: train + score", "candidates": "BM25 candidates",
+             "silver": "label candidates", "augsbert": "AugSBERT bi-encoder: train + score"}
+    gold_rows = pq.read_metadata(root / "engine-0" / "gold" / "train.parquet").num_rows
+    lines = ["# End to end: the engine vs a sequential sentence-transformers script", "",
+             f"Job `{args.job}`" + (f" with {' '.join(args.extra)}" if args.extra else "")
+             + f": {gold_rows:,} gold training pairs, BM25 top-{cfg.sampling.top_k}. Same gold pairs and "
+             "hyperparameters for both. Each side is a fresh process started as its user starts it "
+             "(`augsbert run JOB`; `python script.py`), the sides alternating, one at a time.", "",
+             "| step | " + " | ".join(f"engine {i + 1} (s) | script {i + 1} (s)" for i in range(len(runs))) + " |",
+             "|---|" + "---:|---:|" * len(runs)]
+    lines += [f"| {names[s]} | " + " | ".join(f"{r['engine']['stage_seconds'][s]:.1f} | {r['script']['seconds'][s]:.1f}"
+                                              for r in runs) + " |" for s in steps]
+    lines += ["| **wall time, process start to exit** | " + " | ".join(
+        f"**{r['engine']['wall_s']:.1f}** | **{r['script']['wall_s']:.1f}**" for r in runs) + " |", ""]
+    ratios = [r["engine"]["wall_s"] / r["script"]["wall_s"] for r in runs]
+    lines += [f"Engine / script wall time: {', '.join(f'{x:.2f}' for x in ratios)} (below 1: the engine is faster; "
+              "its time includes starting Ray, checkpoints and its report; the script's its imports).", "",
+              f"| test {metric} | engine | script |", "|---|---:|---:|"]
+    last = runs[-1]
+    lines += [f"| {k_} | {last['engine']['scores'][k_]['test'][metric]:.2f} | {last['script']['scores'][k_]['test']:.2f} |"
+              for k_ in ("cross_encoder", "zero_shot", "gold_only", "augsbert")]
+    lines += [f"| silver pairs | {last['engine']['silver']:,} | {last['script']['counts']['candidates']:,} |"]
+    lines += ["", *provenance("benchmarks/end_to_end.py", argv)]
+    write_result(args.out, lines, {"runs": runs, "ratios": ratios, "args": vars(args)})
+    print("\n".join(lines))
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--job", default="jobs/stsb-1k-bm25.yaml")
@@ -176,7 +210,6 @@ def main(argv: list[str] | None = None) -> int:
         return _side_script(args)
 
     from augsbert_ray.config import load_job
-    from provenance import provenance, write_result
 
     root = Path(args.root or tempfile.mkdtemp(prefix="augsbert-e2e-"))
     root.mkdir(parents=True, exist_ok=True)
@@ -205,36 +238,11 @@ def main(argv: list[str] | None = None) -> int:
         eng_s = {s: engine["stage_seconds"].get(s, 0.0) + engine["stage_seconds"].get(f"eval_{s}", 0.0)
                  for s in steps}
         runs.append({"engine": {"wall_s": engine_wall, "stage_seconds": eng_s, "scores": engine["scores"],
+                                "metric": engine["primary_metric"],
                                 "silver": engine["sampling"]["silver"]},
                      "script": {"wall_s": script_wall, **script}})
+        _report(args, argv, cfg, root, runs)  # after every pair, so a stopped run keeps what it measured
 
-    metric = engine["primary_metric"]
-    names = {"cross_encoder": "cross-encoder: train + score dev/test", "zero_shot": "zero-shot bi-encoder: score",
-             "gold_only": "gold-only bi-encoder: train + score", "candidates": "BM25 candidates",
-             "silver": "label candidates", "augsbert": "AugSBERT bi-encoder: train + score"}
-    gold_rows = pq.read_metadata(root / "engine-0" / "gold" / "train.parquet").num_rows
-    lines = ["# End to end: the engine vs a sequential sentence-transformers script", "",
-             f"Job `{args.job}`" + (f" with {' '.join(args.extra)}" if args.extra else "")
-             + f": {gold_rows:,} gold training pairs, BM25 top-{cfg.sampling.top_k}. Same gold pairs and "
-             "hyperparameters for both. Each side is a fresh process started as its user starts it "
-             "(`augsbert run JOB`; `python script.py`), the sides alternating, one at a time.", "",
-             "| step | " + " | ".join(f"engine {i + 1} (s) | script {i + 1} (s)" for i in range(len(runs))) + " |",
-             "|---|" + "---:|---:|" * len(runs)]
-    lines += [f"| {names[s]} | " + " | ".join(f"{r['engine']['stage_seconds'][s]:.1f} | {r['script']['seconds'][s]:.1f}"
-                                              for r in runs) + " |" for s in steps]
-    lines += ["| **wall time, process start to exit** | " + " | ".join(
-        f"**{r['engine']['wall_s']:.1f}** | **{r['script']['wall_s']:.1f}**" for r in runs) + " |", ""]
-    ratios = [r["engine"]["wall_s"] / r["script"]["wall_s"] for r in runs]
-    lines += [f"Engine / script wall time: {', '.join(f'{x:.2f}' for x in ratios)} (below 1: the engine is faster; "
-              "its time includes starting Ray, checkpoints and its report; the script's its imports).", "",
-              f"| test {metric} | engine | script |", "|---|---:|---:|"]
-    last = runs[-1]
-    lines += [f"| {k_} | {last['engine']['scores'][k_]['test'][metric]:.2f} | {last['script']['scores'][k_]['test']:.2f} |"
-              for k_ in ("cross_encoder", "zero_shot", "gold_only", "augsbert")]
-    lines += [f"| silver pairs | {last['engine']['silver']:,} | {last['script']['counts']['candidates']:,} |"]
-    lines += ["", *provenance("benchmarks/end_to_end.py", argv)]
-    write_result(args.out, lines, {"runs": runs, "ratios": ratios, "args": vars(args)})
-    print("\n".join(lines))
     if not args.root:
         shutil.rmtree(root, ignore_errors=True)
     return 0
