@@ -100,9 +100,9 @@ def test_pretokenised_training_gives_the_same_weights_as_tokenising_each_batch(t
         return BiEncoderRecipe(model=r.model, max_length=r.max_length, objective=objective) if objective else r
 
     # One after the other: each seeds the global RNG that dropout draws from.
-    new = PairTrainer(recipe(), s1, s2, labels, hp, silver=silver, log=lambda _: None)
+    new = PairTrainer(recipe(), s1, s2, labels, hp, silver=silver)
     new.run()
-    old = PairTrainer(_TokenisingEachBatch(recipe()), s1, s2, labels, hp, silver=silver, log=lambda _: None)
+    old = PairTrainer(_TokenisingEachBatch(recipe()), s1, s2, labels, hp, silver=silver)
     old.run()
     assert new.tokens is not None and old.tokens is None
     a, b = new.module.state_dict(), old.module.state_dict()
@@ -117,7 +117,7 @@ def test_pretokenised_training_gives_the_same_weights_as_tokenising_each_batch(t
 def test_losses_are_read_at_log_points_only(tiny_model):
     s1, s2, labels = _pairs(16)
     hp = HParams(epochs=10, lr=1e-3, batch_size=4, warmup_ratio=0.0, seed=0)
-    trainer = PairTrainer(_recipe("cross", tiny_model), s1, s2, labels, hp, log=lambda _: None)
+    trainer = PairTrainer(_recipe("cross", tiny_model), s1, s2, labels, hp)
     trainer.run(until=5)  # log points every 4 steps: step 4 read, step 5 still on the device
     assert len(trainer.losses) == 4 and len(trainer._pending) == 1
     final = trainer.stats()["final_loss"]  # reads the rest: the last log_every losses
