@@ -144,6 +144,7 @@ def main(argv: list[str] | None = None) -> int:
 
     argv = sys.argv[1:] if argv is None else argv
     root = Path(args.work)
+    root.mkdir(parents=True, exist_ok=True)
     runs = []
     for size in sorted(args.sizes):
         corpus = root / f"corpus-{size}.txt"
