@@ -43,24 +43,13 @@ def one_run(args) -> dict:
     from augsbert_ray.bench.model_dirs import tiny_cross_encoder
     from augsbert_ray.config import validate_tree
     from augsbert_ray.pipeline import run_job
+    from scale import corpus_job_tree
 
     work, data = Path(args.work), Path(args.data_dir)
     model = args.model if args.model != "tiny" else tiny_cross_encoder(work / "tiny-ce")
     sampling = ({"strategy": "rs", "random_per_sentence": args.k} if args.strategy == "rs"
                 else {"strategy": args.strategy, "top_k": args.k})
-    tree = {
-        "name": "corpus-scale", "task": "regression", "seed": 1, "run_dir": str(work / "run"),
-        "data": {"train": {"format": "stsb", "path": str(data / "stsb" / "sts-train.csv")},
-                 "dev": {"format": "stsb", "path": str(data / "stsb" / "sts-dev.csv")},
-                 "test": {"format": "stsb", "path": str(data / "stsb" / "sts-test.csv")},
-                 "subsample": {"train": 64, "dev": 32, "test": 32}},
-        "target": {"task": "binary", "corpus": {"path": args.corpus, "format": "lines"},
-                   "test": {"format": "mrpc", "path": str(data / "mrpc" / "msr_paraphrase_test.txt")}},
-        "sampling": sampling,
-        "cross_encoder": {"model": model, "epochs": 1, "batch_size": 16},
-        "bi_encoder": {"model": "embedded", "epochs": 1},
-        "ray": {"num_cpus": args.cpus},
-    }
+    tree = corpus_job_tree("corpus-scale", work, data, args.corpus, model, args.cpus, sampling)
     cfg = validate_tree(tree)
     with MemorySampler() as mem:
         mem.stage = "setup"

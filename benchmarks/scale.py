@@ -75,6 +75,25 @@ def write_corpus(path: Path, n: int, data_dir: Path, seed: int = 0) -> dict:
 
 
 # -- one run (in its own process) -----------------------------------------------------------
+def corpus_job_tree(name: str, work: Path, data: Path, corpus: str, model: str, cpus: int, sampling: dict) -> dict:
+    """The corpus-mode job the scale benchmarks run, as a config tree: 64 STSb gold pairs, the
+    lines of ``corpus`` as the target domain (MRPC's test set scores it), ``sampling`` for the
+    candidates, ``model`` as the cross-encoder, one epoch each, run directory ``work/run``."""
+    return {
+        "name": name, "task": "regression", "seed": 1, "run_dir": str(work / "run"),
+        "data": {"train": {"format": "stsb", "path": str(data / "stsb" / "sts-train.csv")},
+                 "dev": {"format": "stsb", "path": str(data / "stsb" / "sts-dev.csv")},
+                 "test": {"format": "stsb", "path": str(data / "stsb" / "sts-test.csv")},
+                 "subsample": {"train": 64, "dev": 32, "test": 32}},
+        "target": {"task": "binary", "corpus": {"path": corpus, "format": "lines"},
+                   "test": {"format": "mrpc", "path": str(data / "mrpc" / "msr_paraphrase_test.txt")}},
+        "sampling": sampling,
+        "cross_encoder": {"model": model, "epochs": 1, "batch_size": 16},
+        "bi_encoder": {"model": "embedded", "epochs": 1},
+        "ray": {"num_cpus": cpus},
+    }
+
+
 def one_run(args) -> dict:
     from augsbert_ray.config import validate_tree
     from augsbert_ray.pipeline import run_job
@@ -91,20 +110,9 @@ def one_run(args) -> dict:
     from augsbert_ray.bench.model_dirs import tiny_cross_encoder
 
     model = args.model if args.model != "tiny" else tiny_cross_encoder(work / "tiny-ce")
-    tree = {
-        "name": "scale", "task": "regression", "seed": 1, "run_dir": str(work / "run"),
-        "data": {"train": {"format": "stsb", "path": str(data / "stsb" / "sts-train.csv")},
-                 "dev": {"format": "stsb", "path": str(data / "stsb" / "sts-dev.csv")},
-                 "test": {"format": "stsb", "path": str(data / "stsb" / "sts-test.csv")},
-                 "subsample": {"train": 64, "dev": 32, "test": 32}},
-        "target": {"task": "binary", "corpus": {"path": args.corpus, "format": "lines"},
-                   "test": {"format": "mrpc", "path": str(data / "mrpc" / "msr_paraphrase_test.txt")}},
-        "sampling": {"strategy": "bm25", "top_k": args.k, "searchers": workers},
-        "labeling": {"actors": workers},
-        "cross_encoder": {"model": model, "epochs": 1, "batch_size": 16},
-        "bi_encoder": {"model": "embedded", "epochs": 1},
-        "ray": {"num_cpus": args.cpus},
-    }
+    tree = corpus_job_tree("scale", work, data, args.corpus, model, args.cpus,
+                           {"strategy": "bm25", "top_k": args.k, "searchers": workers})
+    tree["labeling"] = {"actors": workers}
     cfg = validate_tree(tree)
     out: dict = {"pairs_target": args.pairs, "workers": workers, "model": args.model}
     from augsbert_ray.bench.memory import MemorySampler
