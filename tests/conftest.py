@@ -246,3 +246,15 @@ def safetensors_bytes(tensors: dict[str, list[int]]) -> bytes:
 
 
 TINY_SAFETENSORS = safetensors_bytes({"w": [2, 2]})
+
+
+@pytest.fixture
+def one_torch_thread():
+    """torch's intra-op threads at one for the test (put back after): faster on a small shared
+    CPU, and the same reductions every run."""
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)

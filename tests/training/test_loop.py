@@ -73,13 +73,8 @@ UNRELATED = [
 ]
 
 
-@pytest.fixture(autouse=True)
-def _one_torch_thread():
-    """One intra-op thread: faster on a small shared CPU, and the same reductions every run."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+# One intra-op thread (tests/conftest.py): faster on a small shared CPU, the same reductions every run.
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 def _toy_pairs(n: int = 24, seed: int = 3) -> tuple[list[str], list[str], np.ndarray]:
