@@ -159,11 +159,10 @@ class PairTrainer:
         # The fused AdamW kernel does one pass over the parameters per step instead of several.
         self.optimizer = torch.optim.AdamW(self.module.parameters(), lr=hp.lr, weight_decay=hp.weight_decay, fused=True)
         self.rank_batch = rank_batch_size(hp.batch_size, world)
-        # Pairs' token lengths, for batches of similar lengths (length_grouped_batches).
-        lengths = getattr(recipe, "lengths", None)
-        self.lengths = lengths(s1, s2) if hp.length_grouping > 0 and lengths is not None else None
         # Every pair tokenised once (the steps then only pad), where the recipe can.
         self.tokens = recipe.pretokenize(s1, s2) if hasattr(recipe, "pretokenize") else None
+        # Pairs' token lengths, for batches of similar lengths (length_grouped_batches).
+        self.lengths = self._pair_lengths(s1, s2) if hp.length_grouping > 0 else None
         self._epoch_batches: tuple[int, list] | None = None
         self.per_epoch = steps_per_epoch(len(self.labels), self.rank_batch, world)
         self.total = self.per_epoch * hp.epochs
@@ -226,6 +225,15 @@ class PairTrainer:
         if self._pending:
             self.losses = (self.losses + torch.stack(self._pending).tolist())[-self.log_every :]
             self._pending = []
+
+    def _pair_lengths(self, s1: list[str], s2: list[str]) -> np.ndarray | None:
+        """Each pair's padded length in a batch: from the pre-tokenised rows where there are
+        some (the longest of a pair's rows), else from the recipe, which tokenises again."""
+        if self.tokens is not None:
+            n = len(self.labels)
+            return self.tokens.lengths[self.recipe.batch_rows(np.arange(n), n)].reshape(-1, n).max(axis=0)
+        lengths = getattr(self.recipe, "lengths", None)
+        return lengths(s1, s2) if lengths is not None else None
 
     def _batches(self, epoch: int) -> list[np.ndarray]:
         """This rank's batches of ``epoch`` (a function of the seed and the epoch alone, so a

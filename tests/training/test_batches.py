@@ -14,12 +14,8 @@ from augsbert_ray.training.loop import HParams, PairTrainer
 from augsbert_ray.training.recipes import BiEncoderRecipe, CrossEncoderRecipe
 
 
-@pytest.fixture(autouse=True)
-def _one_torch_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+# One intra-op thread (tests/conftest.py): faster on a small shared CPU, the same reductions every run.
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 def _pairs(n: int, seed: int = 0) -> tuple[list[str], list[str], np.ndarray]:
@@ -105,6 +101,8 @@ def test_pretokenised_training_gives_the_same_weights_as_tokenising_each_batch(t
     old = PairTrainer(_TokenisingEachBatch(recipe()), s1, s2, labels, hp, silver=silver)
     old.run()
     assert new.tokens is not None and old.tokens is None
+    # The pre-tokenised path takes its lengths from its rows: the same as the recipe's own.
+    assert np.array_equal(new.lengths, old.lengths) and len(set(new.lengths.tolist())) > 1
     a, b = new.module.state_dict(), old.module.state_dict()
     assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
     assert new.stats()["final_loss"] == old.stats()["final_loss"]
