@@ -30,7 +30,7 @@ def run(job: str, overrides: list[str], log_dir: Path) -> tuple[dict, float]:
     from augsbert_ray.pipeline import run_job
 
     t0 = time.perf_counter()
-    m = run_job(load_job(job, overrides), log=lambda line: None)
+    m = run_job(load_job(job, overrides))
     return m.to_dict(), time.perf_counter() - t0
 
 

@@ -42,6 +42,7 @@ def one_run(args) -> dict:
     from augsbert_ray.bench.memory import MemorySampler
     from augsbert_ray.bench.model_dirs import tiny_cross_encoder
     from augsbert_ray.config import validate_tree
+    from augsbert_ray.messages import lines_to
     from augsbert_ray.pipeline import run_job
     from scale import corpus_job_tree
 
@@ -57,7 +58,8 @@ def one_run(args) -> dict:
         def on_start(stage: str) -> None:  # memory is attributed to the stage that runs last started
             mem.stage = stage
 
-        m = run_job(cfg, log=lambda line: print(line, flush=True), fresh=True, until="silver", on_start=on_start)
+        with lines_to(lambda line: print(line, flush=True)):
+            m = run_job(cfg, fresh=True, until="silver", on_start=on_start)
         mem.stage = "end"
     c, s = m.stage("candidates"), m.stage("silver")
     return {"sentences": c.result.sentences, "candidates": c.result.candidates, "silver": s.result.silver,
@@ -82,15 +84,16 @@ def _markdown(runs: list[dict], args, argv) -> list[str]:
              "line. Peak memory sampled every 0.25 s: the driver's RSS, and PSS summed over the driver and every "
              "Ray process it started.", "",
              "| corpus lines | sentences | candidate pairs | labelled | job wall (s) | candidates (s) | labelling (s) "
-             "| peak driver RSS (MiB) | peak total PSS (MiB) | total vs smallest | load average (1 min) start / end |",
-             "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+             "| peak driver RSS (MiB) | peak total PSS (MiB) | total vs smallest | load average (1 min) start / end "
+             "| ended |",
+             "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
     for r in runs:
         st = r["stage_seconds"]
         lines.append(f"| {r['size']:,} | {r['sentences']:,} | {r['candidates']:,} | {r['silver']:,} | "
                      f"{r['wall_s']:.0f} | {st.get('candidates', 0):.0f} | {st.get('silver', 0):.0f} | "
                      f"{r['peak_driver_rss'] / MIB:,.0f} | {r['peak_total_pss'] / MIB:,.0f} | "
                      f"{r['peak_total_pss'] / base['peak_total_pss']:.2f}x | "
-                     f"{r['load_start'][0]:.1f} / {r['load_end'][0]:.1f} |")
+                     f"{r['load_start'][0]:.1f} / {r['load_end'][0]:.1f} | {r.get('measured', '-')} |")
     stages = list(dict.fromkeys(s for r in runs for s in r["stage_seconds"]))
     lines += ["", "Wall time of every stage (s; stages beside each other overlap):", "",
               "| corpus lines | " + " | ".join(stages) + " |", "|---:|" + "---:|" * len(stages)]
@@ -120,6 +123,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--work", required=True, help="where the corpora and run directories go (not the repository)")
     p.add_argument("--out", default="benchmarks/results/corpus_scale_cpu")
     # one run, in a child process
+    p.add_argument("--merge", action="store_true",
+                   help="keep the sizes already in --out's JSON that this call does not run (each row is still "
+                        "its own fresh run; the table gives every row's date and load)")
     p.add_argument("--one", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--corpus", help=argparse.SUPPRESS)
     p.add_argument("--result", help=argparse.SUPPRESS)
@@ -135,6 +141,9 @@ def main(argv: list[str] | None = None) -> int:
     root = Path(args.work)
     root.mkdir(parents=True, exist_ok=True)
     runs = []
+    earlier = Path(args.out).with_suffix(".json")
+    if args.merge and earlier.exists():
+        runs = [r for r in json.loads(earlier.read_text())["runs"] if r["size"] not in args.sizes]
     for size in sorted(args.sizes):
         corpus = root / f"corpus-{size}.txt"
         if not corpus.exists():
@@ -151,8 +160,9 @@ def main(argv: list[str] | None = None) -> int:
         subprocess.run(cmd, check=True)
         r = json.loads(result.read_text())
         r.update(size=size, wall_s=time.perf_counter() - t0, load_start=load_start, load_end=os.getloadavg(),
+                 measured=time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
                  corpus=json.loads((root / f"corpus-{size}.json").read_text()))
-        runs.append(r)
+        runs = sorted([*runs, r], key=lambda run: run["size"])
         print(f"[corpus-scale] {size:,}: {r['candidates']:,} pairs labelled in {r['wall_s']:.0f} s, driver peak "
               f"{r['peak_driver_rss'] / MIB:,.0f} MiB, total peak {r['peak_total_pss'] / MIB:,.0f} MiB", flush=True)
         # written after every size, so a long last size leaves the others on record

@@ -64,7 +64,7 @@ def measure_training(model: str, s1, s2, labels, batch_size: int) -> dict:
     t0 = time.perf_counter()
     trainer = PairTrainer(make_recipe("cross_encoder", model=model, max_length=128), s1, s2, labels,
                           HParams(epochs=1, lr=2e-5, batch_size=batch_size, warmup_ratio=0.1, seed=42,
-                                  precision="auto", length_grouping=50), log=lambda m: None, name="teacher")
+                                  precision="auto", length_grouping=50), name="teacher")
     built = time.perf_counter() - t0
     t0 = time.perf_counter()
     trainer.run(until=1)

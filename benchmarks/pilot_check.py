@@ -73,7 +73,7 @@ def main(argv: list[str] | None = None) -> int:
             overrides = [*args.extra, "evaluation.pilot=true", f"bi_encoder.seed={seed}",
                          f"run_dir={args.root / Path(job).stem}"]
             t0 = time.perf_counter()
-            m = run_job(load_job(job, overrides), log=lambda line: None).to_dict()
+            m = run_job(load_job(job, overrides)).to_dict()
             wall = time.perf_counter() - t0
             metric, pilot = m["primary_metric"], m["pilot"]
             gold, aug = m["scores"]["gold_only"]["test"][metric], m["scores"]["augsbert"]["test"][metric]

@@ -96,6 +96,7 @@ def corpus_job_tree(name: str, work: Path, data: Path, corpus: str, model: str, 
 
 def one_run(args) -> dict:
     from augsbert_ray.config import validate_tree
+    from augsbert_ray.messages import lines_to
     from augsbert_ray.pipeline import run_job
 
     work = Path(args.work)
@@ -123,7 +124,8 @@ def one_run(args) -> dict:
         def on_start(stage: str) -> None:  # the sampler attributes memory to the running stage
             mem.stage = {"candidates": "candidates", "silver": "labelling"}.get(stage, "setup")
 
-        m = run_job(cfg, log=log, fresh=True, until="silver", on_start=on_start)
+        with lines_to(log):
+            m = run_job(cfg, fresh=True, until="silver", on_start=on_start)
         mem.stage = "end"
     c, s = m.stage("candidates"), m.stage("silver")
     out.update(candidates_s=c.seconds, labelling_s=s.seconds)

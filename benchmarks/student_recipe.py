@@ -108,7 +108,7 @@ def trial(spec: dict) -> dict:
                              objective=s["objective"])
     t0 = time.perf_counter()
     module, stats = train_pairs(recipe, s1, s2, y, hp, silver=silver_rows, device=spec["device"],
-                                log=lambda line: None, name=spec["name"])
+                                name=spec["name"])
     seconds = time.perf_counter() - t0
     scores, preds = {}, {}
     for split in ("dev", "test"):
