@@ -75,6 +75,40 @@ def test_actor_pool_labels_every_candidate_once(ray_local, tiny_cross_encoder, a
     np.testing.assert_allclose(silver.column(schema.LABEL).to_numpy(), one_by_one(model, tok, s1, s2), atol=1e-5)
 
 
+def test_warm_hosts_label_small_sets_within_a_job_on_one_machine():
+    from augsbert_ray.labeling.hosts import WARM_MAX_PAIRS, use_hosts
+
+    assert use_hosts("auto", WARM_MAX_PAIRS, pool_open=True, single_node=True, cluster_gpus=1)
+    assert not use_hosts("auto", WARM_MAX_PAIRS + 1, pool_open=True, single_node=True, cluster_gpus=0)
+    assert use_hosts("hosts", WARM_MAX_PAIRS + 1, pool_open=True, single_node=True, cluster_gpus=0)
+    assert not use_hosts("pool", 10, pool_open=True, single_node=True, cluster_gpus=0)
+    assert not use_hosts("hosts", 10, pool_open=False, single_node=True, cluster_gpus=0)  # outside a job
+    assert not use_hosts("hosts", 10, pool_open=True, single_node=False, cluster_gpus=0)  # a multi-node cluster
+    assert not use_hosts("auto", 10, pool_open=True, single_node=True, cluster_gpus=2)
+
+
+def test_warm_hosts_label_every_candidate_once_with_the_models_scores(ray_local, tiny_cross_encoder):
+    """(The chaos tier checks a host's labels equal the actor pool's, row for row.)"""
+    from augsbert_ray import workers
+
+    s1, s2 = pairs(37, seed=1)
+    cands = candidates(s1, s2)
+    cfgs = [LabelingConfig(actors=actors, block_size=5, micro_batch_size=3, precision="fp32", tokenize_stage=where)
+            for actors, where in ((2, "actor"), (1, "separate"))]
+    hosts = workers.open_pool()
+    try:
+        warm = [label_candidates(cands, tiny_cross_encoder, c, 128, 1) for c in cfgs]
+        assert hosts.started == 2  # both hosts labelled, and the second run reused one
+    finally:
+        workers.close_pool()
+    model, tok = load_cross_encoder(tiny_cross_encoder)
+    ref = one_by_one(model.eval(), tok, s1, s2)
+    for silver in warm:
+        assert silver.schema == schema.SILVER_SCHEMA
+        assert silver.column(schema.ID1).to_pylist() == cands.column(schema.ID1).to_pylist()
+        np.testing.assert_allclose(silver.column(schema.LABEL).to_numpy(), ref, atol=1e-5)
+
+
 def test_pool_size_defaults_to_the_clusters_gpus_and_to_one_cpu_actor():
     assert pool_size(LabelingConfig(), 8) == 1  # CPU: one actor with all the cores
     assert pool_size(LabelingConfig(num_gpus=1), 8) == 8

@@ -37,6 +37,11 @@ class LabelingConfig(Section):
     tokenize_stage: Literal["auto", "actor", "separate"] = placement(
         "auto", description="auto: tokenise in CPU tasks ahead of the actors when they run on GPUs, in the actors "
                             "on CPU")
+    executor: Literal["auto", "pool", "hosts"] = placement(
+        "auto", description="what labels: pool: a Ray Data actor pool started for the stage; hosts: the job's warm "
+                            "hosts, which hold the imports (and the CUDA context) of the stages before, so labelling "
+                            "starts at once (only when hosts serve the job: one machine, at most one GPU); auto: "
+                            "hosts up to 200,000 pairs to label, a pool above")
     # The three retry limits below stack: actor restarts, then task retries, then a new pool.
     max_restarts: int = placement(4, ge=-1, description="a labelling actor that dies (node lost, OOM) is restarted "
                                                         "up to this many times (-1: without limit)")

@@ -142,6 +142,30 @@ def label_shards(shards, model_dir, cfg, max_length: int, cpus_per_actor: float,
                   progress, scorer)
 
 
+def _run_attempt(pending, finished, commit, model_dir, cfg, max_length, cpus_per_actor, actors, scorer) -> None:
+    """One attempt at the pending shards: on the job's warm hosts where ``hosts.use_hosts`` says
+    so, else in a new actor pool."""
+    import ray
+
+    from augsbert_ray.labeling import hosts, pool as actor_pool
+    from augsbert_ray.labeling.scorer import ScorerSpec, pair_scorer_kwargs
+    from augsbert_ray.labeling.sizing import pool_size, separate_tokenizer
+    from augsbert_ray.runtime import driver_is_the_only_node
+    from augsbert_ray.workers import active_pool
+
+    gpus = ray.cluster_resources().get("GPU", 0)
+    pool = active_pool()
+    if hosts.use_hosts(cfg.executor, sum(p.rows for p in pending.values()), pool is not None,
+                       pool is not None and driver_is_the_only_node(), gpus):
+        # PairScorer looked up at each call, as the pool does (tests put a failing one in its place)
+        spec = scorer or ScorerSpec(actor_pool.PairScorer, pair_scorer_kwargs(model_dir, cfg, max_length, cpus_per_actor))
+        tokenize = {"model_dir": model_dir, "max_length": max_length} if separate_tokenizer(cfg) else None
+        hosts.run_on_hosts(pending, commit, spec, cfg, cpus_per_actor,
+                           actors if actors is not None else pool_size(cfg, gpus), pool, tokenize)
+    else:
+        run_pool(pending, finished, commit, model_dir, cfg, max_length, cpus_per_actor, actors, scorer)
+
+
 @dataclass
 class _Pending:
     ref: object  # the shard (with its SHARD column) in the object store
@@ -215,7 +239,7 @@ def _label(shards, done: dict | None, model_dir, cfg, max_length, cpus_per_actor
     while pending:
         failure = None
         try:
-            run_pool(pending, finished, commit, model_dir, cfg, max_length, cpus_per_actor, actors, scorer)
+            _run_attempt(pending, finished, commit, model_dir, cfg, max_length, cpus_per_actor, actors, scorer)
         except LabelingError:
             raise
         except Exception as e:  # actor restarts or task retries exhausted, a lost actor, the pool failed

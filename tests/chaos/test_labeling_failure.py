@@ -74,6 +74,24 @@ def test_a_killed_labelling_actor_loses_and_doubles_nothing(ray_local, teacher, 
     assert len(keys) == len(set(keys)) == N_PAIRS
 
 
+def test_a_killed_warm_host_loses_and_doubles_nothing(ray_local, teacher, clean, tmp_path, monkeypatch):
+    from augsbert_ray import workers
+
+    flag = tmp_path / "fault-fired"
+    monkeypatch.setattr(pool, "PairScorer", dying_scorer(after_batches=2, flag=flag))
+    report, lines = LabelingReport(), []
+    workers.open_pool()
+    try:
+        with lines_to(lines.append):
+            faulty = _label(teacher, store=ShardStore(tmp_path / "shards"), report=report, executor="hosts")
+    finally:
+        workers.close_pool()
+    assert "exited after 2 batches" in flag.read_text()  # a host did die mid-shard
+    assert any("warm host" in line for line in lines) and any("a new pool labels the" in line for line in lines)
+    assert faulty.equals(clean)
+    assert report.shards == 10 and report.labelled == 10 and report.reused == 0
+
+
 def test_exhausted_restarts_fail_clearly_and_a_rerun_labels_only_the_rest(ray_local, teacher, clean, tmp_path, monkeypatch):
     store = ShardStore(tmp_path / "shards")
     monkeypatch.setattr(pool, "PairScorer", dying_scorer(after_batches=3, flag=tmp_path / "flag"))
