@@ -8,6 +8,7 @@
 - ``shards``: candidates cut into shards, and the ``ShardStore`` that commits each once;
 - ``sizing``: the pool's size and each actor's CPUs (pure);
 - ``pool``: one actor pool over the pending shards (the Ray edge);
+- ``hosts``: the same shards on the job's warm hosts, for small sets within a job;
 - ``driver``: ``label_candidates`` and friends, with resume and pool retries.
 """
 

@@ -1,8 +1,9 @@
 """The labelling driver: candidates in, silver pairs out, every shard labelled exactly once.
 
 It cuts the candidates into shards, skips those a ``ShardStore`` already holds, hands the
-rest to an actor pool (``pool.run_pool``), commits each shard as it comes back, and starts a
-new pool when one fails, up to ``labeling.pool_retries``.
+rest to an actor pool (``pool.run_pool``; small sets within a job go to the job's warm hosts,
+``hosts.run_on_hosts``), commits each shard as it comes back, and tries again when an attempt
+fails, up to ``labeling.pool_retries``.
 """
 
 from __future__ import annotations
