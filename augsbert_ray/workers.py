@@ -157,20 +157,29 @@ class HostPool:
                 ray.kill(host)
 
 
+def hosts_serve() -> bool:
+    """Whether work other than training may run on the job's hosts: the job's pool is open and
+    the cluster is the driver's machine with at most one GPU (a host works on the node's first
+    device, and tasks or actors place work on any node)."""
+    import ray
+
+    from augsbert_ray.runtime import driver_is_the_only_node
+
+    return _pool is not None and driver_is_the_only_node() and ray.cluster_resources().get("GPU", 0) <= 1
+
+
 def remote_call(fn, *args, num_cpus: float = 1, num_gpus: float = 0, what: str | None = None, **kwargs):
-    """``runtime.remote_call`` on a warm host where one fits (the job's pool is open, the cluster
-    is the driver's machine and has at most one GPU), so that the work pays no process start.
+    """``runtime.remote_call`` on a warm host where hosts serve (``hosts_serve``), so that the
+    work pays no process start.
 
     Raises:
         AugSBERTError: the cluster cannot ever place the work (``what`` names the settings).
     """
     import ray
 
-    from augsbert_ray.runtime import driver_is_the_only_node
     from augsbert_ray.runtime import remote_call as task_call
 
-    fits = _pool is not None and driver_is_the_only_node() and ray.cluster_resources().get("GPU", 0) <= 1
-    if not fits:
+    if not hosts_serve():
         return task_call(fn, *args, num_cpus=num_cpus, num_gpus=num_gpus, what=what, **kwargs)
     with _pool.acquire(num_cpus, num_gpus, what or "work on a warm host") as host:
         return ray.get(host.call.remote(fn, *args, threads=max(1, int(num_cpus)), **kwargs))

@@ -78,13 +78,11 @@ def test_actor_pool_labels_every_candidate_once(ray_local, tiny_cross_encoder, a
 def test_warm_hosts_label_small_sets_within_a_job_on_one_machine():
     from augsbert_ray.labeling.hosts import WARM_MAX_PAIRS, use_hosts
 
-    assert use_hosts("auto", WARM_MAX_PAIRS, pool_open=True, single_node=True, cluster_gpus=1)
-    assert not use_hosts("auto", WARM_MAX_PAIRS + 1, pool_open=True, single_node=True, cluster_gpus=0)
-    assert use_hosts("hosts", WARM_MAX_PAIRS + 1, pool_open=True, single_node=True, cluster_gpus=0)
-    assert not use_hosts("pool", 10, pool_open=True, single_node=True, cluster_gpus=0)
-    assert not use_hosts("hosts", 10, pool_open=False, single_node=True, cluster_gpus=0)  # outside a job
-    assert not use_hosts("hosts", 10, pool_open=True, single_node=False, cluster_gpus=0)  # a multi-node cluster
-    assert not use_hosts("auto", 10, pool_open=True, single_node=True, cluster_gpus=2)
+    assert use_hosts("auto", WARM_MAX_PAIRS, hosts_serve=True)
+    assert not use_hosts("auto", WARM_MAX_PAIRS + 1, hosts_serve=True)
+    assert use_hosts("hosts", WARM_MAX_PAIRS + 1, hosts_serve=True)
+    assert not use_hosts("pool", 10, hosts_serve=True)
+    assert not use_hosts("hosts", 10, hosts_serve=False)  # outside a job, multi-node, several GPUs
 
 
 def test_warm_hosts_label_every_candidate_once_with_the_models_scores(ray_local, tiny_cross_encoder):
@@ -95,8 +93,10 @@ def test_warm_hosts_label_every_candidate_once_with_the_models_scores(ray_local,
     cands = candidates(s1, s2)
     cfgs = [LabelingConfig(actors=actors, block_size=5, micro_batch_size=3, precision="fp32", tokenize_stage=where)
             for actors, where in ((2, "actor"), (1, "separate"))]
+    assert not workers.hosts_serve()  # outside a job
     hosts = workers.open_pool()
     try:
+        assert workers.hosts_serve()  # a job on one machine without GPUs
         warm = [label_candidates(cands, tiny_cross_encoder, c, 128, 1) for c in cfgs]
         assert hosts.started == 2  # both hosts labelled, and the second run reused one
     finally:

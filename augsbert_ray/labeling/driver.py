@@ -151,13 +151,11 @@ def _run_attempt(pending, finished, commit, model_dir, cfg, max_length, cpus_per
     from augsbert_ray.labeling import hosts, pool as actor_pool
     from augsbert_ray.labeling.scorer import ScorerSpec, pair_scorer_kwargs
     from augsbert_ray.labeling.sizing import pool_size, separate_tokenizer
-    from augsbert_ray.runtime import driver_is_the_only_node
-    from augsbert_ray.workers import active_pool
+    from augsbert_ray.workers import active_pool, hosts_serve
 
     gpus = ray.cluster_resources().get("GPU", 0)
     pool = active_pool()
-    if hosts.use_hosts(cfg.executor, sum(p.rows for p in pending.values()), pool is not None,
-                       pool is not None and driver_is_the_only_node(), gpus):
+    if hosts.use_hosts(cfg.executor, sum(p.rows for p in pending.values()), hosts_serve()):
         # PairScorer looked up at each call, as the pool does (tests put a failing one in its place)
         spec = scorer or ScorerSpec(actor_pool.PairScorer, pair_scorer_kwargs(model_dir, cfg, max_length, cpus_per_actor))
         tokenize = {"model_dir": model_dir, "max_length": max_length} if separate_tokenizer(cfg) else None

@@ -34,13 +34,13 @@ log = logging.getLogger(__name__)
 WARM_MAX_PAIRS = 200_000
 
 
-def use_hosts(executor: str, pairs: int, pool_open: bool, single_node: bool, cluster_gpus: float) -> bool:
+def use_hosts(executor: str, pairs: int, hosts_serve: bool) -> bool:
     """Whether the pending shards are labelled on the job's hosts (pure).
 
-    Only where hosts serve the job (its pool is open, the cluster is the driver's machine with
-    at most one GPU); then ``hosts`` always, ``auto`` up to ``WARM_MAX_PAIRS`` pairs, ``pool`` never.
+    Only where hosts serve the job (``workers.hosts_serve``); then ``hosts`` always, ``auto`` up
+    to ``WARM_MAX_PAIRS`` pairs, ``pool`` never.
     """
-    if executor == "pool" or not (pool_open and single_node and cluster_gpus <= 1):
+    if executor == "pool" or not hosts_serve:
         return False
     return executor == "hosts" or pairs <= WARM_MAX_PAIRS
 
