@@ -53,9 +53,18 @@ def random_partners(sentence_ids: np.ndarray, n_sentences: int, k: int, seed: in
     return np.repeat(ids, m), partners.reshape(-1)
 
 
-def draw_batch(batch: pa.Table, n_sentences: int, k: int, seed: int) -> pa.Table:
-    """Ray Data function: the random partners of a batch of sentences, as a hits table (score NaN)."""
+# Sentences per drawing task: about a second of draws. A sentence's draws do not depend on its
+# block, and Ray's per-task cost would dominate blocks of a query batch's size on a large corpus.
+DRAW_BLOCK = 8192
+
+
+def draw_batch(batch: pa.Table, n_sentences: int, k: int, seed: int, progress=None) -> pa.Table:
+    """Ray Data function: the random partners of a batch of sentences, as a hits table (score NaN).
+    With ``progress`` (a picklable ``StageProgress``), the batch's sentences are reported."""
     q, h = random_partners(batch.column(schema.SENTENCE_ID).to_numpy(), n_sentences, k, seed)
+    if progress is not None:
+        progress.advance(batch.num_rows)
+        progress.flush()
     return pa.table(
         {"query_id": pa.array(q, pa.int64()), "hit_id": pa.array(h, pa.int64()),
          "score": pa.array(np.full(len(q), np.nan, np.float32), pa.float32())},
@@ -67,7 +76,7 @@ def sample_random(ctx, per_sentence: int, origin: str) -> pa.Table:
     """Random candidate pairs for every unique sentence, drawn in Ray Data tasks.
 
     Args:
-        ctx: a ``SamplingContext`` (sentences, gold keys, seed, ``cfg.query_batch_size``).
+        ctx: a ``SamplingContext`` (sentences, gold keys, seed, progress).
         per_sentence: partners drawn per sentence (before dedupe and gold removal).
         origin: the name written in the ``origin`` column ("rs", or "kde" for its pool).
 
@@ -80,11 +89,15 @@ def sample_random(ctx, per_sentence: int, origin: str) -> pa.Table:
     from augsbert_ray.runtime import dataset_of_blocks
 
     n = ctx.sentences.num_rows
-    # Plain tasks: drawing needs no state, so there is nothing for an actor to keep loaded.
-    hits = dataset_of_blocks(ctx.sentences, ctx.cfg.query_batch_size).map_batches(
+    progress = getattr(ctx, "progress", None)
+    if progress is not None:
+        progress.add_total(n, unit="sentences")
+    # Plain tasks: drawing needs no state, so there is nothing for an actor to keep loaded. They
+    # get the ids alone: a large corpus's texts would otherwise fill the object store for nothing.
+    hits = dataset_of_blocks(ctx.sentences.select([schema.SENTENCE_ID]), DRAW_BLOCK).map_batches(
         draw_batch,
-        fn_kwargs={"n_sentences": n, "k": per_sentence, "seed": ctx.seed},
-        batch_size=ctx.cfg.query_batch_size,
+        fn_kwargs={"n_sentences": n, "k": per_sentence, "seed": ctx.seed, "progress": progress},
+        batch_size=DRAW_BLOCK,
         batch_format="pyarrow",
         num_cpus=1,
     )

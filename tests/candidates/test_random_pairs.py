@@ -82,10 +82,11 @@ def gold_keys():
     return np.unique(pair_keys(h[::3], q[::3], 40))  # reversed order on purpose: keys are order-free
 
 
-@pytest.mark.parametrize("batch_size", [7, 40])
-def test_sample_on_ray_equals_local_whatever_the_batching(ray_local, tmp_path, gold_keys, batch_size):
+@pytest.mark.parametrize("block", [7, 40])
+def test_sample_on_ray_equals_local_whatever_the_batching(ray_local, tmp_path, gold_keys, block, monkeypatch):
     n, k = 40, 3
-    cfg = SamplingConfig(random_per_sentence=k, query_batch_size=batch_size)
+    monkeypatch.setattr(random_pairs, "DRAW_BLOCK", block)
+    cfg = SamplingConfig(random_per_sentence=k)
     ctx = SamplingContext(sentences=_table(n), gold_keys=gold_keys, cfg=cfg, work_dir=tmp_path, seed=1)
     got = get_sampler("rs")(ctx)
     expected = _expected(n, k, 1, gold_keys)
