@@ -15,8 +15,8 @@ through Ray Data's own readers. Each line is cleaned where it is read:
 
 The driver sees the cleaned lines a batch at a time and keeps each distinct sentence once,
 in corpus order (files sorted by path), so the raw corpus is never held in its memory; the
-distinct sentences are (they are what the samplers index), and ``max_sentences`` caps them
-with a seeded sample. Every line read is accounted for in the counts.
+distinct sentences are (they are what the samplers index), as Arrow strings (``Distinct``), and
+``max_sentences`` caps them with a seeded sample. Every line read is accounted for in the counts.
 """
 
 from __future__ import annotations
@@ -38,6 +38,7 @@ log = logging.getLogger(__name__)
 
 RANGE_BYTES = 16 << 20  # bytes of a text file per read task
 DRIVER_BATCH = 16384  # cleaned lines per batch the driver takes in
+FLUSH_LINES = 262_144  # new lines the driver holds before it dedupes them (``Distinct``)
 STATUS = "status"
 OK, TRUNCATED, EMPTY, TOO_LONG, BAD = "ok", "truncated", "empty", "too_long", "bad"
 ERROR = "error"  # a row that carries a bad line's DataError (as JSON) from a read task to the driver
@@ -51,6 +52,50 @@ class CorpusResult:
     sentences: pa.Table
     counts: dict = field(default_factory=dict)
     files: list = field(default_factory=list)  # (path, size in bytes, mtime in ns) of every file read
+
+
+class Distinct:
+    """Each distinct text once, in order of first appearance, held as Arrow strings.
+
+    A Python string and dict entry per sentence took several times the text's own bytes. New
+    lines wait in a buffer of at most about ``flush_lines``; a flush keeps the buffer's first
+    appearances that are not held yet. Each flush hashes everything held, so flushing in large
+    buffers keeps the work close to linear in the corpus.
+    """
+
+    def __init__(self, flush_lines: int | None = None):
+        self.flush_lines = flush_lines or FLUSH_LINES
+        self._held: list[pa.Array] = []
+        self._buffer: list[pa.Array] = []
+        self._buffered = 0
+        self.count = 0  # distinct texts held (the buffer not counted until flushed)
+
+    def add(self, texts: pa.Array) -> None:
+        """Takes a batch of texts (nulls are left out)."""
+        texts = texts.drop_null()
+        if texts.type != pa.string():
+            texts = texts.cast(pa.string())
+        if len(texts):
+            self._buffer.append(texts)
+            self._buffered += len(texts)
+        if self._buffered >= self.flush_lines:
+            self.flush()
+
+    def flush(self) -> None:
+        if not self._buffer:
+            return
+        new = pc.unique(pa.chunked_array(self._buffer, pa.string()))
+        self._buffer, self._buffered = [], 0
+        if self._held:
+            new = new.filter(pc.invert(pc.is_in(new, value_set=pa.chunked_array(self._held))))
+        if len(new):
+            self._held.append(new)
+            self.count += len(new)
+
+    def texts(self) -> pa.ChunkedArray:
+        """Every distinct text, in order of first appearance."""
+        self.flush()
+        return pa.chunked_array(self._held, pa.string())
 
 
 def _filesystem(path: str):
@@ -287,7 +332,7 @@ def read_corpus(cfg, seed: int = 0, files: list[tuple] | None = None) -> CorpusR
     saved = ctx.execution_options.preserve_order
     ctx.execution_options.preserve_order = True  # corpus order, so sentence ids are reproducible
     counts = {k: 0 for k in ("lines", OK, TRUNCATED, EMPTY, TOO_LONG, BAD)}
-    seen: dict[str, None] = {}
+    seen = Distinct()
     t0 = last = time.perf_counter()
     try:
         for batch in corpus_dataset(cfg, files).iter_batches(batch_size=DRIVER_BATCH, batch_format="pyarrow"):
@@ -298,25 +343,26 @@ def read_corpus(cfg, seed: int = 0, files: list[tuple] | None = None) -> CorpusR
             counts["lines"] += batch.num_rows
             for item in pc.value_counts(status).to_pylist():
                 counts[item["values"]] += item["counts"]
-            seen.update(dict.fromkeys(batch.column(schema.TEXT).drop_null().to_pylist()))
+            seen.add(batch.column(schema.TEXT).combine_chunks())
             if time.perf_counter() - last > 30:
                 last = time.perf_counter()
-                log.info(f"[corpus] {counts['lines']:,} lines read, {len(seen):,} distinct sentences "
+                log.info(f"[corpus] {counts['lines']:,} lines read, {seen.count:,} distinct sentences so far "
                          f"({counts['lines'] / (last - t0):,.0f} lines/s)")
     finally:
         ctx.execution_options.preserve_order = saved
     kept = counts[OK] + counts[TRUNCATED]
-    texts = list(seen)
+    texts = seen.texts()
+    del seen
     counts.update(duplicates=kept - len(texts), distinct=len(texts), sampled_out=0)
     if cfg.max_sentences is not None and len(texts) > cfg.max_sentences:
         keep = np.sort(np.random.default_rng([seed, 7]).choice(len(texts), cfg.max_sentences, replace=False))
         counts["sampled_out"] = len(texts) - len(keep)
-        texts = [texts[i] for i in keep]
+        texts = texts.take(pa.array(keep))
     counts["sentences"] = len(texts)
     log.info(f"[corpus] {counts['lines']:,} lines: {counts[OK]:,} kept as they are, {counts[TRUNCATED]:,} truncated, "
              f"{counts[EMPTY]:,} empty, {counts[TOO_LONG]:,} too long and {counts[BAD]:,} bad left out, "
              f"{counts['duplicates']:,} repeats; {counts['sentences']:,} sentences"
              + (f" (a seeded sample of {counts['distinct']:,})" if counts["sampled_out"] else ""))
     sentences = pa.table({schema.SENTENCE_ID: pa.array(np.arange(len(texts), dtype=np.int64)),
-                          schema.TEXT: pa.array(texts, pa.string())}, schema=schema.SENTENCE_SCHEMA)
+                          schema.TEXT: texts}, schema=schema.SENTENCE_SCHEMA)
     return CorpusResult(sentences, counts, files)
