@@ -191,6 +191,9 @@ class Runner:
                     self.rd.discard(rel)
                 raise
             seconds = time.perf_counter() - t0
+            # The stage's Arrow tables are freed now: their pages go back to the system, so a large
+            # corpus's sentences and candidates do not stay in the driver for the rest of the job.
+            release_arrow_memory()
             with self._lock:  # pushing a remote run directory: one at a time
                 self._mark(stage, fp, rel, decl, result, seconds)
             self.rd.remove_tree(f"{rel}/ray")  # checkpoints of a finished stage are not needed again
@@ -493,3 +496,10 @@ def _remove(path: Path) -> None:
         shutil.rmtree(path, ignore_errors=True)
     elif path.exists() or path.is_symlink():
         path.unlink()
+
+
+def release_arrow_memory() -> None:
+    """Hands the pages Arrow's allocator keeps after frees back to the system."""
+    import pyarrow as pa
+
+    pa.default_memory_pool().release_unused()
