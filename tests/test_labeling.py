@@ -85,6 +85,24 @@ def test_warm_hosts_label_small_sets_within_a_job_on_one_machine():
     assert not use_hosts("hosts", 10, hosts_serve=False)  # outside a job, multi-node, several GPUs
 
 
+def test_hosts_serve_a_job_on_one_machine_with_at_most_one_gpu(monkeypatch):
+    import ray
+
+    from augsbert_ray import runtime, workers
+
+    nodes, gpus = [True], [1.0]
+    monkeypatch.setattr(runtime, "driver_is_the_only_node", lambda: nodes[0])
+    monkeypatch.setattr(ray, "cluster_resources", lambda: {"CPU": 2.0, "GPU": gpus[0]})
+    monkeypatch.setattr(workers, "_pool", None)
+    assert not workers.hosts_serve()  # outside a job
+    monkeypatch.setattr(workers, "_pool", object())
+    assert workers.hosts_serve()
+    gpus[0] = 2.0
+    assert not workers.hosts_serve()  # several GPUs: tasks and actors place work on each
+    gpus[0], nodes[0] = 0.0, False
+    assert not workers.hosts_serve()  # a multi-node cluster
+
+
 def test_warm_hosts_label_every_candidate_once_with_the_models_scores(ray_local, tiny_cross_encoder):
     """(The chaos tier checks a host's labels equal the actor pool's, row for row.)"""
     from augsbert_ray import workers
