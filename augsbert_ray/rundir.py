@@ -43,7 +43,7 @@ def table_fingerprint(table: pa.Table) -> str:
     sink = pa.BufferOutputStream()
     with pa.ipc.new_stream(sink, table.schema) as writer:
         writer.write_table(table)
-    return hashlib.sha256(sink.getvalue().to_pybytes()).hexdigest()
+    return hashlib.sha256(sink.getvalue()).hexdigest()  # the buffer itself, not a copy as bytes
 
 
 _URI = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")

@@ -218,6 +218,74 @@ def test_file_shards_cut_any_row_groups_into_exact_shards(tmp_path, row_group):
     assert pa.concat_tables(shards).equals(pq.read_table(path))
 
 
+@pytest.mark.parametrize("read_rows", [5, 10, 12, 1000])
+def test_reading_tasks_give_each_pending_shard_its_rows_once(tmp_path, read_rows, monkeypatch):
+    """The pool's reading tasks (``FileSource``): each pending shard's rows, in order, tagged with
+    its index; shards already labelled are skipped, row groups need not line up with shards."""
+    import pyarrow.parquet as pq
+
+    from augsbert_ray.labeling import pool
+    from augsbert_ray.labeling.driver import _Pending
+    from augsbert_ray.labeling.shards import SHARD
+
+    monkeypatch.setattr(pool, "READ_ROWS", read_rows)
+    s1, s2 = pairs(33, seed=5)
+    path = tmp_path / "candidates.parquet"
+    pq.write_table(candidates(s1, s2), path, row_group_size=7)
+    shards = list(file_shards(path, 5))  # 7 shards, the last of 3 rows
+    source = pool.FileSource(str(path), 5, "node")
+    pending = {i: _Pending(None, (), shards[i].num_rows, source, i) for i in (0, 1, 3, 4, 6)}
+    tasks = source.tasks(pending)
+    assert sorted(i for t in tasks for i in t["shards"]) == [0, 1, 3, 4, 6]
+    assert len(tasks) == -(-5 // max(1, read_rows // 5))
+    read = pa.concat_tables([pool.read_shards(pa.Table.from_pylist([t])) for t in tasks])
+    assert read.column(SHARD).to_pylist() == [i for i in (0, 1, 3, 4, 6) for _ in range(shards[i].num_rows)]
+    expect = pa.concat_tables([shards[i] for i in (0, 1, 3, 4, 6)])
+    assert read.drop_columns([SHARD]).equals(expect)
+    for i in pending:  # what a warm host is handed: the same rows, read alone
+        block = pending[i].block()
+        assert block.drop_columns([SHARD]).equals(shards[i]) and set(block.column(SHARD).to_pylist()) == {i}
+
+
+def test_file_labelling_reads_shards_in_tasks_not_through_the_driver(ray_local, tiny_cross_encoder, tmp_path,
+                                                                     monkeypatch):
+    """From a candidates file, the driver puts no shard in the object store: the pool's tasks
+    read them (several reading tasks here), and a resumed run reads only the shards not done."""
+    import pyarrow.parquet as pq
+
+    from augsbert_ray.labeling import LabelingReport, pool
+    from augsbert_ray.labeling.shards import keys_digest
+
+    monkeypatch.setattr(pool, "READ_ROWS", 12)  # two shards of 6 per reading task
+    s1, s2 = pairs(41, seed=6)
+    cands = candidates(s1, s2)
+    path = tmp_path / "candidates.parquet"
+    pq.write_table(cands, path, row_group_size=9)
+    cfg = LabelingConfig(actors=1, block_size=6, micro_batch_size=4, precision="fp32")
+    model, tok = load_cross_encoder(tiny_cross_encoder)
+    expect = cands.append_column(schema.LABEL, pa.array(one_by_one(model.eval(), tok, s1, s2))).cast(
+        schema.SILVER_SCHEMA)
+    store = ShardStore(tmp_path / "shards")
+    for i, shard in enumerate(file_shards(path, 6)):
+        if i in (1, 4):  # labelled by an earlier run
+            store.commit(i, expect.slice(i * 6, shard.num_rows), keys_digest(shard))
+    put, tasks = [], []
+    real_put, real_items = ray_local.put, ray_local.data.from_items
+    monkeypatch.setattr(ray_local, "put", lambda value, **kw: put.append(value) or real_put(value, **kw))
+    monkeypatch.setattr(ray_local.data, "from_items", lambda items, **kw: tasks.append(items) or real_items(items, **kw))
+    report = LabelingReport()
+    n = label_candidates_file(path, tmp_path / "silver.parquet", tiny_cross_encoder, cfg, 128, 1, store=store,
+                              report=report)
+    assert n == 41 and (report.reused, report.labelled) == (2, 5)
+    assert [t["shards"] for t in tasks[0]] == [[0, 2], [3, 5], [6]]  # the done shards are not read
+    # no shard went through the driver (Ray Data puts the reading tasks' descriptions only)
+    assert not [v for v in put if isinstance(v, pa.Table) and schema.SENTENCE1 in v.column_names]
+    silver = pq.read_table(tmp_path / "silver.parquet")
+    assert silver.select([schema.ID1, schema.ID2]).equals(expect.select([schema.ID1, schema.ID2]))
+    np.testing.assert_allclose(silver.column(schema.LABEL).to_numpy(), expect.column(schema.LABEL).to_numpy(),
+                               atol=1e-5)
+
+
 def test_file_to_file_labelling_matches_in_memory_and_resumes(ray_local, tiny_cross_encoder, tmp_path):
     """Candidates streamed from a Parquet file (row groups that do not line up with shards)
     give the in-memory path's silver rows; a re-run reuses every committed shard."""

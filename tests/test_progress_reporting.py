@@ -48,7 +48,7 @@ def test_labelling_reports_its_pairs_reused_shards_first(ray_local, tmp_path, mo
         for i in sorted(pending):
             block = ray_local.get(pending[i].ref)
             labelled = block.append_column(schema.LABEL, pa.array(np.full(block.num_rows, 0.5), pa.float32()))
-            commit(i, checked_shard(i, labelled, pending[i].keys))
+            commit(i, checked_shard(i, labelled, pending[i].pairs))
 
     monkeypatch.setattr(driver, "run_pool", fake_pool)
     progress, lines = Recorder(), []
@@ -103,7 +103,7 @@ def test_labelling_hands_the_pool_the_scorer_it_is_given(ray_local, monkeypatch)
         for i in sorted(pending):
             block = ray_local.get(pending[i].ref)
             commit(i, checked_shard(i, block.append_column(schema.LABEL, pa.array(np.zeros(block.num_rows),
-                                                                                   pa.float32())), pending[i].keys))
+                                                                                   pa.float32())), pending[i].pairs))
 
     monkeypatch.setattr(driver, "run_pool", fake_pool)
 

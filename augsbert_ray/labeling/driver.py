@@ -20,8 +20,8 @@ import pyarrow.compute as pc
 
 from augsbert_ray import schema
 from augsbert_ray.errors import LabelingError
-from augsbert_ray.labeling.pool import release_failed_pool, run_pool
-from augsbert_ray.labeling.shards import KEY_COLUMNS, SHARD, ShardStore, file_shards, keys_digest, table_shards
+from augsbert_ray.labeling.pool import FileSource, release_failed_pool, run_pool
+from augsbert_ray.labeling.shards import SHARD, ShardStore, file_shards, keys_digest, pairs_digest, read_rows, table_shards
 
 log = logging.getLogger(__name__)
 
@@ -92,13 +92,13 @@ def label_candidates_file(candidates_path, silver_path, model_dir: str, cfg, max
                           progress=None, scorer=None) -> int:
     """``label_candidates`` from a Parquet file of candidates to a Parquet file of silver pairs.
 
-    The driver's heap never holds all the pairs: the candidates are read a shard at a time and
-    put in Ray's object store (which spills to disk when full; the pages of the shards the
-    driver put there stay mapped in its address space until they are labelled), labelled
-    shards are committed to ``store`` as they arrive and dropped, and ``silver_path`` is
-    written from the committed shards one at a time (under a temporary name, then renamed).
-    What the driver keeps per pending shard is its object reference and its pairs' two ids,
-    for the completeness check.
+    The driver never holds all the pairs: it reads the candidates a shard at a time to
+    fingerprint them and keeps, per pending shard, a digest of its pairs' ids, for the
+    completeness check. The pool's Ray Data tasks read the shards from the file themselves, on the driver's
+    node, as the actors are ready for them (with Ray Client, whose driver is not on a node of
+    the cluster, the driver puts each shard in the object store instead). Labelled shards are
+    committed to ``store`` as they arrive and dropped, and ``silver_path`` is written from the
+    committed shards one at a time (under a temporary name, then renamed).
     Rows keep the candidates' order, so candidates sorted by (id1, id2), as every sampler
     writes them, give silver pairs sorted the same way.
 
@@ -109,7 +109,7 @@ def label_candidates_file(candidates_path, silver_path, model_dir: str, cfg, max
 
     total = pq.ParquetFile(candidates_path).metadata.num_rows
     count = _label(file_shards(candidates_path, cfg.block_size), None, model_dir, cfg, max_length, cpus_per_actor,
-                   store, on_commit, report, actors, progress, scorer)
+                   store, on_commit, report, actors, progress, scorer, source=file_source(candidates_path, cfg))
     out = Path(silver_path)
     tmp = out.with_name(f".{out.name}.tmp")
     written = 0
@@ -165,19 +165,42 @@ def _run_attempt(pending, finished, commit, model_dir, cfg, max_length, cpus_per
         run_pool(pending, finished, commit, model_dir, cfg, max_length, cpus_per_actor, actors, scorer)
 
 
+def file_source(path, cfg) -> FileSource | None:
+    """Where the pool's tasks can read the candidates file's shards themselves: on the driver's
+    node. None with Ray Client, whose driver (and file) is on no node of the cluster."""
+    import ray
+
+    if ray.util.client.ray.is_connected():
+        return None
+    return FileSource(str(Path(path).resolve()), cfg.block_size, ray.get_runtime_context().get_node_id())
+
+
 @dataclass
 class _Pending:
-    ref: object  # the shard (with its SHARD column) in the object store
-    keys: tuple[np.ndarray, np.ndarray]  # its pairs' (id1, id2), sorted, to check what comes back
+    ref: object | None  # the shard (with its SHARD column) in the object store; None: read from ``source``
+    pairs: str  # its pairs' ``pairs_digest``, to check what comes back
     rows: int
+    source: FileSource | None = None
+    index: int = 0
+
+    def block(self):
+        """The shard with its ``SHARD`` column: its object reference, or its rows read from the file."""
+        if self.ref is not None:
+            return self.ref
+        start = self.index * self.source.block_size
+        rows = read_rows(self.source.path, start, start + self.rows)
+        return rows.cast(schema.decoded(rows.schema)).append_column(
+            SHARD, pa.array(np.full(self.rows, self.index, np.int64)))
 
 
 def _label(shards, done: dict | None, model_dir, cfg, max_length, cpus_per_actor, store, on_commit,
-           report, actors: int | None = None, progress=None, scorer=None) -> int:
+           report, actors: int | None = None, progress=None, scorer=None, source: FileSource | None = None) -> int:
     """Labels an iterable of candidate shards; returns how many shards there were.
 
     With ``done`` (a dict), labelled shards are kept there by index; with ``done=None`` they
-    are only committed to ``store`` (which is then required) and not kept.
+    are only committed to ``store`` (which is then required) and not kept. With ``source``
+    (the file the shards are cut from), pending shards are read from it where they are
+    labelled, not put in the object store.
     """
     import ray
 
@@ -199,10 +222,12 @@ def _label(shards, done: dict | None, model_dir, cfg, max_length, cpus_per_actor
             if keep:
                 done[i] = store.read(i)
             continue
-        order = pc.sort_indices(shard, [(schema.ID1, "ascending"), (schema.ID2, "ascending")])
-        keys = tuple(shard.column(c).take(order).to_numpy() for c in KEY_COLUMNS)
+        pairs_id = pairs_digest(shard)
+        if source is not None:
+            pending[i] = _Pending(None, pairs_id, shard.num_rows, source, i)
+            continue
         block = shard.append_column(SHARD, pa.array(np.full(shard.num_rows, i, np.int64)))
-        pending[i] = _Pending(ray.put(block), keys, shard.num_rows)
+        pending[i] = _Pending(ray.put(block), pairs_id, shard.num_rows, None, i)
     report.shards = len(digests)
     report.reused = len(finished)
     if finished:

@@ -96,10 +96,10 @@ def run_on_hosts(pending: dict, commit, scorer: ScorerSpec, cfg, cpus_per_actor:
                             return
                         i = queue.popleft()
                         shard = pending[i]
-                    table = ray.get(host.call.remote(_score_on_host, run, scorer, cfg.block_size, tokenize, shard.ref,
+                    table = ray.get(host.call.remote(_score_on_host, run, scorer, cfg.block_size, tokenize, shard.block(),
                                                      threads=max(1, int(cpus_per_actor))))
                     with lock:
-                        commit(i, checked_shard(i, table, shard.keys))
+                        commit(i, checked_shard(i, table, shard.pairs))
             except BaseException:
                 failed.set()
                 raise

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import warnings
+from dataclasses import dataclass
 
 import numpy as np
 import pyarrow as pa
@@ -12,8 +13,52 @@ from augsbert_ray import schema
 from augsbert_ray.errors import LabelingError
 from augsbert_ray.labeling.codec import tokenize_batch
 from augsbert_ray.labeling.scorer import PairScorer, ScorerSpec, pair_scorer_kwargs
-from augsbert_ray.labeling.shards import KEY_COLUMNS, SHARD
+from augsbert_ray.labeling.shards import SHARD, file_row_groups, pairs_digest, read_rows
 from augsbert_ray.labeling.sizing import TOKENIZE_CPUS, labelling_requests, pool_size, separate_tokenizer
+
+# Rows one reading task takes from a candidates file: about one row group as the candidates
+# stage writes them, so a task decodes little beyond its own shards.
+READ_ROWS = 65_536
+# Reading tasks at once: decoding Parquet is far faster than any model labels.
+READ_TASKS = 2
+
+
+@dataclass(frozen=True)
+class FileSource:
+    """Pending shards that Ray Data tasks read from the candidates file themselves, on the
+    driver's node (where the file is), instead of the driver putting every shard in the object
+    store before the pool starts. Shard ``i`` is rows ``[i * block_size, i * block_size + rows)``.
+    """
+
+    path: str
+    block_size: int
+    node_id: str
+
+    def tasks(self, pending: dict) -> list[dict]:
+        """Reading tasks over the pending shards, in order: runs of consecutive pending shards
+        of about ``READ_ROWS`` rows each (a task skips the shards between that are done)."""
+        per_task = max(1, READ_ROWS // self.block_size)
+        order = sorted(pending)
+        out = []
+        for at in range(0, len(order), per_task):
+            run = order[at:at + per_task]
+            out.append({"path": self.path, "block_size": self.block_size, "shards": run,
+                        "start": run[0] * self.block_size,
+                        "stop": run[-1] * self.block_size + pending[run[-1]].rows})
+        return out
+
+
+def read_shards(tasks: pa.Table) -> pa.Table:
+    """Runs in a Ray Data task: the rows of each task's shards (``FileSource.tasks``), each
+    row with its shard's index in ``SHARD``."""
+    out = []
+    for task in tasks.to_pylist():
+        start, stop, size = task["start"], task["stop"], task["block_size"]
+        rows = read_rows(task["path"], start, stop, file_row_groups(task["path"]))
+        shard = np.arange(start, stop, dtype=np.int64) // size
+        rows = rows.cast(schema.decoded(rows.schema)).append_column(SHARD, pa.array(shard))
+        out.append(rows.filter(pa.array(np.isin(shard, task["shards"]))))
+    return pa.concat_tables(out)
 
 
 def run_pool(pending: dict, finished: set, commit, model_dir, cfg, max_length, cpus_per_actor,
@@ -29,8 +74,7 @@ def run_pool(pending: dict, finished: set, commit, model_dir, cfg, max_length, c
     with warnings.catch_warnings():
         # Ray Data takes actor restart limits only through the deprecated **ray_remote_args.
         warnings.filterwarnings("ignore", message=".*ray_remote_args.*deprecated", category=DeprecationWarning)
-        labelled = labelled_dataset([p.ref for _, p in sorted(pending.items())], model_dir, cfg, max_length,
-                                    cpus_per_actor, actors, scorer)
+        labelled = labelled_dataset(pool_input(pending), model_dir, cfg, max_length, cpus_per_actor, actors, scorer)
     partial: dict[int, list[pa.Table]] = {}
     batches = iter(labelled.iter_batches(batch_size=None, batch_format="pyarrow"))  # a generator
     try:
@@ -40,7 +84,7 @@ def run_pool(pending: dict, finished: set, commit, model_dir, cfg, max_length, c
                     raise LabelingError(f"shard {i} came back twice from the actor pool")
                 partial.setdefault(i, []).append(batch.filter(pc.equal(batch.column(SHARD), i)))
                 if sum(t.num_rows for t in partial[i]) >= pending[i].rows:
-                    commit(i, checked_shard(i, pa.concat_tables(partial.pop(i)), pending[i].keys))
+                    commit(i, checked_shard(i, pa.concat_tables(partial.pop(i)), pending[i].pairs))
     finally:
         # Closing the generator runs Ray Data's clean-up (its own finally shuts the executor
         # and its actor pool down) now; after a failure the error's traceback keeps the
@@ -48,13 +92,38 @@ def run_pool(pending: dict, finished: set, commit, model_dir, cfg, max_length, c
         batches.close()
 
 
-def checked_shard(i: int, labelled: pa.Table, keys: tuple[np.ndarray, np.ndarray]) -> pa.Table:
-    """The shard's labelled rows sorted by (id1, id2), after checking they are exactly its pairs."""
+def pool_input(pending: dict):
+    """What the pool reads: a ``FileSource`` with its reading tasks where the pending shards
+    lie in a file (``_Pending.source``), else their object references."""
+    sources = {p.source for p in pending.values()}
+    if len(sources) == 1 and None not in sources:
+        source = sources.pop()
+        return source, source.tasks(pending)
+    import ray
+
+    return [p.ref if p.ref is not None else ray.put(p.block()) for _, p in sorted(pending.items())]
+
+
+def input_dataset(inputs):
+    """The Ray Dataset of pending shards (``pool_input``)."""
+    import ray
+
+    if isinstance(inputs, tuple):
+        source, tasks = inputs
+        return ray.data.from_items(tasks, override_num_blocks=len(tasks)).map_batches(
+            read_shards, batch_size=1, batch_format="pyarrow", num_cpus=0,
+            compute=ray.data.TaskPoolStrategy(size=READ_TASKS),
+            label_selector={"ray.io/node-id": source.node_id})
+    return ray.data.from_arrow_refs(inputs)
+
+
+def checked_shard(i: int, labelled: pa.Table, pairs: str) -> pa.Table:
+    """The shard's labelled rows sorted by (id1, id2), after checking they are exactly its pairs
+    (``pairs``: the shard's ``shards.pairs_digest``)."""
     order = pc.sort_indices(labelled, [(schema.ID1, "ascending"), (schema.ID2, "ascending")])
     labelled = labelled.take(order).drop_columns([SHARD])
-    for name, expect in zip(KEY_COLUMNS, keys):
-        if not np.array_equal(labelled.column(name).to_numpy(), expect):
-            raise LabelingError(f"shard {i}: the labelled pairs differ from the shard's candidates")
+    if pairs_digest(labelled) != pairs:
+        raise LabelingError(f"shard {i}: the labelled pairs differ from the shard's candidates")
     return labelled.cast(schema.SILVER_SCHEMA)
 
 
@@ -77,11 +146,13 @@ def release_failed_pool(error: BaseException) -> None:
     gc.collect()
 
 
-def labelled_dataset(refs: list, model_dir: str, cfg, max_length: int, cpus_per_actor: float,
+def labelled_dataset(inputs, model_dir: str, cfg, max_length: int, cpus_per_actor: float,
                      actors: int | None = None, scorer: ScorerSpec | None = None):
-    """The Ray Dataset that labels the shards in ``refs`` (lazy: nothing runs until it is read).
+    """The Ray Dataset that labels the pending shards (lazy: nothing runs until it is read).
 
     Args:
+        inputs: the shards' object references, or a ``FileSource`` and its reading tasks
+            (``pool_input``).
         scorer: the actors' class and constructor arguments; None: this module's ``PairScorer``
             (looked up at each call) for the cross-encoder in ``model_dir``.
 
@@ -100,7 +171,7 @@ def labelled_dataset(refs: list, model_dir: str, cfg, max_length: int, cpus_per_
                       "labelling (labeling.actors, labeling.num_cpus, labeling.num_gpus"
                       + (", and one CPU for the tokenising stage ahead of the actors)" if separate_tokenizer(cfg)
                          else ")"))
-    ds = ray.data.from_arrow_refs(refs)
+    ds = input_dataset(inputs)
     if separate_tokenizer(cfg):
         # Tokenise in CPU tasks ahead of the actors, so a GPU actor only pads and runs the model.
         ds = ds.map_batches(tokenize_batch, fn_kwargs={"model_dir": model_dir, "max_length": max_length},

@@ -60,7 +60,7 @@ class ShardStore:
     def read(self, i: int) -> pa.Table:
         import pyarrow.parquet as pq
 
-        return pq.read_table(self.part(i))
+        return pq.read_table(self.part(i), use_threads=False)  # a shard is small: threads only hold memory
 
 
 def keys_digest(table: pa.Table) -> str:
@@ -68,6 +68,20 @@ def keys_digest(table: pa.Table) -> str:
     from augsbert_ray.rundir import table_fingerprint
 
     return table_fingerprint(table.select([*KEY_COLUMNS, schema.SENTENCE1, schema.SENTENCE2]).combine_chunks())
+
+
+def pairs_digest(table: pa.Table) -> str:
+    """What a labelled shard is checked against: its pairs' ids in (id1, id2) order, hashed, so
+    that the driver keeps a few bytes per pending shard whatever its size."""
+    import hashlib
+
+    import pyarrow.compute as pc
+
+    order = pc.sort_indices(table, [(c, "ascending") for c in KEY_COLUMNS])
+    h = hashlib.sha256()
+    for c in KEY_COLUMNS:
+        h.update(table.column(c).take(order).to_numpy().astype("<i8", copy=False).tobytes())
+    return h.hexdigest()
 
 
 def table_shards(table: pa.Table, size: int):
@@ -95,8 +109,39 @@ def exact_shards(tables, size: int):
         yield pa.concat_tables(buf)
 
 
-def file_shards(path, size: int):
-    """A Parquet file's rows in shards of ``size`` rows, read a batch at a time."""
+def file_row_groups(path) -> list[tuple[int, int]]:
+    """``(first row, rows)`` of each row group of a Parquet file (its footer only)."""
     import pyarrow.parquet as pq
 
-    return exact_shards((pa.Table.from_batches([b]) for b in pq.ParquetFile(path).iter_batches(batch_size=size)), size)
+    meta = pq.ParquetFile(path).metadata
+    groups, first = [], 0
+    for g in range(meta.num_row_groups):
+        rows = meta.row_group(g).num_rows
+        groups.append((first, rows))
+        first += rows
+    return groups
+
+
+def read_rows(path, start: int, stop: int, groups: list[tuple[int, int]] | None = None) -> pa.Table:
+    """Rows ``[start, stop)`` of a Parquet file, reading only the row groups that hold them."""
+    import pyarrow.parquet as pq
+
+    groups = file_row_groups(path) if groups is None else groups
+    wanted = [g for g, (first, rows) in enumerate(groups) if first < stop and first + rows > start]
+    if not wanted:
+        return pq.read_schema(path).empty_table()
+    table = pq.ParquetFile(path).read_row_groups(wanted, use_threads=False)
+    return table.slice(start - groups[wanted[0]][0], stop - start)
+
+
+def file_shards(path, size: int):
+    """A Parquet file's rows in shards of ``size`` rows, read a row group at a time.
+
+    Row group by row group, not ``iter_batches``: the batch reader's memory grows with the
+    file (its allocations are not handed back while it reads), a row group's is freed with it.
+    """
+    import pyarrow.parquet as pq
+
+    reader = pq.ParquetFile(path)
+    groups = (reader.read_row_group(g, use_threads=False) for g in range(reader.metadata.num_row_groups))
+    return exact_shards(groups, size)

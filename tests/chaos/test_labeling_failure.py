@@ -62,11 +62,26 @@ def clean(ray_local, teacher) -> pa.Table:
     return _label(teacher)
 
 
-def test_a_killed_labelling_actor_loses_and_doubles_nothing(ray_local, teacher, clean, tmp_path, monkeypatch):
+@pytest.mark.parametrize("source", ["memory", "file"])
+def test_a_killed_labelling_actor_loses_and_doubles_nothing(ray_local, teacher, clean, tmp_path, monkeypatch,
+                                                            source):
+    """``file``: the silver stage's path, where the pool's tasks read the shards from the
+    candidates file (a redone batch is read again from its block, not from the driver)."""
     flag = tmp_path / "fault-fired"
     monkeypatch.setattr(pool, "PairScorer", dying_scorer(after_batches=2, flag=flag))
     report = LabelingReport()
-    faulty = _label(teacher, store=ShardStore(tmp_path / "shards"), report=report)
+    if source == "memory":
+        faulty = _label(teacher, store=ShardStore(tmp_path / "shards"), report=report)
+    else:
+        import pyarrow.parquet as pq
+
+        from augsbert_ray.labeling import label_candidates_file
+
+        pq.write_table(_candidates(), tmp_path / "candidates.parquet", row_group_size=25)
+        cfg = LabelingConfig(actors=2, block_size=BLOCK, micro_batch_size=4)
+        label_candidates_file(tmp_path / "candidates.parquet", tmp_path / "silver.parquet", teacher, cfg, 32, 1,
+                              store=ShardStore(tmp_path / "shards"), report=report)
+        faulty = pq.read_table(tmp_path / "silver.parquet")
     assert "exited after 2 batches" in flag.read_text()  # an actor did die mid-batch
     assert faulty.equals(clean)  # row for row: same pairs, same order, same labels
     assert report.shards == 10 and report.labelled == 10 and report.reused == 0
