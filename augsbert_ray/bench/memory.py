@@ -17,9 +17,26 @@ def _pss_kib(pid: int) -> int:
     return 0
 
 
+def _rss_parts() -> tuple[int, int]:
+    """This process's resident private memory and resident shared memory (bytes): Ray's object
+    store pages that a process has read count in its RSS as shared memory, not as its own."""
+    parts = {"RssAnon:": 0, "RssShmem:": 0}
+    try:
+        with open("/proc/self/status", encoding="ascii") as f:
+            for line in f:
+                words = line.split()
+                if words and words[0] in parts:
+                    parts[words[0]] = int(words[1]) * 1024
+    except (OSError, ValueError):
+        pass
+    return parts["RssAnon:"], parts["RssShmem:"]
+
+
 class MemorySampler:
     """Peak driver RSS, and (``descendants``) peak PSS summed over the driver and every process
     it started (Ray's GCS, raylet, workers: Ray's shared-memory object store counted once).
+    ``peak_private`` and ``peak_shared``: the peaks of the driver's RSS that is its own and of
+    the part that is shared memory (object store pages it mapped; Linux only, else 0).
 
     ``stage`` names what runs now; ``stage_peaks`` keeps the peaks of each stage.
 
@@ -38,6 +55,8 @@ class MemorySampler:
         self.descendants = descendants
         self.peak_rss = 0
         self.peak_total = 0
+        self.peak_private = 0
+        self.peak_shared = 0
         self.stage_peaks: dict[str, dict[str, int]] = {}
         self.stage = "start"
         self._stop = threading.Event()
@@ -50,6 +69,8 @@ class MemorySampler:
             pids = [self.me.pid] + [c.pid for c in self.me.children(recursive=True)]
             total = sum(_pss_kib(p) for p in pids) * 1024
         self.peak_rss, self.peak_total = max(self.peak_rss, rss), max(self.peak_total, total)
+        private, shared = _rss_parts()
+        self.peak_private, self.peak_shared = max(self.peak_private, private), max(self.peak_shared, shared)
         peaks = self.stage_peaks.setdefault(self.stage, {"driver_rss": 0, "total_pss": 0})
         peaks["driver_rss"], peaks["total_pss"] = max(peaks["driver_rss"], rss), max(peaks["total_pss"], total)
 
