@@ -64,7 +64,13 @@ def one_run(args) -> dict:
     c, s = m.stage("candidates"), m.stage("silver")
     return {"sentences": c.result.sentences, "candidates": c.result.candidates, "silver": s.result.silver,
             "stage_seconds": m.stage_seconds, "peak_driver_rss": mem.peak_rss, "peak_total_pss": mem.peak_total,
+            "peak_driver_private": mem.peak_private, "peak_driver_shared": mem.peak_shared,
             "stage_peaks": mem.stage_peaks}
+
+
+def _mib(value) -> str:
+    """MiB, or "-" where a run (of an older version of this script) did not record it."""
+    return "-" if value is None else f"{value / MIB:,.0f}"
 
 
 def _markdown(runs: list[dict], args, argv) -> list[str]:
@@ -81,17 +87,19 @@ def _markdown(runs: list[dict], args, argv) -> list[str]:
                                                 if args.model == "tiny" else "")
              + f"; gold: 64 STSb pairs; {args.cpus} CPUs. Corpus: distinct sentences drawn word by word from the "
              "STS benchmark's length distribution and word frequencies (`scale.write_corpus`, seeded), one per "
-             "line. Peak memory sampled every 0.25 s: the driver's RSS, and PSS summed over the driver and every "
-             "Ray process it started.", "",
+             "line. Peak memory sampled every 0.25 s: the driver's RSS, split into its private memory and the "
+             "shared memory it maps (pages of Ray's object store it has read: counted once in the total, and "
+             "bounded by the store's size), and PSS summed over the driver and every Ray process it started.", "",
              "| corpus lines | sentences | candidate pairs | labelled | job wall (s) | candidates (s) | labelling (s) "
-             "| peak driver RSS (MiB) | peak total PSS (MiB) | total vs smallest | load average (1 min) start / end "
-             "| ended |",
-             "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
+             "| peak driver RSS (MiB) | peak driver private (MiB) | peak driver shared (MiB) | peak total PSS (MiB) "
+             "| total vs smallest | load average (1 min) start / end | ended |",
+             "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
     for r in runs:
         st = r["stage_seconds"]
         lines.append(f"| {r['size']:,} | {r['sentences']:,} | {r['candidates']:,} | {r['silver']:,} | "
                      f"{r['wall_s']:.0f} | {st.get('candidates', 0):.0f} | {st.get('silver', 0):.0f} | "
-                     f"{r['peak_driver_rss'] / MIB:,.0f} | {r['peak_total_pss'] / MIB:,.0f} | "
+                     f"{r['peak_driver_rss'] / MIB:,.0f} | {_mib(r.get('peak_driver_private'))} | "
+                     f"{_mib(r.get('peak_driver_shared'))} | {r['peak_total_pss'] / MIB:,.0f} | "
                      f"{r['peak_total_pss'] / base['peak_total_pss']:.2f}x | "
                      f"{r['load_start'][0]:.1f} / {r['load_end'][0]:.1f} | {r.get('measured', '-')} |")
     stages = list(dict.fromkeys(s for r in runs for s in r["stage_seconds"]))
@@ -100,12 +108,14 @@ def _markdown(runs: list[dict], args, argv) -> list[str]:
     for r in runs:
         lines.append(f"| {r['size']:,} | " + " | ".join(f"{r['stage_seconds'].get(s, 0):.1f}" for s in stages) + " |")
     peaks = list(dict.fromkeys(s for r in runs for s in r["stage_peaks"]))
-    lines += ["", "Peak memory while each stage was the last to start (MiB, driver RSS / total PSS):", "",
+    lines += ["", "Peak memory while each stage was the last to start (MiB, driver RSS / driver private / total PSS):",
+              "",
               "| corpus lines | " + " | ".join(peaks) + " |", "|---:|" + "---:|" * len(peaks)]
     for r in runs:
         p = r["stage_peaks"]
         lines.append(f"| {r['size']:,} | " + " | ".join(
-            f"{p[s]['driver_rss'] / MIB:,.0f} / {p[s]['total_pss'] / MIB:,.0f}" if s in p else "-" for s in peaks) + " |")
+            f"{p[s]['driver_rss'] / MIB:,.0f} / {_mib(p[s].get('driver_private'))} / {p[s]['total_pss'] / MIB:,.0f}"
+            if s in p else "-" for s in peaks) + " |")
     lines += ["", f"CPU: {cpu_description()}. The machine was shared with other jobs: the load average column "
                   "says how busy it was, so the times are not throughput figures.", "",
               *provenance("benchmarks/corpus_scale.py", argv)]

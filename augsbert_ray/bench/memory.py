@@ -68,11 +68,14 @@ class MemorySampler:
         if self.descendants:
             pids = [self.me.pid] + [c.pid for c in self.me.children(recursive=True)]
             total = sum(_pss_kib(p) for p in pids) * 1024
-        self.peak_rss, self.peak_total = max(self.peak_rss, rss), max(self.peak_total, total)
         private, shared = _rss_parts()
+        self.peak_rss, self.peak_total = max(self.peak_rss, rss), max(self.peak_total, total)
         self.peak_private, self.peak_shared = max(self.peak_private, private), max(self.peak_shared, shared)
-        peaks = self.stage_peaks.setdefault(self.stage, {"driver_rss": 0, "total_pss": 0})
-        peaks["driver_rss"], peaks["total_pss"] = max(peaks["driver_rss"], rss), max(peaks["total_pss"], total)
+        peaks = self.stage_peaks.setdefault(self.stage, dict.fromkeys(
+            ("driver_rss", "total_pss", "driver_private", "driver_shared"), 0))
+        for key, value in (("driver_rss", rss), ("total_pss", total), ("driver_private", private),
+                           ("driver_shared", shared)):
+            peaks[key] = max(peaks[key], value)
 
     def _run(self) -> None:
         while not self._stop.is_set():
