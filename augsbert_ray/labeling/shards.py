@@ -6,6 +6,7 @@ import json
 import os
 from pathlib import Path
 
+import numpy as np
 import pyarrow as pa
 
 from augsbert_ray import schema
@@ -131,7 +132,9 @@ def read_rows(path, start: int, stop: int, groups: list[tuple[int, int]] | None 
     if not wanted:
         return pq.read_schema(path).empty_table()
     table = pq.ParquetFile(path).read_row_groups(wanted, use_threads=False)
-    return table.slice(start - groups[wanted[0]][0], stop - start)
+    first = start - groups[wanted[0]][0]
+    # take, not slice: a slice would keep the whole row groups alive while the shard is held
+    return table.take(pa.array(np.arange(first, first + stop - start, dtype=np.int64)))
 
 
 def file_shards(path, size: int):
