@@ -118,7 +118,8 @@ class BM25Searcher:
 
 
 def sample(ctx) -> pa.Table:
-    """BM25 top-k candidates for every unique sentence, queries sharded over Ray Data."""
+    """BM25 top-k candidates for every unique sentence, queries sharded over Ray Data (or run on a
+    warm host: ``ctx.on_hosts``)."""
     import ray
     from ray.data import ActorPoolStrategy
 
@@ -126,11 +127,20 @@ def sample(ctx) -> pa.Table:
     from augsbert_ray.candidates.pairs import concat_hits, finalize_candidates
     from augsbert_ray.runtime import dataset_of_blocks, require_resources
 
-    require_resources([{"CPU": 1}] * ctx.cfg.searchers, "BM25 search (sampling.searchers, one CPU each)")
+    if not ctx.on_hosts:
+        require_resources([{"CPU": 1}] * ctx.cfg.searchers, "BM25 search (sampling.searchers, one CPU each)")
     progress = getattr(ctx, "progress", None)
     if progress is not None:
         progress.add_total(ctx.sentences.num_rows, unit="sentences")
     index_dir = build_index(ctx.sentences, ctx.work_dir / "bm25_index")
+    if ctx.on_hosts:  # the driver's machine: the host opens the index where it was built
+        from augsbert_ray.candidates.hosts import map_on_host
+
+        args = {"index_dir": str(index_dir), "top_k": ctx.cfg.top_k, "progress": progress}
+        tables = map_on_host(BM25Searcher, args, ctx.sentences, ctx.cfg.query_batch_size, cpus=1, gpus=0,
+                             what="BM25 search on a warm host (one CPU)")
+        q, h, s = concat_hits(tables)
+        return finalize_candidates(q, h, s, ctx.sentences, ctx.gold_keys, origin="bm25")
     hits = dataset_of_blocks(ctx.sentences, ctx.cfg.query_batch_size).map_batches(
         BM25Searcher,
         fn_constructor_kwargs={"index_dir": ship_directory(index_dir), "top_k": ctx.cfg.top_k, "progress": progress},

@@ -247,7 +247,8 @@ def search_top_k(index, emb: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray
 
 
 def embed_on_ray(ctx) -> np.ndarray:
-    """Embeds ``ctx.sentences`` with ``ctx.bi_encoder`` in a Ray Data actor pool.
+    """Embeds ``ctx.sentences`` with ``ctx.bi_encoder`` in a Ray Data actor pool (or on a warm
+    host: ``ctx.on_hosts``).
 
     Returns:
         float32 array (n_sentences, dim) of unit rows, row i = sentence id i.
@@ -258,21 +259,30 @@ def embed_on_ray(ctx) -> np.ndarray:
     from augsbert_ray.runtime import dataset_of_blocks, require_resources
 
     cfg = ctx.cfg
-    require_resources([{"CPU": ctx.cpus_per_actor, "GPU": ctx.gpus_per_actor}] * cfg.searchers,
-                      "embedding sentences for semantic search (sampling.searchers, training.use_gpu)")
     progress = getattr(ctx, "progress", None)
+    kwargs = {
+        "model_path": ctx.bi_encoder,  # a name, a path, or a ShippedModel: resolved in each actor
+        "max_length": ctx.max_length,
+        "batch_size": cfg.embed_batch_size,
+        "threads": ctx.cpus_per_actor,
+        "use_gpu": ctx.gpus_per_actor > 0,
+        "progress": progress,
+    }
+    what = "embedding sentences for semantic search (sampling.searchers, training.use_gpu)"
+    if ctx.on_hosts:
+        from augsbert_ray.candidates.hosts import map_on_host
+
+        if progress is not None:
+            progress.add_total(ctx.sentences.num_rows, unit="sentences")
+        tables = map_on_host(SentenceEmbedder, kwargs, ctx.sentences, cfg.query_batch_size, cpus=ctx.cpus_per_actor,
+                             gpus=ctx.gpus_per_actor, what=what)
+        return embeddings_by_id(tables, ctx.sentences.num_rows)
+    require_resources([{"CPU": ctx.cpus_per_actor, "GPU": ctx.gpus_per_actor}] * cfg.searchers, what)
     if progress is not None:
         progress.add_total(ctx.sentences.num_rows, unit="sentences")
     embedded = dataset_of_blocks(ctx.sentences, cfg.query_batch_size).map_batches(
         SentenceEmbedder,
-        fn_constructor_kwargs={
-            "model_path": ctx.bi_encoder,  # a name, a path, or a ShippedModel: resolved in each actor
-            "max_length": ctx.max_length,
-            "batch_size": cfg.embed_batch_size,
-            "threads": ctx.cpus_per_actor,
-            "use_gpu": ctx.gpus_per_actor > 0,
-            "progress": progress,
-        },
+        fn_constructor_kwargs=kwargs,
         compute=ActorPoolStrategy(size=cfg.searchers),
         batch_size=cfg.query_batch_size,
         batch_format="pyarrow",

@@ -47,6 +47,11 @@ class SamplingConfig(Section):
     random_per_sentence: int = Field(3, gt=0, description="random partners per sentence (rs)")
     query_batch_size: int = placement(256, gt=0, description="sentences per Ray Data batch of queries")
     searchers: int = placement(1, gt=0, description="size of the query / embedding actor pool")
+    executor: Literal["auto", "pool", "hosts"] = placement(
+        "auto", description="what searches (bm25) and embeds (ss): pool: a Ray Data actor pool of sampling.searchers "
+                            "actors started for the stage; hosts: one of the job's warm hosts, which hold the imports "
+                            "of the stages before and start at once (only when hosts serve the job: one machine, at "
+                            "most one GPU); auto: hosts up to 50,000 sentences, a pool above")
     ss_model: Literal["gold_only", "zero_shot"] = Field(
         "gold_only", description="which bi-encoder embeds sentences for semantic search: the one trained on gold "
                                  "(as in the paper) or the untrained model")

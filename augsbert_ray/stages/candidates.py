@@ -114,16 +114,27 @@ def _sample(sentences: pa.Table, gold_keys: np.ndarray, params: CandidatesParams
     """The job's sampling strategy over ``sentences`` (pairs in ``gold_keys`` left out)."""
     from augsbert_ray.candidates import SamplingContext, get_sampler
 
+    from augsbert_ray.candidates.hosts import use_hosts
+    from augsbert_ray.workers import hosts_serve
+
     s = params.sampling
+    # Hosts serve only on the driver's machine, where the models' files are: nothing to ship.
+    on_hosts = s.strategy in ("bm25", "ss", "bm25+ss") and use_hosts(s.executor, sentences.num_rows, hosts_serve())
     bi = None
     if s.strategy in EMBEDS:
-        bi = env.ship(embedder) if embedder is not None else env.base_model(params.embed_model)
+        if on_hosts:
+            bi = str(embedder) if embedder is not None else params.embed_model
+        else:
+            bi = env.ship(embedder) if embedder is not None else env.base_model(params.embed_model)
     ctx = SamplingContext(
         sentences, gold_keys, s, env.out / "index", params.seed,
         bi_encoder=bi, max_length=params.max_length,
         cpus_per_actor=per_worker_cpus(None, env.cluster.cpus, s.searchers),
-        gpus_per_actor=1 if params.use_gpu else 0, progress=env.reporter(),
+        gpus_per_actor=1 if params.use_gpu else 0, progress=env.reporter(), on_hosts=on_hosts,
     )
+    if on_hosts:
+        log.info(f"[candidates] searching {sentences.num_rows} sentences on a warm host "
+                 f"(sampling.executor={s.executor})")
     return get_sampler(s.strategy)(ctx)
 
 

@@ -164,8 +164,11 @@ def _without_ray(corpus: list[str], index_dir, gold_keys: np.ndarray) -> tuple[p
     return cands, set(raw.tolist())
 
 
-@pytest.mark.parametrize("searchers", [1, 2])
-def test_sample_on_ray_equals_local_candidates(ray_local, corpus, index_dir, tmp_path, searchers, monkeypatch):
+@pytest.mark.parametrize("searchers,on_hosts", [(1, False), (2, False), (1, True)])
+def test_sample_on_ray_equals_local_candidates(ray_local, corpus, index_dir, tmp_path, searchers, on_hosts,
+                                               monkeypatch):
+    from augsbert_ray import workers
+
     # Ray Data gives each actor whole blocks: record what the sampler hands it, to check
     # that the queries are split into blocks that several searchers can share.
     seen = []
@@ -177,12 +180,21 @@ def test_sample_on_ray_equals_local_candidates(ray_local, corpus, index_dir, tmp
 
     cfg = SamplingConfig(top_k=TOP_K, query_batch_size=7, searchers=searchers)
     assert len(corpus) > 3 * cfg.query_batch_size  # several batches
-    ctx = SamplingContext(sentences=_table(corpus), gold_keys=gold_keys, cfg=cfg, work_dir=tmp_path, seed=0)
-    got = get_sampler("bm25")(ctx)
+    ctx = SamplingContext(sentences=_table(corpus), gold_keys=gold_keys, cfg=cfg, work_dir=tmp_path, seed=0,
+                          on_hosts=on_hosts)
+    hosts = workers.open_pool() if on_hosts else None
+    try:
+        got = get_sampler("bm25")(ctx)
+    finally:
+        if hosts is not None:
+            workers.close_pool()
 
-    blocks = seen[0] if isinstance(seen[0], list) else [seen[0]]
-    assert len(blocks) >= searchers
-    assert pa.concat_tables(blocks).equals(ctx.sentences)
+    if on_hosts:
+        assert not seen and hosts.started == 1  # one warm host searched; no Ray Data pool
+    else:
+        blocks = seen[0] if isinstance(seen[0], list) else [seen[0]]
+        assert len(blocks) >= searchers
+        assert pa.concat_tables(blocks).equals(ctx.sentences)
 
     assert schema.conforms(got, schema.CANDIDATE_SCHEMA)
     assert got.column(schema.ID1).to_pylist() == expected.column(schema.ID1).to_pylist()
@@ -218,3 +230,13 @@ def test_a_shipped_index_answers_without_its_directory(ray_local, corpus, index_
     table = _table(corpus).slice(0, 10)
     got = bm25.BM25Searcher(shipped, top_k=TOP_K)(table)
     assert got.equals(bm25.BM25Searcher(str(index_dir), top_k=TOP_K)(table))
+
+
+def test_warm_hosts_search_small_sets_within_a_job_on_one_machine():
+    from augsbert_ray.candidates.hosts import WARM_MAX_SENTENCES, use_hosts
+
+    assert use_hosts("auto", WARM_MAX_SENTENCES, hosts_serve=True)
+    assert not use_hosts("auto", WARM_MAX_SENTENCES + 1, hosts_serve=True)
+    assert use_hosts("hosts", WARM_MAX_SENTENCES + 1, hosts_serve=True)
+    assert not use_hosts("pool", 10, hosts_serve=True)
+    assert not use_hosts("hosts", 10, hosts_serve=False)  # outside a job, multi-node, several GPUs

@@ -203,3 +203,15 @@ def test_sample_on_ray_equals_local_brute_force(ray_local, tiny_model, tmp_path,
     monkeypatch.setattr(semantic, "embed_on_ray", lambda c: seen[0])
     sharded = SamplingConfig(top_k=K, faiss=FaissConfig(shards=2, shard_cpus=0.5))
     assert get_sampler("ss")(ctx.__class__(**{**ctx.__dict__, "cfg": sharded})).equals(got)
+
+    # Embedded on a warm host instead of the pool: the same batches, the same embeddings.
+    from augsbert_ray import workers
+
+    monkeypatch.setattr(semantic, "embed_on_ray", embed_on_ray)
+    hosts = workers.open_pool()
+    try:
+        warm = ctx.__class__(**{**ctx.__dict__, "on_hosts": True})
+        np.testing.assert_array_equal(semantic.embed_on_ray(warm), seen[0])
+        assert hosts.started == 1
+    finally:
+        workers.close_pool()

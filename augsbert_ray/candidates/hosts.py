@@ -1,0 +1,50 @@
+"""Small candidate searches on the job's warm hosts (``workers``) instead of a Ray Data actor pool.
+
+A pool starts processes that import the search's libraries (torch and the model too, to embed)
+and Ray Data's executor before its first batch: most of the candidates stage's time when the
+sentences are few. Within a job on one machine, the hosts that trained the models have those
+imports, so a host runs the pool's own callable (``BM25Searcher``, ``SentenceEmbedder``) over the
+same batches, with what one pool actor would reserve, and the results are the pool's.
+
+Large sets keep the pool (``WARM_MAX_SENTENCES``): it streams the batches, shows them as they
+finish, and restarts an actor that dies, where a host's one call would fail the stage.
+"""
+
+from __future__ import annotations
+
+import pyarrow as pa
+
+# Above this many sentences, ``sampling.executor: auto`` starts a Ray Data pool (see the module's doc).
+WARM_MAX_SENTENCES = 50_000
+
+
+def use_hosts(executor: str, sentences: int, hosts_serve: bool) -> bool:
+    """Whether the sentences are searched or embedded on the job's hosts (pure).
+
+    Only where hosts serve the job (``workers.hosts_serve``); then ``hosts`` always, ``auto`` up
+    to ``WARM_MAX_SENTENCES`` sentences, ``pool`` never.
+    """
+    if executor == "pool" or not hosts_serve:
+        return False
+    return executor == "hosts" or sentences <= WARM_MAX_SENTENCES
+
+
+def _map_batches(make, kwargs: dict, sentences: pa.Table, batch_size: int) -> list[pa.Table]:
+    """Runs in the host: ``make(**kwargs)`` applied to ``sentences`` in batches of ``batch_size``,
+    the blocks ``runtime.dataset_of_blocks`` cuts for the pool."""
+    fn = make(**kwargs)
+    step = max(1, batch_size)
+    return [fn(sentences.slice(at, step)) for at in range(0, sentences.num_rows, step)] or [fn(sentences)]
+
+
+def map_on_host(make, kwargs: dict, sentences: pa.Table, batch_size: int, *, cpus: float, gpus: float,
+                what: str) -> list[pa.Table]:
+    """What a pool of ``make`` would return for ``sentences``, computed on one warm host that
+    reserves ``cpus`` and ``gpus`` while it works.
+
+    Raises:
+        AugSBERTError: the cluster cannot ever place the reservation (``what`` names the settings).
+    """
+    from augsbert_ray.workers import remote_call
+
+    return remote_call(_map_batches, make, kwargs, sentences, batch_size, num_cpus=cpus, num_gpus=gpus, what=what)
