@@ -1,12 +1,13 @@
-"""Small candidate searches on the job's warm hosts (``workers``) instead of a Ray Data actor pool.
+"""Small candidate samplings on the job's warm hosts (``workers``) instead of Ray Data.
 
-A pool starts processes that import the search's libraries (torch and the model too, to embed)
-and Ray Data's executor before its first batch: most of the candidates stage's time when the
+Ray Data starts processes that import the sampler's libraries (torch and the model too, to
+embed) and its executor before the first batch: most of the candidates stage's time when the
 sentences are few. Within a job on one machine, the hosts that trained the models have those
-imports, so a host runs the pool's own callable (``BM25Searcher``, ``SentenceEmbedder``) over the
-same batches, with what one pool actor would reserve, and the results are the pool's.
+imports, so a host runs Ray Data's own callable (``BM25Searcher``, ``SentenceEmbedder``,
+``RandomDrawer``) over the same batches, with what one pool actor would reserve, and the
+results are Ray Data's.
 
-Large sets keep the pool (``WARM_MAX_SENTENCES``): it streams the batches, shows them as they
+Large sets keep Ray Data (``WARM_MAX_SENTENCES``): it streams the batches, shows them as they
 finish, and restarts an actor that dies, where a host's one call would fail the stage.
 """
 

@@ -72,8 +72,19 @@ def draw_batch(batch: pa.Table, n_sentences: int, k: int, seed: int, progress=No
     )
 
 
+class RandomDrawer:
+    """``draw_batch`` as a callable of its settings (a pool's or a warm host's, ``candidates.hosts``)."""
+
+    def __init__(self, n_sentences: int, k: int, seed: int, progress=None):
+        self.kwargs = {"n_sentences": n_sentences, "k": k, "seed": seed, "progress": progress}
+
+    def __call__(self, batch: pa.Table) -> pa.Table:
+        return draw_batch(batch, **self.kwargs)
+
+
 def sample_random(ctx, per_sentence: int, origin: str) -> pa.Table:
-    """Random candidate pairs for every unique sentence, drawn in Ray Data tasks.
+    """Random candidate pairs for every unique sentence, drawn in Ray Data tasks (or on a warm
+    host: ``ctx.on_hosts``).
 
     Args:
         ctx: a ``SamplingContext`` (sentences, gold keys, seed, progress).
@@ -92,15 +103,20 @@ def sample_random(ctx, per_sentence: int, origin: str) -> pa.Table:
     progress = getattr(ctx, "progress", None)
     if progress is not None:
         progress.add_total(n, unit="sentences")
-    # Plain tasks: drawing needs no state, so there is nothing for an actor to keep loaded. They
-    # get the ids alone: a large corpus's texts would otherwise fill the object store for nothing.
-    hits = dataset_of_blocks(ctx.sentences.select([schema.SENTENCE_ID]), DRAW_BLOCK).map_batches(
-        draw_batch,
-        fn_kwargs={"n_sentences": n, "k": per_sentence, "seed": ctx.seed, "progress": progress},
-        batch_size=DRAW_BLOCK,
-        batch_format="pyarrow",
-        num_cpus=1,
-    )
+    # The drawers get the ids alone: a large corpus's texts would otherwise fill the object store
+    # for nothing.
+    ids = ctx.sentences.select([schema.SENTENCE_ID])
+    settings = {"n_sentences": n, "k": per_sentence, "seed": ctx.seed, "progress": progress}
+    if ctx.on_hosts:
+        from augsbert_ray.candidates.hosts import map_on_host
+
+        tables = map_on_host(RandomDrawer, settings, ids, DRAW_BLOCK, cpus=1, gpus=0,
+                             what="random draws on a warm host (one CPU)")
+        q, h, s = concat_hits(tables)
+        return finalize_candidates(q, h, s, ctx.sentences, ctx.gold_keys, origin=origin)
+    # Plain tasks: drawing needs no state, so there is nothing for an actor to keep loaded.
+    hits = dataset_of_blocks(ids, DRAW_BLOCK).map_batches(
+        draw_batch, fn_kwargs=settings, batch_size=DRAW_BLOCK, batch_format="pyarrow", num_cpus=1)
     q, h, s = concat_hits(ray.get(hits.to_arrow_refs()))
     return finalize_candidates(q, h, s, ctx.sentences, ctx.gold_keys, origin=origin)
 

@@ -119,7 +119,7 @@ def _sample(sentences: pa.Table, gold_keys: np.ndarray, params: CandidatesParams
 
     s = params.sampling
     # Hosts serve only on the driver's machine, where the models' files are: nothing to ship.
-    on_hosts = s.strategy in ("bm25", "ss", "bm25+ss") and use_hosts(s.executor, sentences.num_rows, hosts_serve())
+    on_hosts = use_hosts(s.executor, sentences.num_rows, hosts_serve())
     bi = None
     if s.strategy in EMBEDS:
         if on_hosts:
@@ -133,7 +133,7 @@ def _sample(sentences: pa.Table, gold_keys: np.ndarray, params: CandidatesParams
         gpus_per_actor=1 if params.use_gpu else 0, progress=env.reporter(), on_hosts=on_hosts,
     )
     if on_hosts:
-        log.info(f"[candidates] searching {sentences.num_rows} sentences on a warm host "
+        log.info(f"[candidates] sampling over {sentences.num_rows} sentences on a warm host "
                  f"(sampling.executor={s.executor})")
     return get_sampler(s.strategy)(ctx)
 

@@ -82,13 +82,23 @@ def gold_keys():
     return np.unique(pair_keys(h[::3], q[::3], 40))  # reversed order on purpose: keys are order-free
 
 
-@pytest.mark.parametrize("block", [7, 40])
-def test_sample_on_ray_equals_local_whatever_the_batching(ray_local, tmp_path, gold_keys, block, monkeypatch):
+@pytest.mark.parametrize("block,on_hosts", [(7, False), (40, False), (7, True)])
+def test_sample_on_ray_equals_local_whatever_the_batching(ray_local, tmp_path, gold_keys, block, on_hosts,
+                                                          monkeypatch):
+    from augsbert_ray import workers
+
     n, k = 40, 3
     monkeypatch.setattr(random_pairs, "DRAW_BLOCK", block)
     cfg = SamplingConfig(random_per_sentence=k)
-    ctx = SamplingContext(sentences=_table(n), gold_keys=gold_keys, cfg=cfg, work_dir=tmp_path, seed=1)
-    got = get_sampler("rs")(ctx)
+    ctx = SamplingContext(sentences=_table(n), gold_keys=gold_keys, cfg=cfg, work_dir=tmp_path, seed=1,
+                          on_hosts=on_hosts)
+    hosts = workers.open_pool() if on_hosts else None
+    try:
+        got = get_sampler("rs")(ctx)
+    finally:
+        if hosts is not None:
+            assert hosts.started == 1
+            workers.close_pool()
     expected = _expected(n, k, 1, gold_keys)
     assert schema.conforms(got, schema.CANDIDATE_SCHEMA)
     assert got.drop_columns([schema.RETRIEVAL_SCORE]).equals(expected.drop_columns([schema.RETRIEVAL_SCORE]))
