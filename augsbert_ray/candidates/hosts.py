@@ -7,13 +7,18 @@ imports, so a host runs Ray Data's own callable (``BM25Searcher``, ``SentenceEmb
 ``RandomDrawer``) over the same batches, with what one pool actor would reserve, and the
 results are Ray Data's.
 
-Large sets keep Ray Data (``WARM_MAX_SENTENCES``): it streams the batches, shows them as they
-finish, and restarts an actor that dies, where a host's one call would fail the stage.
+Large sets keep Ray Data (``WARM_MAX_SENTENCES``): it streams the batches and shows them as they
+finish, where a host does all of them in one call, started again from the first batch on a new
+host if the host dies (``HOST_RETRIES``).
 """
 
 from __future__ import annotations
 
+import logging
+
 import pyarrow as pa
+
+log = logging.getLogger(__name__)
 
 # Above this many sentences, ``sampling.executor: auto`` starts a Ray Data pool (see the module's doc).
 WARM_MAX_SENTENCES = 50_000
@@ -38,6 +43,11 @@ def _map_batches(make, kwargs: dict, sentences: pa.Table, batch_size: int) -> li
     return [fn(sentences.slice(at, step)) for at in range(0, sentences.num_rows, step)] or [fn(sentences)]
 
 
+# A host that dies mid-call (killed, out of memory) is replaced and the call made again this many
+# times, as a pool restarts its actors; the samplers are deterministic, so a retry finds the same.
+HOST_RETRIES = 2
+
+
 def map_on_host(make, kwargs: dict, sentences: pa.Table, batch_size: int, *, cpus: float, gpus: float,
                 what: str) -> list[pa.Table]:
     """What a pool of ``make`` would return for ``sentences``, computed on one warm host that
@@ -45,7 +55,18 @@ def map_on_host(make, kwargs: dict, sentences: pa.Table, batch_size: int, *, cpu
 
     Raises:
         AugSBERTError: the cluster cannot ever place the reservation (``what`` names the settings).
+        RayActorError: the host died ``HOST_RETRIES + 1`` times.
     """
-    from augsbert_ray.workers import remote_call
+    from ray.exceptions import RayActorError
 
-    return remote_call(_map_batches, make, kwargs, sentences, batch_size, num_cpus=cpus, num_gpus=gpus, what=what)
+    from augsbert_ray import workers
+
+    for attempt in range(HOST_RETRIES + 1):
+        try:
+            return workers.remote_call(_map_batches, make, kwargs, sentences, batch_size, num_cpus=cpus,
+                                       num_gpus=gpus, what=what)
+        except RayActorError as e:
+            if attempt == HOST_RETRIES:
+                raise
+            log.warning(f"[candidates] the warm host died ({type(e).__name__}); sampling again on a new one "
+                        f"({attempt + 1} of {HOST_RETRIES} retries)")

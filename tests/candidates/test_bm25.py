@@ -240,3 +240,34 @@ def test_warm_hosts_search_small_sets_within_a_job_on_one_machine():
     assert use_hosts("hosts", WARM_MAX_SENTENCES + 1, hosts_serve=True)
     assert not use_hosts("pool", 10, hosts_serve=True)
     assert not use_hosts("hosts", 10, hosts_serve=False)  # outside a job, multi-node, several GPUs
+
+
+def test_a_host_that_dies_mid_sampling_is_replaced_and_the_call_made_again(monkeypatch):
+    from ray.exceptions import RayActorError
+
+    from augsbert_ray import workers
+    from augsbert_ray.candidates import hosts
+
+    calls = []
+
+    def dies_then_works(fn, make, kwargs, sentences, batch_size, **resources):
+        calls.append(resources)
+        if len(calls) <= hosts.HOST_RETRIES:
+            raise RayActorError()
+        return fn(make, kwargs, sentences, batch_size)
+
+    monkeypatch.setattr(workers, "remote_call", dies_then_works)
+    table = pa.table({"x": list(range(5))})
+    out = hosts.map_on_host(lambda: (lambda b: b), {}, table, 2, cpus=1, gpus=0, what="x")
+    assert pa.concat_tables(out).equals(table) and [b.num_rows for b in out] == [2, 2, 1]
+    assert len(calls) == hosts.HOST_RETRIES + 1 and calls[0] == {"num_cpus": 1, "num_gpus": 0, "what": "x"}
+
+    def always_dies(*args, **resources):
+        calls.append(resources)
+        raise RayActorError()
+
+    calls.clear()
+    monkeypatch.setattr(workers, "remote_call", always_dies)
+    with pytest.raises(RayActorError):  # out of retries: the stage fails, naming the dead actor
+        hosts.map_on_host(lambda: (lambda b: b), {}, table, 2, cpus=1, gpus=0, what="x")
+    assert len(calls) == hosts.HOST_RETRIES + 1
