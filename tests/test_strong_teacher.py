@@ -1,0 +1,53 @@
+"""benchmarks/strong_teacher.py: its default job is the Table 5 setting, and what it reports of a
+run (scores, the target's verdict) is read from the run's metrics as the README quotes it."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+import pytest
+
+from augsbert_ray.config import load_job
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def strong():
+    spec = importlib.util.spec_from_file_location("strong_teacher", REPO / "benchmarks" / "strong_teacher.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _metrics(gold_test: float, aug_test: float) -> dict:
+    split = lambda dev, test: {"dev": {"spearman": dev}, "test": {"spearman": test}}  # noqa: E731
+    return {"primary_metric": "spearman",
+            "scores": {"gold_only": split(89.0, gold_test), "augsbert": split(89.5, aug_test),
+                       "cross_encoder": split(91.0, 90.0), "zero_shot": split(86.7, 82.0)},
+            "sampling": {"silver": 18614}, "shipped": {"shipped": "augsbert"},
+            "teacher_check": {"gap": 2.0}, "stage_seconds": {"cross_encoder": 3500.0, "augsbert": 600.0}}
+
+
+def test_the_default_job_is_the_mpnet_teacher_over_all_gold_pairs(strong):
+    cfg = load_job(REPO / strong.JOB, ["bi_encoder.seed=43"])
+    assert "all-mpnet-base-v2" in cfg.cross_encoder.model
+    assert "train" not in cfg.data.subsample and cfg.bi_encoder.num_layers is None  # all pairs, all 6 layers
+    assert cfg.bi_encoder.seed == 43 and cfg.seed == 42  # one teacher, the student's seed varied
+
+
+def test_a_row_reads_every_model_and_the_interval(strong):
+    gain = {"difference": 1.3, "low": 0.8, "high": 1.8}
+    row = strong.row_of(_metrics(85.1, 86.4), 43, gain)
+    assert row["scores"]["cross_encoder"] == {"dev": 91.0, "test": 90.0}
+    assert row["scores"]["augsbert"]["test"] == 86.4 and row["silver"] == 18614
+    assert row["teacher_check_gap"] == 2.0 and row["test_gain"] is gain
+    line = strong.table([row])[2]
+    assert line.startswith("| 43 | 86.70 / 82.00 | 89.00 / 85.10 | 91.00 / 90.00 | 89.50 / 86.40 | +1.30 (+0.80 to +1.80)")
+
+
+@pytest.mark.parametrize("diffs, met", [([1.3, 1.0], True), ([1.3, 0.9], False), ([-0.5], False)])
+def test_the_target_holds_only_on_every_seed(strong, diffs, met):
+    rows = [{"test_gain": {"difference": d}} for d in diffs]
+    assert strong.verdict(rows, 1.0).endswith("is met." if met else "is not met.")
