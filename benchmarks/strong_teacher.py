@@ -28,6 +28,13 @@ MODELS = (("zero_shot", "zero-shot"), ("gold_only", "gold only"), ("cross_encode
           ("augsbert", "AugSBERT"))
 
 
+def student_seed(overrides: list[str], seed: int, job_seed: int) -> list[str]:
+    """The overrides that train the students with ``seed``. The job's own seed leaves
+    ``bi_encoder.seed`` unset, so a plain ``augsbert run`` of the job in the same run directory
+    is reused rather than trained again (an explicit seed is another fingerprint)."""
+    return overrides if seed == job_seed else [*overrides, f"bi_encoder.seed={seed}"]
+
+
 def row_of(m: dict, seed: int, gain: dict) -> dict:
     """One seed's figures from its run's metrics (``RunMetrics.to_dict()``)."""
     metric = m["primary_metric"]
@@ -86,9 +93,11 @@ def main(argv: list[str] | None = None) -> int:
     from augsbert_ray.pipeline import run_job
 
     rows, raw = [], {}
+    base = [*args.extra, f"run_dir={args.root}"]
+    job_seed = load_job(args.job, base).seed
     for seed in args.seeds:
         t0 = time.perf_counter()
-        m = run_job(load_job(args.job, [*args.extra, f"bi_encoder.seed={seed}", f"run_dir={args.root}"])).to_dict()
+        m = run_job(load_job(args.job, student_seed(base, seed, job_seed))).to_dict()
         row = {**row_of(m, seed, test_gain(m, seed)), "wall_s": time.perf_counter() - t0}
         rows.append(row)
         raw[f"seed {seed}"] = m

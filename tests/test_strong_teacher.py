@@ -51,3 +51,8 @@ def test_a_row_reads_every_model_and_the_interval(strong):
 def test_the_target_holds_only_on_every_seed(strong, diffs, met):
     rows = [{"test_gain": {"difference": d}} for d in diffs]
     assert strong.verdict(rows, 1.0).endswith("is met." if met else "is not met.")
+
+
+def test_the_jobs_own_seed_reuses_a_plain_run_of_the_job(strong):
+    assert strong.student_seed(["run_dir=/r"], 42, 42) == ["run_dir=/r"]
+    assert strong.student_seed(["run_dir=/r"], 43, 42) == ["run_dir=/r", "bi_encoder.seed=43"]
