@@ -13,6 +13,9 @@ with the same objective, and the paired bootstrap interval of AugSBERT - gold on
 
     python benchmarks/heldout_recipe.py --tasks captions news forums --objectives cosine cosent \\
         --seeds 1 2 --root /tmp/heldout --out benchmarks/results/heldout_recipe_genres
+
+``--merge`` puts an earlier result's runs in the same table, so seeds run on different days (or
+machines: each run keeps its own metrics) are read side by side.
 """
 
 from __future__ import annotations
@@ -41,6 +44,28 @@ def task_overrides(task: str) -> list[str]:
     return [f"data.{split}.genres=[{task}]" for split in ("train", "dev", "test")]
 
 
+def _key(row: dict) -> str:
+    return f"{row['task']} {row['objective']} seed {row['seed']}"
+
+
+def merged(files: list[Path]) -> tuple[list[dict], dict]:
+    """The rows and raw runs of earlier results (``--merge``), in their order; a later file's
+    run of the same task, objective and seed replaces an earlier one."""
+    rows, raw = [], {}
+    for f in files:
+        data = json.loads(Path(f).read_text(encoding="utf-8"))
+        for row in data["rows"]:
+            rows = [r for r in rows if _key(r) != _key(row)] + [row]
+        raw.update(data.get("runs", {}))
+    return rows, raw
+
+
+def ordered(rows: list[dict]) -> list[dict]:
+    """Rows by task (``TASKS``' order), objective (as first seen) and seed."""
+    objectives = list(dict.fromkeys(r["objective"] for r in rows))
+    return sorted(rows, key=lambda r: (TASKS.index(r["task"]), objectives.index(r["objective"]), r["seed"]))
+
+
 def summarise(rows: list[dict]) -> list[str]:
     """Per task and objective: the mean gap closed and the worst AugSBERT - gold only on test."""
     lines = []
@@ -63,6 +88,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--set", dest="extra", action="append", default=[], metavar="KEY=VALUE")
     p.add_argument("--root", type=Path, default=Path("runs/heldout-recipe"))
     p.add_argument("--out", default="benchmarks/results/heldout_recipe_genres")
+    p.add_argument("--merge", type=Path, action="append", default=[], metavar="JSON",
+                   help="an earlier result of this script (its .json): its runs head the table, and a run "
+                        "made again here (same task, objective and seed) replaces its row")
     args = p.parse_args(argv)
 
     from pilot_check import test_gain
@@ -71,7 +99,7 @@ def main(argv: list[str] | None = None) -> int:
     from augsbert_ray.config import load_job
     from augsbert_ray.pipeline import run_job
 
-    rows, raw = [], {}
+    rows, raw = merged(args.merge)
     header = ["# The main job's recipe on STSb's genres, each a task it was not tuned on", "",
               f"Job `{args.job}`, each genre's own train (up to 1,000 pairs), dev and test pairs. Spearman x100 on "
               "the genre's test set; gap closed: (AugSBERT - gold only) / (teacher - gold only), both students "
@@ -96,15 +124,16 @@ def main(argv: list[str] | None = None) -> int:
                        "test_gain": gain, "silver": (m.get("sampling") or {}).get("silver"),
                        "shipped": m["shipped"]["shipped"], "run_seconds": sum(m["stage_seconds"].values()),
                        "wall_s": time.perf_counter() - t0}
-                rows.append(row)
-                raw[f"{task} {objective} seed {seed}"] = m
+                rows = [r for r in rows if _key(r) != _key(row)] + [row]
+                raw[_key(row)] = m
                 print(json.dumps(row, default=str), flush=True)
                 table = [f"| {r['task']} | {r['train_pairs']} | {r['objective']} | {r['seed']} | "
                          f"{r['teacher_test']:.2f} | {r['gold_only_test']:.2f} | {r['augsbert_test']:.2f} | "
                          f"{r['gap_closed']:.1f}% | {r['test_gain']['difference']:+.2f} "
                          f"({r['test_gain']['low']:+.2f} to {r['test_gain']['high']:+.2f}) | {r['silver']} | "
-                         f"{r['shipped']} | {r['run_seconds']:.0f} |" for r in rows]
-                lines = [*header, *table, "", *summarise(rows), "", *provenance("benchmarks/heldout_recipe.py", argv)]
+                         f"{r['shipped']} | {r['run_seconds']:.0f} |" for r in ordered(rows)]
+                lines = [*header, *table, "", *summarise(ordered(rows)), "",
+                         *provenance("benchmarks/heldout_recipe.py", argv)]
                 write_result(args.out, lines, {"rows": rows, "runs": raw})  # after every run: a kill keeps the rest
     print("\n".join(summarise(rows)))
     return 0

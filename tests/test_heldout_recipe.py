@@ -4,6 +4,7 @@ gap it reports is the one the README quotes."""
 from __future__ import annotations
 
 import importlib.util
+import json
 import math
 from pathlib import Path
 
@@ -47,3 +48,16 @@ def test_the_summary_names_the_worst_difference_per_task_and_objective(heldout):
             {"task": "news", "objective": "cosine", "gap_closed": 60.0, "augsbert_test": 69.5, "gold_only_test": 70.0}]
     assert heldout.summarise(rows) == ["- news, cosine: mean gap closed 70.0% over 2 seed(s); "
                                        "smallest AugSBERT - gold only on test -0.50"]
+
+
+def test_earlier_results_are_merged_and_a_run_made_again_replaces_its_row(heldout, tmp_path):
+    row = lambda task, seed, gap: {"task": task, "objective": "cosine", "seed": seed, "gap_closed": gap}  # noqa: E731
+    first, second = tmp_path / "a.json", tmp_path / "b.json"
+    first.write_text('{"rows": [%s, %s], "runs": {"news cosine seed 1": {}}}' % (
+        json.dumps(row("news", 1, 69.8)), json.dumps(row("captions", 1, 81.8))))
+    second.write_text('{"rows": [%s, %s]}' % (json.dumps(row("news", 2, 75.0)), json.dumps(row("news", 1, 70.0))))
+    rows, raw = heldout.merged([first, second])
+    assert [(r["task"], r["seed"], r["gap_closed"]) for r in rows] == [("captions", 1, 81.8), ("news", 2, 75.0),
+                                                                       ("news", 1, 70.0)]
+    assert [(r["task"], r["seed"]) for r in heldout.ordered(rows)] == [("captions", 1), ("news", 1), ("news", 2)]
+    assert list(raw) == ["news cosine seed 1"]
