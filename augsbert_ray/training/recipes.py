@@ -118,7 +118,7 @@ class BiEncoderRecipe:
 
     def loss(self, module, s1, s2, labels, silver=None):
         # One forward over both sides: DistributedDataParallel expects one forward per backward.
-        features = self._st.tokenize(list(s1) + list(s2))
+        features = st_features(self._st, list(s1) + list(s2))
         device = labels.device
         features = {k: v.to(device) if torch.is_tensor(v) else v for k, v in features.items()}
         return self.features_loss(module, features, labels, silver)
@@ -128,7 +128,8 @@ class BiEncoderRecipe:
         ``n..2n-1`` are ``s2`` (see ``batch_rows``)."""
         texts = list(s1) + list(s2)
         tok = self._st.tokenizer
-        chunks = [self._st.tokenize(texts[i:i + PRETOKENIZE_CHUNK]) for i in range(0, len(texts), PRETOKENIZE_CHUNK)]
+        step = PRETOKENIZE_CHUNK
+        chunks = [st_features(self._st, texts[i:i + step]) for i in range(0, len(texts), step)]
         return TokenRows.from_padded(chunks, tok.pad_token_id, tok.pad_token_type_id, tok.padding_side == "left")
 
     @staticmethod
@@ -240,6 +241,14 @@ class CrossEncoderRecipe:
         with _eval_mode(model):
             return score_pairs(model, self._tokenizer, list(s1), list(s2), micro_batch_size=batch_size,
                                max_length=self.max_length, device=str(next(model.parameters()).device))
+
+
+def st_features(model, texts: list[str]) -> dict:
+    """A sentence-transformers model's features for ``texts``. Newer releases name this
+    ``preprocess`` and log a deprecation warning for ``tokenize``, which calls it; older ones
+    have ``tokenize`` only."""
+    preprocess = getattr(model, "preprocess", None)
+    return preprocess(texts) if preprocess is not None else model.tokenize(texts)
 
 
 def as_sentence_transformers_cross_encoder(model_dir: str, max_length: int) -> None:

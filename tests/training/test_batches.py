@@ -120,3 +120,23 @@ def test_losses_are_read_at_log_points_only(tiny_model):
     assert len(trainer.losses) == 4 and len(trainer._pending) == 1
     final = trainer.stats()["final_loss"]  # reads the rest: the last log_every losses
     assert len(trainer.losses) == 4 and not trainer._pending and final == pytest.approx(np.mean(trainer.losses))
+
+
+def test_st_features_equal_tokenize_without_its_deprecation_warning(tiny_model, caplog):
+    from augsbert_ray.training.recipes import st_features
+
+    recipe = _recipe("bi", tiny_model)
+    recipe.build("cpu")
+    s1, s2, _ = _pairs(8)
+    with caplog.at_level("WARNING"):
+        got = st_features(recipe._st, s1 + s2)
+    assert not [r for r in caplog.records if "deprecated" in r.getMessage()]
+    want = recipe._st.tokenize(s1 + s2)  # the older name: the same features
+    assert got.keys() == want.keys()
+    assert all(torch.equal(got[k], v) if torch.is_tensor(v) else got[k] == v for k, v in want.items())
+
+    class Older:  # a release without preprocess
+        def tokenize(self, texts):
+            return {"n": len(texts)}
+
+    assert st_features(Older(), ["a", "b"]) == {"n": 2}
