@@ -157,6 +157,16 @@ VERBS = ["is playing", "is cutting", "is eating", "is riding", "is watching", "i
 OBJECTS = ["a guitar", "an onion", "the bread", "a horse", "the television", "a flute", "the kitchen"]
 
 
+def load_benchmark(name: str):
+    """A script of ``benchmarks/`` as a module (they run as scripts, not as a package)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(name, REPO / "benchmarks" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 def make_sentence(rng: random.Random) -> str:
     return f"{rng.choice(SUBJECTS)} {rng.choice(VERBS)} {rng.choice(OBJECTS)}."
 

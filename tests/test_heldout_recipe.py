@@ -3,12 +3,12 @@ gap it reports is the one the README quotes."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import math
 from pathlib import Path
 
 import pytest
+from conftest import load_benchmark
 
 from augsbert_ray.config import load_job
 
@@ -17,10 +17,7 @@ REPO = Path(__file__).resolve().parents[1]
 
 @pytest.fixture(scope="module")
 def heldout():
-    spec = importlib.util.spec_from_file_location("heldout_recipe", REPO / "benchmarks" / "heldout_recipe.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_benchmark("heldout_recipe")
 
 
 def test_gap_closed_is_the_share_of_the_teacher_lead(heldout):

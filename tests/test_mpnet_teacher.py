@@ -6,12 +6,12 @@ The wheels here are small stand-ins with the real packages' layout; the hash is 
 from __future__ import annotations
 
 import hashlib
-import importlib.util
 import io
 import zipfile
 from pathlib import Path
 
 import pytest
+from conftest import load_benchmark
 
 from augsbert_ray.config import load_job
 from augsbert_ray.errors import ConfigError
@@ -22,10 +22,7 @@ REPO = Path(__file__).resolve().parents[1]
 
 @pytest.fixture(scope="module")
 def mpnet_teacher():
-    spec = importlib.util.spec_from_file_location("mpnet_teacher", REPO / "benchmarks" / "mpnet_teacher.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_benchmark("mpnet_teacher")
 
 
 def fake_wheels(mt, folder: Path, weights: bytes = b"w" * 5000) -> str:

@@ -3,10 +3,10 @@ run (scores, the target's verdict) is read from the run's metrics as the README 
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
 
 import pytest
+from conftest import load_benchmark
 
 from augsbert_ray.config import load_job
 
@@ -15,10 +15,7 @@ REPO = Path(__file__).resolve().parents[1]
 
 @pytest.fixture(scope="module")
 def strong():
-    spec = importlib.util.spec_from_file_location("strong_teacher", REPO / "benchmarks" / "strong_teacher.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_benchmark("strong_teacher")
 
 
 def _metrics(gold_test: float, aug_test: float) -> dict:
