@@ -22,6 +22,7 @@ raylet, workers and actors), so Ray's shared-memory object store is counted once
 
     nice python benchmarks/corpus_scale.py --work /tmp/corpus-scale             # 100k, 300k, 1M
     python benchmarks/corpus_scale.py --sizes 20000 --work /tmp/cs --out /tmp/cs/result   # a quick look
+    python benchmarks/corpus_scale.py --until candidates --work /tmp/cs --out /tmp/cs/candidates   # minutes
 """
 
 from __future__ import annotations
@@ -59,10 +60,11 @@ def one_run(args) -> dict:
             mem.stage = stage
 
         with lines_to(lambda line: print(line, flush=True)):
-            m = run_job(cfg, fresh=True, until="silver", on_start=on_start)
+            m = run_job(cfg, fresh=True, until=args.until, on_start=on_start)
         mem.stage = "end"
-    c, s = m.stage("candidates"), m.stage("silver")
-    return {"sentences": c.result.sentences, "candidates": c.result.candidates, "silver": s.result.silver,
+    c = m.stage("candidates")
+    silver = m.stage("silver").result.silver if args.until == "silver" else None
+    return {"sentences": c.result.sentences, "candidates": c.result.candidates, "silver": silver,
             "stage_seconds": m.stage_seconds, "peak_driver_rss": mem.peak_rss, "peak_total_pss": mem.peak_total,
             "peak_driver_private": mem.peak_private, "peak_driver_shared": mem.peak_shared,
             "stage_peaks": mem.stage_peaks}
@@ -73,6 +75,11 @@ def _mib(value) -> str:
     return "-" if value is None else f"{value / MIB:,.0f}"
 
 
+def _count(value) -> str:
+    """A count, or "-" where the run stopped before it (``--until candidates``)."""
+    return "-" if value is None else f"{value:,}"
+
+
 def _markdown(runs: list[dict], args, argv) -> list[str]:
     from provenance import provenance
 
@@ -81,8 +88,9 @@ def _markdown(runs: list[dict], args, argv) -> list[str]:
     base = runs[0]
     what = (f"random recombination, {args.k} partner(s) per sentence" if args.strategy == "rs"
             else f"{args.strategy} top-{args.k}")
+    last = "the silver labels" if args.until == "silver" else "the candidate pairs (`--until candidates`)"
     lines = ["# Large corpora end to end: stage times and peak memory against corpus size", "",
-             f"One domain-adaptation job (corpus mode) per row, up to the silver labels; candidates: {what}; "
+             f"One domain-adaptation job (corpus mode) per row, up to {last}; candidates: {what}; "
              f"cross-encoder: {args.model}" + (" (a random 2-layer BERT, hidden size 128, embedded tokenizer)"
                                                 if args.model == "tiny" else "")
              + f"; gold: 64 STSb pairs; {args.cpus} CPUs. Corpus: distinct sentences drawn word by word from the "
@@ -96,7 +104,7 @@ def _markdown(runs: list[dict], args, argv) -> list[str]:
              "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
     for r in runs:
         st = r["stage_seconds"]
-        lines.append(f"| {r['size']:,} | {r['sentences']:,} | {r['candidates']:,} | {r['silver']:,} | "
+        lines.append(f"| {r['size']:,} | {r['sentences']:,} | {r['candidates']:,} | {_count(r['silver'])} | "
                      f"{r['wall_s']:.0f} | {st.get('candidates', 0):.0f} | {st.get('silver', 0):.0f} | "
                      f"{r['peak_driver_rss'] / MIB:,.0f} | {_mib(r.get('peak_driver_private'))} | "
                      f"{_mib(r.get('peak_driver_shared'))} | {r['peak_total_pss'] / MIB:,.0f} | "
@@ -132,6 +140,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--data-dir", default=os.environ.get("AUGSBERT_DATA_DIR", "../shared/data"))
     p.add_argument("--work", required=True, help="where the corpora and run directories go (not the repository)")
     p.add_argument("--out", default="benchmarks/results/corpus_scale_cpu")
+    p.add_argument("--until", default="silver", choices=["silver", "candidates"],
+                   help="the last stage run: the silver labels, or the candidate pairs alone (minutes, not an hour)")
     # one run, in a child process
     p.add_argument("--merge", action="store_true",
                    help="keep the sizes already in --out's JSON that this call does not run (each row is still "
@@ -165,7 +175,7 @@ def main(argv: list[str] | None = None) -> int:
         result = work / "result.json"
         cmd = [sys.executable, __file__, "--one", "--corpus", str(corpus), "--work", str(work), "--result",
                str(result), "--strategy", args.strategy, "--k", str(args.k), "--model", args.model,
-               "--cpus", str(args.cpus), "--data-dir", args.data_dir]
+               "--cpus", str(args.cpus), "--data-dir", args.data_dir, "--until", args.until]
         load_start, t0 = os.getloadavg(), time.perf_counter()
         subprocess.run(cmd, check=True)
         r = json.loads(result.read_text())
@@ -173,7 +183,8 @@ def main(argv: list[str] | None = None) -> int:
                  measured=time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
                  corpus=json.loads((root / f"corpus-{size}.json").read_text()))
         runs = sorted([*runs, r], key=lambda run: run["size"])
-        print(f"[corpus-scale] {size:,}: {r['candidates']:,} pairs labelled in {r['wall_s']:.0f} s, driver peak "
+        print(f"[corpus-scale] {size:,}: {r['candidates']:,} pairs ({_count(r['silver'])} labelled) in "
+              f"{r['wall_s']:.0f} s, driver peak "
               f"{r['peak_driver_rss'] / MIB:,.0f} MiB, total peak {r['peak_total_pss'] / MIB:,.0f} MiB", flush=True)
         # written after every size, so a long last size leaves the others on record
         write_result(args.out, _markdown(runs, args, argv), {"runs": runs, "args": vars(args)})

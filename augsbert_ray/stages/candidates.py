@@ -110,32 +110,44 @@ def _embedder_input(cfg) -> dict[str, str]:
     return {"embedder": "gold_only/model"} if embeds else {}
 
 
-def _sample(sentences: pa.Table, gold_keys: np.ndarray, params: CandidatesParams, env, embedder) -> pa.Table:
-    """The job's sampling strategy over ``sentences`` (pairs in ``gold_keys`` left out)."""
-    from augsbert_ray.candidates import SamplingContext, get_sampler
-
-    from augsbert_ray.candidates.hosts import use_hosts
-    from augsbert_ray.workers import hosts_serve
+def _context(sentences: pa.Table | None, gold_keys: np.ndarray, params: CandidatesParams, env, embedder,
+             on_hosts: bool):
+    """The ``SamplingContext`` of the job's strategy (``sentences`` None: filled in where it runs)."""
+    from augsbert_ray.candidates import SamplingContext
 
     s = params.sampling
-    # Hosts serve only on the driver's machine, where the models' files are: nothing to ship.
-    on_hosts = use_hosts(s.executor, sentences.num_rows, hosts_serve())
     bi = None
     if s.strategy in EMBEDS:
         if on_hosts:
             bi = str(embedder) if embedder is not None else params.embed_model
         else:
             bi = env.ship(embedder) if embedder is not None else env.base_model(params.embed_model)
-    ctx = SamplingContext(
+    return SamplingContext(
         sentences, gold_keys, s, env.out / "index", params.seed,
         bi_encoder=bi, max_length=params.max_length,
         cpus_per_actor=per_worker_cpus(None, env.cluster.cpus, s.searchers),
         gpus_per_actor=1 if params.use_gpu else 0, progress=env.reporter(), on_hosts=on_hosts,
     )
+
+
+def _on_hosts(params: CandidatesParams, sentences: int) -> bool:
+    from augsbert_ray.candidates.hosts import use_hosts
+    from augsbert_ray.workers import hosts_serve
+
+    # Hosts serve only on the driver's machine, where the models' files are: nothing to ship.
+    return use_hosts(params.sampling.executor, sentences, hosts_serve())
+
+
+def _sample(sentences: pa.Table, gold_keys: np.ndarray, params: CandidatesParams, env, embedder) -> pa.Table:
+    """The job's sampling strategy over ``sentences`` (pairs in ``gold_keys`` left out)."""
+    from augsbert_ray.candidates import get_sampler
+
+    s = params.sampling
+    on_hosts = _on_hosts(params, sentences.num_rows)
     if on_hosts:
         log.info(f"[candidates] sampling over {sentences.num_rows} sentences on a warm host "
                  f"(sampling.executor={s.executor})")
-    return get_sampler(s.strategy)(ctx)
+    return get_sampler(s.strategy)(_context(sentences, gold_keys, params, env, embedder, on_hosts))
 
 
 def _write(env, sentences: pa.Table, candidates: pa.Table) -> None:
@@ -194,17 +206,39 @@ def _corpus_declare(cfg) -> Declaration:
 
 
 def _corpus_run(inputs, params: CandidatesParams, env) -> CandidatesResult:
-    from augsbert_ray.loaders.corpus import read_corpus
+    from augsbert_ray.candidates import off_driver
+    from augsbert_ray.loaders.corpus import list_files, read_corpus
 
-    corpus = read_corpus(params.corpus, seed=params.seed)
+    files = list_files(params.corpus.path)
     embedder = inputs.path("embedder") if "embedder" in inputs else None
-    candidates = _sample(corpus.sentences, np.empty(0, np.int64), params, env, embedder)
-    _write(env, corpus.sentences, candidates)
-    log.info(f"[candidates] {candidates.num_rows} {params.sampling.strategy} pairs from "
-             f"{corpus.sentences.num_rows} corpus sentences")
+    if off_driver.wanted(files):
+        counts, n, candidates, where = _corpus_off_driver(files, params, env, embedder)
+    else:
+        corpus = read_corpus(params.corpus, seed=params.seed, files=files)
+        table = _sample(corpus.sentences, np.empty(0, np.int64), params, env, embedder)
+        _write(env, corpus.sentences, table)
+        counts, n, candidates, where = corpus.counts, corpus.sentences.num_rows, table.num_rows, ""
+    log.info(f"[candidates] {candidates} {params.sampling.strategy} pairs from {n} corpus sentences{where}")
     return CandidatesResult(source=params.source, strategy=params.sampling.strategy, top_k=params.sampling.top_k,
-                            sentences=corpus.sentences.num_rows, candidates=candidates.num_rows,
-                            corpus_files=len(corpus.files), corpus_lines=corpus.counts)
+                            sentences=n, candidates=candidates, corpus_files=len(files), corpus_lines=counts)
+
+
+def _corpus_off_driver(files, params: CandidatesParams, env, embedder) -> tuple[dict, int, int, str]:
+    """A large corpus read and sampled in tasks of their own (``candidates.off_driver``): its line
+    counts, sentences, candidate pairs, and where the work ran (for the log line)."""
+    import pyarrow.parquet as pq
+
+    from augsbert_ray.candidates import off_driver
+
+    counts, n, read_pid = off_driver.run(off_driver.read_to_file, params.corpus, params.seed, files, str(env.out))
+    if _on_hosts(params, n):  # a large file of few distinct sentences: they are small enough to pass
+        sentences = pq.read_table(env.out / "sentences.parquet")
+        table = _sample(sentences, np.empty(0, np.int64), params, env, embedder)
+        _write(env, sentences, table)
+        return counts, n, table.num_rows, f" (read in a worker process, pid {read_pid})"
+    ctx = _context(None, np.empty(0, np.int64), params, env, embedder, on_hosts=False)
+    candidates, sample_pid = off_driver.run(off_driver.sample_to_file, ctx, str(env.out))
+    return counts, n, candidates, f" (read and sampled in worker processes, pids {read_pid} and {sample_pid})"
 
 
 # source name -> (declare(cfg), run(inputs, params, env))
