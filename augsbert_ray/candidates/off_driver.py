@@ -15,8 +15,10 @@ Not with Ray Client, whose driver (and run directory) is on no node of the clust
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
+import threading
 from pathlib import Path
 
 import numpy as np
@@ -95,6 +97,31 @@ def sample_to_file(ctx, out: str) -> tuple[int, int]:
 
     sentences = pq.read_table(Path(out) / "sentences.parquet")
     ctx = dataclasses.replace(ctx, sentences=sentences, gold_keys=np.empty(0, np.int64))
-    candidates = get_sampler(ctx.cfg.strategy)(ctx)
+    with _flushed(ctx.progress):
+        candidates = get_sampler(ctx.cfg.strategy)(ctx)
     write_table(Path(out) / "candidates.parquet", candidates, schema.CANDIDATE_SCHEMA)
     return candidates.num_rows, os.getpid()
+
+
+@contextlib.contextmanager
+def _flushed(progress, every_s: float = 1.0):
+    """Sends what this process reports to ``progress`` every ``every_s`` seconds and at the end.
+    A sampler adds its stage's total here and then waits on Ray Data's workers, which report the
+    batches: without this, the total would stay in this process's batch of events."""
+    if progress is None:
+        yield
+        return
+    stop = threading.Event()
+
+    def pump() -> None:
+        while not stop.wait(every_s):
+            progress.flush()
+
+    thread = threading.Thread(target=pump, name="progress-flush", daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        thread.join()
+        progress.flush()

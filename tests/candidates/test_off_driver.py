@@ -27,10 +27,23 @@ class _NoInputs:
         return False
 
 
-def _env(out: Path) -> SimpleNamespace:
+def _env(out: Path, progress=None) -> SimpleNamespace:
     out.mkdir(parents=True, exist_ok=True)
     return SimpleNamespace(out=out, cluster=SimpleNamespace(cpus=2), ship=None, base_model=None,
-                           reporter=lambda: None)
+                           reporter=lambda: progress)
+
+
+class _Display:
+    """What a job's display is told (``progress_channel`` replays workers' events on it)."""
+
+    def __init__(self):
+        self.totals, self.done = [], 0
+
+    def add_total(self, stage, n, unit=None):
+        self.totals.append((stage, n, unit))
+
+    def advance(self, stage, n):
+        self.done += n
 
 
 def _corpus(path: Path, n: int = 300) -> Path:
@@ -89,3 +102,18 @@ def test_only_a_large_corpus_leaves_the_driver(ray_local, monkeypatch):
     monkeypatch.setattr(off_driver, "OFF_DRIVER_BYTES", 100)
     assert not off_driver.wanted([("a", 60, 0), ("b", 40, 0)])
     assert off_driver.wanted([("a", 60, 0), ("b", 41, 0)])
+
+
+def test_off_the_driver_the_display_gets_the_total_and_the_batches(tmp_path, ray_local, monkeypatch):
+    from augsbert_ray.progress_channel import progress_channel
+
+    path = _corpus(tmp_path / "corpus.txt")
+    params = stage.CandidatesParams(source="target corpus", sampling=SamplingConfig(strategy="bm25", top_k=2),
+                                    corpus=CorpusConfig(path=str(path)))
+    monkeypatch.setattr(off_driver, "OFF_DRIVER_BYTES", 0)
+    display = _Display()
+    with progress_channel(display) as handle:
+        result = stage._corpus_run(_NoInputs(), params, _env(tmp_path / "out", handle.stage("candidates")))
+    # The sampler adds the total in the task's own process, then waits on Ray Data's workers.
+    assert display.totals == [("candidates", result.sentences, "sentences")]
+    assert display.done == result.sentences
