@@ -232,9 +232,10 @@ def _corpus_off_driver(files, params: CandidatesParams, env, embedder) -> tuple[
 
     counts, n, read_pid = off_driver.run(off_driver.read_to_file, params.corpus, params.seed, files, str(env.out))
     if _on_hosts(params, n):  # a large file of few distinct sentences: they are small enough to pass
-        sentences = pq.read_table(env.out / "sentences.parquet")
-        table = _sample(sentences, np.empty(0, np.int64), params, env, embedder)
-        _write(env, sentences, table)
+        from augsbert_ray.rundir import write_table
+
+        table = _sample(pq.read_table(env.out / "sentences.parquet"), np.empty(0, np.int64), params, env, embedder)
+        write_table(env.out / "candidates.parquet", table, schema.CANDIDATE_SCHEMA)  # the task wrote the sentences
         return counts, n, table.num_rows, f" (read in a worker process, pid {read_pid})"
     ctx = _context(None, np.empty(0, np.int64), params, env, embedder, on_hosts=False)
     candidates, sample_pid = off_driver.run(off_driver.sample_to_file, ctx, str(env.out))
