@@ -53,7 +53,7 @@ def load_job(path: str | os.PathLike, overrides: Sequence[str] = ()):
     return _load(path, list(overrides))
 
 
-def run(job, fresh: bool = False, *, verbose: bool = False, address=None):
+def run(job, fresh: bool = False, *, verbose: bool = False, address=None, until: str | None = None):
     """Runs a job end to end, as ``augsbert run`` does, and returns its metrics.
 
     A re-run resumes: stages whose inputs, config and models are unchanged are skipped.
@@ -68,6 +68,8 @@ def run(job, fresh: bool = False, *, verbose: bool = False, address=None):
         verbose: show Ray's, Ray Data's, Ray Train's and transformers' own messages.
         address: a Ray address, or a ``cluster_address.AddressChoice`` saying where it was
             given (default: the job's ``ray.address``, else ``RAY_ADDRESS``, else a local Ray).
+        until: run only this stage (e.g. ``cross_encoder``) and the stages it depends on; the
+            metrics then say the run is not complete, and a later run resumes from there.
 
     Before anything is loaded, the cluster address must answer, the storage of a remote run
     directory must answer, and the run directory must be held by no other run: it is claimed
@@ -87,6 +89,8 @@ def run(job, fresh: bool = False, *, verbose: bool = False, address=None):
     from augsbert_ray.rundir import check_storage, is_uri, local_root
 
     cfg = load_job(job) if isinstance(job, (str, os.PathLike)) else job
+    if until is not None:
+        job_stages(cfg, until)  # an unknown stage: a ConfigError before anything else
     if isinstance(address, str):  # the job then connects there (runtime.start_ray reads ray.address)
         cfg = cfg.model_copy(update={"ray": cfg.ray.model_copy(update={"address": address})})
     if not isinstance(address, AddressChoice):
@@ -99,14 +103,15 @@ def run(job, fresh: bool = False, *, verbose: bool = False, address=None):
         # every check that needs no cluster, before the job's own files (its logs) exist; what is
         # allowed but likely a mistake is said before the display takes the terminal
         check_job(cfg, warn=lambda line: print(f"augsbert: warning: {line}", file=sys.stderr))
-        return _run_watched(cfg, fresh=fresh, verbose=verbose)
+        return _run_watched(cfg, fresh=fresh, verbose=verbose, until=until)
 
 
-def job_stages(cfg) -> list[str]:
-    """The stages a job runs, in order, as the progress display counts them."""
+def job_stages(cfg, until: str | None = None) -> list[str]:
+    """The stages a job runs (``until`` a stage: only it and those it depends on), in order,
+    as the progress display counts them."""
     from augsbert_ray.pipeline import stage_names
 
-    return stage_names(cfg)
+    return stage_names(cfg, until)
 
 
 def _display(stack: ExitStack, logs: Path, stages: list[str], verbose: bool, log_name: str = "job.log",
@@ -135,13 +140,13 @@ def _display(stack: ExitStack, logs: Path, stages: list[str], verbose: bool, log
     return progress
 
 
-def _run_watched(cfg, fresh: bool, verbose: bool):
+def _run_watched(cfg, fresh: bool, verbose: bool, until: str | None = None):
     from augsbert_ray.pipeline import run_job
     from augsbert_ray.rundir import local_root
 
     with ExitStack() as stack:
-        progress = _display(stack, local_root(cfg.resolved_run_dir) / "logs", job_stages(cfg), verbose)
-        return run_job(cfg, fresh=fresh, progress=progress, verbose=verbose)
+        progress = _display(stack, local_root(cfg.resolved_run_dir) / "logs", job_stages(cfg, until), verbose)
+        return run_job(cfg, fresh=fresh, progress=progress, verbose=verbose, until=until)
 
 
 def label(model: str, pairs: str | Sequence[str], out: str | os.PathLike, *, columns: str | dict | None = None,

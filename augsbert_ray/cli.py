@@ -3,6 +3,7 @@
     augsbert run jobs/stsb-bm25.yaml                       # the full STSb job
     augsbert run jobs/smoke.yaml bi_encoder.epochs=2       # with an override
     augsbert run jobs/stsb-bm25.yaml --fresh               # redo every stage (default: resume)
+    augsbert run jobs/stsb-bm25.yaml --until cross_encoder # only the teacher and what it needs
     augsbert run jobs/smoke.yaml --verbose                 # show Ray's own messages too
     augsbert report runs/smoke                             # a run's summary again, finished or not
     augsbert validate jobs/*.yaml                          # check job files, build nothing
@@ -44,6 +45,9 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("overrides", nargs="*", default=[], help="key.sub=value overrides (before or after the flags)")
     run.add_argument("--address", help="Ray cluster address (else ray.address in the job, else RAY_ADDRESS, else local)")
     run.add_argument("--fresh", action="store_true", help="redo every stage, ignoring what earlier runs finished")
+    run.add_argument("--until", metavar="STAGE",
+                     help="run only STAGE and the stages it depends on (e.g. --until cross_encoder trains and "
+                          "scores nothing but the teacher); a later run resumes from there")
     run.add_argument("--verbose", action="store_true",
                      help="show Ray's, Ray Data's, Ray Train's and transformers' own messages (by default they are "
                           "written to <run dir>/logs/ray.log and the terminal shows the job's progress)")
@@ -147,7 +151,7 @@ def main(argv: list[str] | None = None) -> int:
             cfg = load_job(args.job, overrides)
             address = choose_address(cfg.ray.address, cfg.source, args.address,
                                      overridden=any(o.startswith("ray.address=") for o in args.overrides))
-            return _run(cfg, address, args.fresh, args.verbose)
+            return _run(cfg, address, args.fresh, args.verbose, args.until)
     except AugSBERTError as e:
         print(f"augsbert: error: {e}", file=sys.stderr)
         return 2
@@ -156,14 +160,14 @@ def main(argv: list[str] | None = None) -> int:
         return signals.exit_status(e)
 
 
-def _run(cfg, address, fresh: bool, verbose: bool) -> int:
+def _run(cfg, address, fresh: bool, verbose: bool, until: str | None = None) -> int:
     """Runs a job and prints its summary. Whatever way it ends (done, an error, SIGINT,
     SIGTERM), the copies of models it unpacked are removed, the local Ray it started is
     stopped and the run directory is free for the next run (``api.run``)."""
     from augsbert_ray.api import run
     from augsbert_ray.report import summary_markdown
 
-    metrics = run(cfg, fresh=fresh, verbose=verbose, address=address)
+    metrics = run(cfg, fresh=fresh, verbose=verbose, address=address, until=until)
     print()
     print(summary_markdown(metrics))
     return 0

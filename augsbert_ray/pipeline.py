@@ -15,12 +15,14 @@ import warnings
 from contextlib import nullcontext
 from typing import Callable
 
+from augsbert_ray import graph
 from augsbert_ray.config import JobConfig, dump_job
+from augsbert_ray.errors import ConfigError
 from augsbert_ray.messages import lines_to
 from augsbert_ray.metrics import RunMetrics
 from augsbert_ray.preflight import check_models, check_paths
 from augsbert_ray.rundir import RunDir
-from augsbert_ray.runner import Done, Runner
+from augsbert_ray.runner import Done, Runner, stage_graph
 from augsbert_ray.stages import (AugSBERT, AutoPilot, Calibrate, Candidates, Evaluate, Gold, GoldOnly, Pilot, Ship,
                                  Silver, Stage, TargetGold, TargetSets, Teacher, TeacherCheck, source_of)
 from augsbert_ray.stages.gold import has_upper_bound
@@ -55,13 +57,33 @@ def recipe(cfg: JobConfig, search: dict | None = None) -> list[Stage]:
     ]
 
 
-def stage_names(cfg: JobConfig) -> list[str]:
+def stage_names(cfg: JobConfig, until: str | None = None) -> list[str]:
     """The names of a job's stages as far as they are known before it runs (the autopilot's
-    choice can add the calibration)."""
-    names = [s.name for s in recipe(cfg)]
+    choice can add the calibration); with ``until``, only those ``through`` keeps.
+
+    Raises:
+        ConfigError: ``until`` names no stage of the job.
+    """
+    stages = recipe(cfg)
+    names = [s.name for s in stages]
     if cfg.auto.enabled:
         names.insert(2 if cfg.target is not None else 1, "auto")
-    return names
+    if until is None:
+        return names
+    if until not in names:
+        raise ConfigError(cfg.source, None, f"no stage '{until}' to run until; the job's stages: {', '.join(names)}")
+    if until == "auto":  # the setting's search: what it needs was loaded before it
+        return names[:names.index("auto") + 1]
+    kept = {s.name for s in through(cfg, stages, until)}
+    return [n for n in names if n in kept or n == "auto"]
+
+
+def through(cfg: JobConfig, stages: list[Stage], until: str) -> list[Stage]:
+    """``until`` and the stages it depends on, directly or not (it reads their outputs or
+    follows them), in ``stages``' order: what a job run ``until`` a stage runs. The
+    autopilot's record of its choice is kept too: the choice was made before them."""
+    keep = graph.upstream(stage_graph(cfg, stages), [until])
+    return [s for s in stages if s.name in keep or s.name == "auto"]
 
 
 def run_job(cfg: JobConfig, log: Callable[[str], None] | None = None, fresh: bool = False, until: str | None = None,
@@ -83,8 +105,8 @@ def run_job(cfg: JobConfig, log: Callable[[str], None] | None = None, fresh: boo
         log: deprecated: the job's lines are logged (``messages``: the ``augsbert_ray`` logger);
             a callable given here still receives them while the job runs.
         fresh: redo every stage, ignoring what earlier runs finished.
-        until: stop after the stage of this name (e.g. ``cross_encoder``) and the stages listed
-            before it; the metrics then hold what ran (``complete`` is False).
+        until: run only the stage of this name (e.g. ``cross_encoder``) and the stages it
+            depends on (``through``); the metrics then hold what ran (``complete`` is False).
         on_stage: called with each stage's outcome as it finishes.
         on_start: called with a stage's name when it starts running (not when it is reused).
         progress: the job's display (``progress.JobProgress``); None: log lines only.
@@ -111,9 +133,7 @@ def _run_job(cfg: JobConfig, fresh: bool, until: str | None, on_stage, on_start,
 
     runner = Runner(cfg, rd, fresh=fresh, on_stage=on_stage, on_start=on_start, on_claim=claim,
                     progress=progress, start_cluster=lambda: _start_cluster(cfg, rd, runner, verbose))
-    names = stage_names(cfg)
-    if until is not None and until not in names:
-        raise ValueError(f"no stage '{until}' in this job; stages: {', '.join(names)}")
+    stage_names(cfg, until)  # an unknown stage fails here, before anything is written
     from augsbert_ray.report import finish
 
     try:
@@ -128,8 +148,9 @@ def _run_job(cfg: JobConfig, fresh: bool, until: str | None, on_stage, on_start,
             search = choice.record
         stages = recipe(cfg, search)
         names = [s.name for s in stages]
-        todo = stages if until is None or until not in names else stages[:names.index(until) + 1]
-        runner.expect(stages)
+        # The chosen setting's recipe may lack the stage (the calibration the search left out).
+        todo = stages if until is None or until not in names else through(cfg, stages, until)
+        runner.expect(todo)
 
         def report_so_far(stage, done):  # so that an unfinished run has a report too (augsbert report)
             # The silver density plot is drawn again when a stage wrote silver labels.

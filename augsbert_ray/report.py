@@ -101,8 +101,8 @@ def unfinished_markdown(metrics: RunMetrics) -> list[str]:
     left = [name for name in metrics.stages_planned if name not in done]
     of = f" of {len(done) + len(left)}" if left else ""
     return ["", f"Unfinished run: {len(done)}{of} stages done" + (f"; not done: {', '.join(left)}" if left else "")
-            + ". It failed, was stopped, or is still running (its logs/job.log says which); running the job again "
-              "resumes it."]
+            + ". It ran until a stage (`--until`), failed, was stopped, or is still running (its logs/job.log says "
+              "which); running the job again resumes it."]
 
 
 def write_density_plot(path, gold_labels, silver_labels, title: str) -> None:

@@ -88,6 +88,17 @@ class StageEnv:
     stage: str = ""
 
 
+def stage_graph(cfg: JobConfig, stages: list[Stage], order: bool = True) -> dict[str, tuple[str, ...]]:
+    """``stages``' graph under ``cfg``: stage -> the stages it follows (with ``order``, also
+    those named in ``Stage.runs_after``; without, only those it reads from)."""
+    nodes = []
+    for stage in stages:
+        decl = stage.declare(cfg)
+        nodes.append(graph.Node(stage.name, tuple(decl.inputs.values()), tuple(decl.outputs),
+                                tuple(stage.runs_after) if order else ()))
+    return graph.dependencies(nodes)
+
+
 class Runner:
     """Runs stages of one job in one run directory.
 
@@ -293,12 +304,7 @@ class Runner:
     def dependencies(self, stages: list[Stage], order: bool = True) -> dict[str, tuple[str, ...]]:
         """The stages' graph under the job's config: stage -> the stages it follows (with
         ``order``, also those named in ``Stage.runs_after``; without, only those it reads from)."""
-        nodes = []
-        for stage in stages:
-            decl = stage.declare(self.cfg)
-            nodes.append(graph.Node(stage.name, tuple(decl.inputs.values()), tuple(decl.outputs),
-                                    tuple(stage.runs_after) if order else ()))
-        return graph.dependencies(nodes)
+        return stage_graph(self.cfg, stages, order)
 
     def _claim(self) -> None:
         if not self._claimed:

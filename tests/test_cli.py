@@ -115,6 +115,36 @@ def test_run_takes_verbose_and_the_display_counts_the_stages_the_job_runs(tmp_pa
                                "eval_gold_only", "teacher_check", "candidates", "silver", "augsbert", "eval_augsbert", "ship"]
 
 
+def test_until_counts_only_the_stage_and_those_it_depends_on(tmp_path):
+    from augsbert_ray.api import job_stages
+    from augsbert_ray.config import load_job
+
+    cfg = load_job(write(tmp_path, MINIMAL))
+    assert job_stages(cfg, "cross_encoder") == ["gold", "cross_encoder"]
+    assert job_stages(cfg, "candidates") == ["gold", "candidates"]  # BM25 reads the gold sentences only
+    # Labelling waits for the teacher check, which reads both students' dev scores; the
+    # zero-shot score is nobody's input.
+    assert job_stages(cfg, "silver") == ["gold", "cross_encoder", "eval_cross_encoder", "gold_only", "eval_gold_only",
+                                         "teacher_check", "candidates", "silver"]
+    auto = load_job(write(tmp_path, MINIMAL), ["auto.enabled=true"])
+    assert job_stages(auto, "auto") == ["gold", "auto"]
+    assert job_stages(auto, "cross_encoder") == ["gold", "auto", "cross_encoder"]  # the choice comes first
+
+
+def test_run_until_a_stage_the_job_lacks_fails_before_ray_starts(tmp_path, capsys, monkeypatch):
+    from augsbert_ray import runtime
+
+    def no_ray(*args, **kwargs):
+        raise AssertionError("Ray must not start")
+
+    monkeypatch.setattr(runtime, "start_ray", no_ray)
+    job = str(write(tmp_path, MINIMAL))
+    assert main(["run", job, f"run_dir={tmp_path / 'run'}", "--until", "teacher"]) == 2
+    line = _one_error_line(capsys.readouterr().err)
+    assert "no stage 'teacher'" in line and "cross_encoder, eval_cross_encoder" in line
+    assert not (tmp_path / "run").exists()  # nothing was written
+
+
 def test_run_without_a_job_file_says_so(capsys):
     assert main(["run"]) == 2
     assert "no job file: augsbert run JOB.yaml" in _one_error_line(capsys.readouterr().err)
@@ -124,7 +154,7 @@ def test_overrides_after_a_flag_are_overrides(tmp_path, capsys, monkeypatch):
     from augsbert_ray import cli
 
     seen = {}
-    monkeypatch.setattr(cli, "_run", lambda cfg, address, fresh, verbose: seen.update(cfg=cfg, fresh=fresh) or 0)
+    monkeypatch.setattr(cli, "_run", lambda cfg, address, fresh, verbose, until: seen.update(cfg=cfg, fresh=fresh) or 0)
     job = str(write(tmp_path, MINIMAL))
     assert main(["run", job, "seed=3", "--fresh", "sampling.top_k=7", "--verbose", "bi_encoder.epochs=2"]) == 0
     assert seen["fresh"] and seen["cfg"].seed == 3 and seen["cfg"].sampling.top_k == 7

@@ -207,6 +207,27 @@ def test_a_rerun_reuses_finished_stages_and_a_changed_setting_trains_from_scratc
     assert _sha256(rd / "models/bi-encoder-augsbert/model.safetensors") == first["augsbert"]  # republished
 
 
+def test_until_runs_the_stage_and_what_it_depends_on_and_nothing_beside_it(finished_run, tmp_path):
+    import shutil
+
+    cfg, _, metrics, _ = finished_run
+    rd = tmp_path / "run"
+    shutil.copytree(cfg.resolved_run_dir, rd)
+    # More neighbours (a setting no other test runs) and another student learning rate: the
+    # candidates and both students are stale, but only the candidates are asked for, and they read the gold pairs alone.
+    changed = cfg.model_copy(update={"run_dir": str(rd),
+                                     "sampling": cfg.sampling.model_copy(update={"top_k": 4}),
+                                     "bi_encoder": cfg.bi_encoder.model_copy(update={"lr": 3e-4})})
+    trained = {name: sorted(p.name for p in (rd / "stages" / name).iterdir()) for name in ("gold_only", "augsbert")}
+    partial = run_job(changed, until="candidates")
+    assert not partial.complete
+    assert [s.name for s in partial.stages] == ["gold", "candidates"]
+    assert not partial.stage("candidates").reused
+    assert partial.result("candidates").candidates > metrics.result("candidates").candidates
+    for name, before in trained.items():  # not trained for the new setting
+        assert sorted(p.name for p in (rd / "stages" / name).iterdir()) == before, name
+
+
 def test_gold_repeat_retrains_only_augsbert_on_gold_repeated(finished_run, tmp_path):
     import shutil
 
