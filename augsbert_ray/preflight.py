@@ -101,7 +101,9 @@ def load_target_sources(target, target_task: str, on_bad_rows: str) -> dict[str,
 
 def kde_needs_labels(cfg) -> bool:
     """KDE selection fits a density to the gold training labels (in-domain regression jobs)."""
-    return cfg.sampling.strategy == "kde" and cfg.task == "regression" and cfg.target is None
+    from augsbert_ray.config.sampling import SELECTED
+
+    return cfg.sampling.strategy in SELECTED and cfg.task == "regression" and cfg.target is None
 
 
 # -- paths -----------------------------------------------------------------------------------

@@ -209,6 +209,13 @@ def test_the_config_names_exactly_the_samplers_there_are():
     assert set(get_args(Strategy)) == set(SAMPLERS)
 
 
+def test_the_strategies_that_select_after_labelling_are_those_with_a_selector():
+    from augsbert_ray.candidates import SELECTORS
+    from augsbert_ray.config.sampling import SELECTED
+
+    assert set(SELECTORS) == SELECTED
+
+
 def test_a_section_given_twice_is_an_error_naming_both_lines(tmp_path):
     path = write(tmp_path, MINIMAL + "sampling:\n  top_k: 2\nseed: 1\nsampling:\n  top_k: 5\n")
     with pytest.raises(ConfigError) as e:

@@ -39,3 +39,34 @@ def test_binary_task_end_to_end(tmp_path, tiny_model, ray_local):
     assert set(metrics.baselines) == {"jaccard", "majority"}
     assert "test AUC(0.05)" in (cfg.resolved_run_dir / "summary.md").read_text()
     assert (cfg.resolved_run_dir / "silver_density.png").stat().st_size > 1000
+
+    # BM25's pool thinned to gold's class balance: the same candidates and labels as BM25's,
+    # then every positive and gold's ratio of negatives. Only the candidates and labels are redone.
+    import numpy as np
+    import pyarrow.parquet as pq
+
+    from augsbert_ray import schema
+
+    kde = cfg.model_copy(update={"sampling": cfg.sampling.model_copy(update={"strategy": "bm25-kde"})})
+    again = run_job(kde, until="silver")
+    assert {"cross_encoder", "gold_only"} <= set(again.stages_reused)
+    assert not again.stage("candidates").reused and not again.stage("silver").reused
+    rd = cfg.resolved_run_dir
+    key = [schema.SENTENCE1, schema.SENTENCE2]
+
+    def rows(stage, name, fp):
+        t = pq.read_table(rd / "stages" / stage / fp[:16] / name).to_pandas()
+        return t.sort_values(key).reset_index(drop=True)
+
+    bm25_silver = rows("silver", "silver.parquet", metrics.stage("silver").fingerprint)
+    pool = rows("silver", "silver_pool.parquet", again.stage("silver").fingerprint)
+    assert pool[key].equals(bm25_silver[key])
+    assert np.allclose(pool[schema.LABEL], bm25_silver[schema.LABEL], atol=1e-6)  # the same teacher's labels
+    kept = rows("silver", "silver.parquet", again.stage("silver").fingerprint)
+    positives = int((pool[schema.LABEL] >= 0.5).sum())
+    gold_pos = int(pq.read_table(rd / "stages" / "gold" / again.stage("gold").fingerprint[:16] / "train.parquet")
+                   .column(schema.LABEL).to_numpy().sum())
+    gold_neg = gold.train - gold_pos
+    assert int((kept[schema.LABEL] >= 0.5).sum()) == positives  # every positive
+    assert int((kept[schema.LABEL] < 0.5).sum()) == min(len(pool) - positives, round(positives * gold_neg / gold_pos))
+    assert again.result("silver").silver == len(kept)

@@ -46,6 +46,9 @@ SAMPLERS: dict[str, Callable[[SamplingContext], pa.Table]] = {
     "bm25+ss": combined.sample,  # section 3.1: union of both, origins kept
     "rs": random_pairs.sample,  # section 3.1: uniform random partners
     "kde": kde.sample,  # section 3.1: a random pool, thinned after labelling (SELECTORS)
+    # BM25's top-k as KDE's pool: random pairs of a paraphrase task are almost never positives,
+    # so a random pool leaves KDE nearly nothing to keep of them.
+    "bm25-kde": bm25.sample,
 }
 
 
@@ -54,7 +57,7 @@ EMBEDS: frozenset[str] = frozenset({"ss", "bm25+ss"})
 
 # Strategies that label a pool and then keep part of it: name -> select(silver, gold_labels,
 # task, seed, sampling_cfg) -> the kept silver rows.
-SELECTORS: dict[str, Callable] = {"kde": kde.select}
+SELECTORS: dict[str, Callable] = {"kde": kde.select, "bm25-kde": kde.select}
 
 
 def get_sampler(name: str) -> Callable[[SamplingContext], pa.Table]:

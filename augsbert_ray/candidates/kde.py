@@ -9,7 +9,8 @@ pairs, and is thinner than gold where the pool is sparse (random pairs rarely sc
 For binary tasks the paper keeps every positive and samples negatives down to the
 gold negative/positive ratio.
 
-Sampling draws the pool (``sample``); ``select`` runs after labelling.
+Sampling draws the pool (``sample``); ``select`` runs after labelling. Strategy ``bm25-kde``
+selects the same way from BM25's top-k pool instead of a random one.
 """
 
 from __future__ import annotations

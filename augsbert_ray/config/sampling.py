@@ -10,7 +10,10 @@ from augsbert_ray.config.fields import Section, placement
 
 # The sampling strategies (AugSBERT section 3.1); augsbert_ray.candidates.SAMPLERS implements
 # exactly these (a test checks), so validating a job file needs no sampler code.
-Strategy = Literal["bm25", "ss", "bm25+ss", "rs", "kde"]
+Strategy = Literal["bm25", "ss", "bm25+ss", "rs", "kde", "bm25-kde"]
+
+# Strategies whose labelled pool is thinned afterwards to gold's label density (KDE selection).
+SELECTED: frozenset[str] = frozenset({"kde", "bm25-kde"})
 
 
 class FaissConfig(Section):
@@ -41,9 +44,11 @@ class KDEConfig(Section):
 class SamplingConfig(Section):
     """Step 2.1: which unlabelled pairs the teacher labels (AugSBERT section 3)."""
 
-    strategy: Strategy = Field("bm25", description="bm25, ss (semantic search), bm25+ss, rs (random) or kde "
-                                                   "(random pool selected to gold's label density)")
-    top_k: int = Field(3, gt=0, description="neighbours retrieved per sentence (bm25, ss)")
+    strategy: Strategy = Field("bm25", description="bm25, ss (semantic search), bm25+ss, rs (random), kde (a "
+                                                   "random pool selected to gold's label density) or bm25-kde (the "
+                                                   "BM25 top-k pool selected the same way: for binary tasks, gold's "
+                                                   "class balance)")
+    top_k: int = Field(3, gt=0, description="neighbours retrieved per sentence (bm25, ss, bm25-kde)")
     random_per_sentence: int = Field(3, gt=0, description="random partners per sentence (rs)")
     query_batch_size: int = placement(256, gt=0, description="sentences per Ray Data batch of queries")
     searchers: int = placement(1, gt=0, description="size of the query / embedding actor pool")

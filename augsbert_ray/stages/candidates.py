@@ -41,6 +41,7 @@ _STRATEGY_USES = {
     "bm25+ss": ("strategy", "top_k", "ss_model", "faiss"),
     "rs": ("strategy", "random_per_sentence"),
     "kde": ("strategy", "kde.pool_per_sentence"),
+    "bm25-kde": ("strategy", "top_k"),
 }
 
 
