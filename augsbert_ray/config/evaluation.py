@@ -57,7 +57,7 @@ class AutoConfig(Section):
                                                              description="(epochs, learning rate) of each "
                                                                          "cross-encoder recipe tried")
     strategies: list[Strategy] = Field(["bm25", "bm25+ss"], description="sampling strategies tried")
-    top_k: list[PositiveInt] = Field([3, 10], description="neighbours per sentence tried (bm25, ss, bm25+ss)")
+    top_k: list[PositiveInt] = Field([3, 10], description="neighbours per sentence tried (bm25, ss, bm25+ss, bm25-kde)")
     calibration: list[Literal["none", "isotonic"]] = Field(["none", "isotonic"],
                                                            description="label calibrations tried")
     gold_repeat: list[PositiveInt] | None = Field(
