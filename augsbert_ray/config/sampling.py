@@ -53,9 +53,9 @@ class SamplingConfig(Section):
     query_batch_size: int = placement(256, gt=0, description="sentences per Ray Data batch of queries")
     searchers: int = placement(1, gt=0, description="size of the query / embedding actor pool")
     executor: Literal["auto", "pool", "hosts"] = placement(
-        "auto", description="what searches (bm25, bm25-kde), embeds (ss) and draws (rs, kde): pool: Ray Data (an actor pool of "
-                            "sampling.searchers actors, tasks for draws) started for the stage; hosts: one of the "
-                            "job's warm hosts, which hold the imports "
+        "auto", description="what searches (bm25, bm25-kde), embeds (ss) and draws (rs, kde): pool: Ray Data (an "
+                            "actor pool of sampling.searchers actors, tasks for draws) started for the stage; hosts: "
+                            "one of the job's warm hosts, which hold the imports "
                             "of the stages before and start at once (only when hosts serve the job: one machine, at "
                             "most one GPU); auto: hosts up to 50,000 sentences, a pool above")
     ss_model: Literal["gold_only", "zero_shot"] = Field(
