@@ -72,18 +72,17 @@ def stage_names(cfg: JobConfig, until: str | None = None) -> list[str]:
         return names
     if until not in names:
         raise ConfigError(cfg.source, None, f"no stage '{until}' to run until; the job's stages: {', '.join(names)}")
-    if until == "auto":  # the setting's search: what it needs was loaded before it
-        return names[:names.index("auto") + 1]
     kept = {s.name for s in through(cfg, stages, until)}
     return [n for n in names if n in kept or n == "auto"]
 
 
 def through(cfg: JobConfig, stages: list[Stage], until: str) -> list[Stage]:
     """``until`` and the stages it depends on, directly or not (it reads their outputs or
-    follows them), in ``stages``' order: what a job run ``until`` a stage runs. The
-    autopilot's record of its choice is kept too: the choice was made before them."""
-    keep = graph.upstream(stage_graph(cfg, stages), [until])
-    return [s for s in stages if s.name in keep or s.name == "auto"]
+    follows them), in ``stages``' order: what a job run ``until`` a stage runs. The loading
+    stages and the autopilot's record of its choice are kept too: they ran before the choice."""
+    deps = stage_graph(cfg, stages)
+    keep = graph.upstream(deps, [until]) if until in deps else {until}  # "auto" before the choice
+    return [s for s in stages if s.name in keep or s.name == "auto" or s.loads]
 
 
 def run_job(cfg: JobConfig, log: Callable[[str], None] | None = None, fresh: bool = False, until: str | None = None,
@@ -133,7 +132,7 @@ def _run_job(cfg: JobConfig, fresh: bool, until: str | None, on_stage, on_start,
 
     runner = Runner(cfg, rd, fresh=fresh, on_stage=on_stage, on_start=on_start, on_claim=claim,
                     progress=progress, start_cluster=lambda: _start_cluster(cfg, rd, runner, verbose))
-    stage_names(cfg, until)  # an unknown stage fails here, before anything is written
+    wanted = set(stage_names(cfg, until))  # an unknown stage fails here, before anything is written
     from augsbert_ray.report import finish
 
     try:
@@ -148,8 +147,12 @@ def _run_job(cfg: JobConfig, fresh: bool, until: str | None, on_stage, on_start,
             search = choice.record
         stages = recipe(cfg, search)
         names = [s.name for s in stages]
-        # The chosen setting's recipe may lack the stage (the calibration the search left out).
-        todo = stages if until is None or until not in names else through(cfg, stages, until)
+        if until is None:
+            todo = stages
+        elif until in names:
+            todo = through(cfg, stages, until)
+        else:  # the chosen setting lacks it (a calibration the search left out): what it would have needed
+            todo = [s for s in stages if s.name in wanted]
         runner.expect(todo)
 
         def report_so_far(stage, done):  # so that an unfinished run has a report too (augsbert report)

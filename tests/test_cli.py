@@ -21,7 +21,7 @@ def test_validate_explain_prints_each_setting_with_value_default_and_description
     assert main(["validate", "--explain", str(path), "sampling.top_k=7"]) == 0
     out = capsys.readouterr().out
     assert "\n[sampling]  Step 2.1" in out and "\n[sampling.faiss]" in out
-    assert "\nsampling.top_k: 7  (default: 3)\n    neighbours retrieved per sentence (bm25, ss)\n" in out
+    assert "\nsampling.top_k: 7  (default: 3)\n    neighbours retrieved per sentence (bm25, ss, bm25-kde)\n" in out
     assert "\nlabeling.actors: null  (default: null)  [placement]\n" in out
     assert "\nname: \"t\"  (default: required)  [placement]\n" in out
     assert main(["validate", str(path)]) == 0 and "[sampling]" not in capsys.readouterr().out
