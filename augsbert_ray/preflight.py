@@ -43,6 +43,7 @@ import pyarrow as pa
 
 from augsbert_ray import schema
 from augsbert_ray.config import JobConfig
+from augsbert_ray.config.sampling import SELECTED
 from augsbert_ray.errors import ConfigError, DataError
 from augsbert_ray.loaders import LoadResult, load_pairs
 from augsbert_ray.data_warnings import data_warnings
@@ -101,8 +102,6 @@ def load_target_sources(target, target_task: str, on_bad_rows: str) -> dict[str,
 
 def kde_needs_labels(cfg) -> bool:
     """KDE selection fits a density to the gold training labels (in-domain regression jobs)."""
-    from augsbert_ray.config.sampling import SELECTED
-
     return cfg.sampling.strategy in SELECTED and cfg.task == "regression" and cfg.target is None
 
 
