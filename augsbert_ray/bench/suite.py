@@ -11,7 +11,6 @@ that fails is reported with its error and the others still run; ``report.json``,
 from __future__ import annotations
 
 import json
-import shlex
 import sys
 import time
 import traceback
