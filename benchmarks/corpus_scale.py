@@ -23,6 +23,7 @@ raylet, workers and actors), so Ray's shared-memory object store is counted once
     nice python benchmarks/corpus_scale.py --work /tmp/corpus-scale             # 100k, 300k, 1M
     python benchmarks/corpus_scale.py --sizes 20000 --work /tmp/cs --out /tmp/cs/result   # a quick look
     python benchmarks/corpus_scale.py --until candidates --work /tmp/cs --out /tmp/cs/candidates   # minutes
+    python benchmarks/corpus_scale.py --sizes 100000 --set labeling.executor=pool --work /tmp/cs --out /tmp/cs/pool
 """
 
 from __future__ import annotations
@@ -43,6 +44,7 @@ def one_run(args) -> dict:
     from augsbert_ray.bench.memory import MemorySampler
     from augsbert_ray.bench.model_dirs import tiny_cross_encoder
     from augsbert_ray.config import validate_tree
+    from augsbert_ray.config.loading import apply_overrides
     from augsbert_ray.messages import lines_to
     from augsbert_ray.pipeline import run_job
     from scale import corpus_job_tree
@@ -52,7 +54,7 @@ def one_run(args) -> dict:
     sampling = ({"strategy": "rs", "random_per_sentence": args.k} if args.strategy == "rs"
                 else {"strategy": args.strategy, "top_k": args.k})
     tree = corpus_job_tree("corpus-scale", work, data, args.corpus, model, args.cpus, sampling)
-    cfg = validate_tree(tree)
+    cfg = validate_tree(apply_overrides(tree, args.set))
     with MemorySampler() as mem:
         mem.stage = "setup"
 
@@ -93,6 +95,7 @@ def _markdown(runs: list[dict], args, argv) -> list[str]:
              f"One domain-adaptation job (corpus mode) per row, up to {last}; candidates: {what}; "
              f"cross-encoder: {args.model}" + (" (a random 2-layer BERT, hidden size 128, embedded tokenizer)"
                                                 if args.model == "tiny" else "")
+             + (f"; settings: {', '.join(f'`{kv}`' for kv in args.set)}" if args.set else "")
              + f"; gold: 64 STSb pairs; {args.cpus} CPUs. Corpus: distinct sentences drawn word by word from the "
              "STS benchmark's length distribution and word frequencies (`scale.write_corpus`, seeded), one per "
              "line. Peak memory sampled every 0.25 s: the driver's RSS, split into its private memory and the "
@@ -140,6 +143,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--data-dir", default=os.environ.get("AUGSBERT_DATA_DIR", "../shared/data"))
     p.add_argument("--work", required=True, help="where the corpora and run directories go (not the repository)")
     p.add_argument("--out", default="benchmarks/results/corpus_scale_cpu")
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                   help="a job setting for every size, as augsbert run takes it (e.g. labeling.executor=pool)")
     p.add_argument("--until", default="silver", choices=["silver", "candidates"],
                    help="the last stage run: the silver labels, or the candidate pairs alone (minutes, not an hour)")
     # one run, in a child process
@@ -175,7 +180,8 @@ def main(argv: list[str] | None = None) -> int:
         result = work / "result.json"
         cmd = [sys.executable, __file__, "--one", "--corpus", str(corpus), "--work", str(work), "--result",
                str(result), "--strategy", args.strategy, "--k", str(args.k), "--model", args.model,
-               "--cpus", str(args.cpus), "--data-dir", args.data_dir, "--until", args.until]
+               "--cpus", str(args.cpus), "--data-dir", args.data_dir, "--until", args.until,
+               *(f"--set={kv}" for kv in args.set)]
         load_start, t0 = os.getloadavg(), time.perf_counter()
         subprocess.run(cmd, check=True)
         r = json.loads(result.read_text())

@@ -53,3 +53,39 @@ def test_the_target_holds_only_on_every_seed(strong, diffs, met):
 def test_the_jobs_own_seed_reuses_a_plain_run_of_the_job(strong):
     assert strong.student_seed(["run_dir=/r"], 42, 42) == ["run_dir=/r"]
     assert strong.student_seed(["run_dir=/r"], 43, 42) == ["run_dir=/r", "bi_encoder.seed=43"]
+
+
+def _run_with_predictions(root: Path, model: str, fp: str, preds: dict) -> dict:
+    """A run's metrics naming one evaluation stage, with its predictions saved as the engine saves them."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    folder = root / "stages" / f"eval_{model}" / fp[:16]
+    folder.mkdir(parents=True)
+    splits = [s for s, (p, _) in preds.items() for _ in p]
+    pq.write_table(pa.table({"split": splits, "prediction": [x for p, _ in preds.values() for x in p],
+                             "label": [x for _, labels in preds.values() for x in labels]}),
+                   folder / "predictions.parquet")
+    return {"run_dir": str(root), "task": "regression", "stages": [{"name": f"eval_{model}", "fingerprint": fp}]}
+
+
+def test_augsbert_is_compared_with_another_settings_gold_only_student_on_dev_and_test(strong, tmp_path):
+    from scipy.stats import spearmanr
+
+    labels = [0.0, 1.0, 2.0, 3.0, 4.0, 5.0, 2.5, 1.5]
+    aug = {"dev": ([0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.35, 0.25], labels),
+           "test": ([0.1, 0.3, 0.2, 0.4, 0.6, 0.5, 0.35, 0.25], labels)}
+    gold = {"dev": ([0.2, 0.1, 0.3, 0.5, 0.4, 0.6, 0.25, 0.35], labels),
+            "test": ([0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.35, 0.25], labels)}
+    m = _run_with_predictions(tmp_path / "a", "augsbert", "a" * 32, aug)
+    base = _run_with_predictions(tmp_path / "b", "gold_only", "b" * 32, gold)
+    gain = strong.gain_over(m, base, seed=1)
+    for split in ("dev", "test"):
+        expected = 100 * (spearmanr(aug[split][0], labels)[0] - spearmanr(gold[split][0], labels)[0])
+        assert gain[split]["difference"] == pytest.approx(expected)
+        assert gain[split]["low"] <= gain[split]["difference"] <= gain[split]["high"]
+    assert gain["dev"]["difference"] > 0 > gain["test"]["difference"]  # each split read from its own rows
+    row = {"seed": 42, "baseline_gain": gain, "baseline_scores": {"dev": 89.37, "test": 85.13}}
+    lines = strong.baseline_table([row], ["bi_encoder.objective=cosine"])
+    assert "`bi_encoder.objective=cosine`" in lines[0]
+    assert lines[-1].startswith(f"| 42 | 89.37 / 85.13 | {gain['dev']['difference']:+.2f} (")
