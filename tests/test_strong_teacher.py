@@ -32,6 +32,7 @@ def test_the_default_job_is_the_mpnet_teacher_over_all_gold_pairs(strong):
     assert "all-mpnet-base-v2" in cfg.cross_encoder.model
     assert "train" not in cfg.data.subsample and cfg.bi_encoder.num_layers is None  # all pairs, all 6 layers
     assert cfg.bi_encoder.seed == 43 and cfg.seed == 42  # one teacher, the student's seed varied
+    assert cfg.bi_encoder.gold_repeat == 3  # led gold once on dev and test, three seeds
 
 
 def test_a_row_reads_every_model_and_the_interval(strong):
