@@ -20,7 +20,10 @@ setting instead, in the same run directory, and compares this setting's AugSBERT
 and test as well:
 
     python benchmarks/strong_teacher.py --seeds 42 --set bi_encoder.objective=cosent \
-        --baseline bi_encoder.objective=cosine --root runs/strong-teacher --out /tmp/cosent
+        --baseline bi_encoder.objective=auto --root runs/strong-teacher --out /tmp/cosent
+
+(``auto``, the job's own value, not ``cosine``: the fingerprint takes the value as written, so
+``cosine`` would train a second copy of the gold-only student the job already has.)
 """
 
 from __future__ import annotations
