@@ -131,7 +131,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--root", type=Path, default=Path("runs/strong-teacher"), help="the run directory")
     p.add_argument("--baseline", action="append", default=[], metavar="KEY=VALUE",
                    help="also compare AugSBERT with a gold-only student trained with this setting (e.g. "
-                        "bi_encoder.objective=cosine), in the same run directory")
+                        "bi_encoder.objective=auto), in the same run directory")
     p.add_argument("--target", type=float, default=1.0, help="AugSBERT - gold only on test that meets the claim")
     p.add_argument("--out", default="benchmarks/results/strong_teacher_stsb")
     args = p.parse_args(argv)
@@ -147,11 +147,13 @@ def main(argv: list[str] | None = None) -> int:
     job_seed = load_job(args.job, base).seed
     for seed in args.seeds:
         t0 = time.perf_counter()
-        m = run_job(load_job(args.job, student_seed(base, seed, job_seed))).to_dict()
-        row = row_of(m, seed, test_gain(m, seed))
-        if args.baseline:
+        base_m = None
+        if args.baseline:  # first, so that the run directory's report is this setting's, written last
             base_m = run_job(load_job(args.job, student_seed([*base, *args.baseline], seed, job_seed)),
                              until="eval_gold_only").to_dict()
+        m = run_job(load_job(args.job, student_seed(base, seed, job_seed))).to_dict()
+        row = row_of(m, seed, test_gain(m, seed))
+        if base_m is not None:
             row["baseline_gain"] = gain_over(m, base_m, seed)
             row["baseline_scores"] = {split: base_m["scores"]["gold_only"][split][row["metric"]]
                                       for split in ("dev", "test")}
