@@ -26,21 +26,25 @@ import time
 from pathlib import Path
 
 
-def test_gain(m: dict, seed: int) -> dict:
-    """The paired bootstrap's interval of AugSBERT - gold only on test, from the run's saved
-    predictions (``eval_*/predictions.parquet``), each model at its own dev threshold."""
+def saved_predictions(m: dict, model: str, split: str):
+    """A model's predictions on ``split`` as its evaluation stage saved them
+    (``eval_<model>/predictions.parquet``): (predictions, labels)."""
     import pyarrow.compute as pc
     import pyarrow.parquet as pq
 
+    fps = {s["name"]: s["fingerprint"] for s in m["stages"]}
+    table = pq.read_table(Path(m["run_dir"]) / "stages" / f"eval_{model}" / fps[f"eval_{model}"][:16] / "predictions.parquet")
+    table = table.filter(pc.equal(table["split"], split))
+    return table["prediction"].to_numpy(), table["label"].to_numpy()
+
+
+def test_gain(m: dict, seed: int) -> dict:
+    """The paired bootstrap's interval of AugSBERT - gold only on test, from the run's saved
+    predictions, each model at its own dev threshold."""
     from augsbert_ray.evaluation import paired_bootstrap
 
-    fps = {s["name"]: s["fingerprint"] for s in m["stages"]}
-    preds, thresholds = {}, {}
-    for model in ("gold_only", "augsbert"):
-        table = pq.read_table(Path(m["run_dir"]) / "stages" / f"eval_{model}" / fps[f"eval_{model}"][:16] / "predictions.parquet")
-        test = table.filter(pc.equal(table["split"], "test"))
-        preds[model] = (test["prediction"].to_numpy(), test["label"].to_numpy())
-        thresholds[model] = m["scores"][model]["test"].get("threshold")
+    preds = {model: saved_predictions(m, model, "test") for model in ("gold_only", "augsbert")}
+    thresholds = {model: m["scores"][model]["test"].get("threshold") for model in preds}
     (gold_pred, labels), (aug_pred, aug_labels) = preds["gold_only"], preds["augsbert"]
     assert (labels == aug_labels).all(), "the two models' test predictions are not of the same pairs"
     fixed = None if m["task"] == "regression" else (thresholds["gold_only"], thresholds["augsbert"])

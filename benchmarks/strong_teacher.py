@@ -57,25 +57,16 @@ def row_of(m: dict, seed: int, gain: dict) -> dict:
             "stage_seconds": dict(m["stage_seconds"])}
 
 
-def _predictions(m: dict, model: str, split: str):
-    """A model's saved predictions on ``split`` (``eval_*/predictions.parquet``): (predictions, labels)."""
-    import pyarrow.compute as pc
-    import pyarrow.parquet as pq
-
-    fps = {s["name"]: s["fingerprint"] for s in m["stages"]}
-    table = pq.read_table(Path(m["run_dir"]) / "stages" / f"eval_{model}" / fps[f"eval_{model}"][:16] / "predictions.parquet")
-    table = table.filter(pc.equal(table["split"], split))
-    return table["prediction"].to_numpy(), table["label"].to_numpy()
-
-
 def gain_over(m: dict, base: dict, seed: int) -> dict:
     """Paired bootstrap of ``m``'s AugSBERT - ``base``'s gold-only student, on dev and on test (regression)."""
+    from pilot_check import saved_predictions
+
     from augsbert_ray.evaluation import paired_bootstrap
 
     out = {}
     for split in ("dev", "test"):
-        aug, labels = _predictions(m, "augsbert", split)
-        gold, base_labels = _predictions(base, "gold_only", split)
+        aug, labels = saved_predictions(m, "augsbert", split)
+        gold, base_labels = saved_predictions(base, "gold_only", split)
         assert (labels == base_labels).all(), "the two models' predictions are not of the same pairs"
         out[split] = paired_bootstrap(m["task"], gold, aug, labels, seed=seed)
     return out

@@ -70,8 +70,10 @@ def _run_with_predictions(root: Path, model: str, fp: str, preds: dict) -> dict:
     return {"run_dir": str(root), "task": "regression", "stages": [{"name": f"eval_{model}", "fingerprint": fp}]}
 
 
-def test_augsbert_is_compared_with_another_settings_gold_only_student_on_dev_and_test(strong, tmp_path):
+def test_augsbert_is_compared_with_another_settings_gold_only_student_on_dev_and_test(strong, tmp_path, monkeypatch):
     from scipy.stats import spearmanr
+
+    monkeypatch.syspath_prepend(str(REPO / "benchmarks"))  # as when run as a script: it reads through pilot_check
 
     labels = [0.0, 1.0, 2.0, 3.0, 4.0, 5.0, 2.5, 1.5]
     aug = {"dev": ([0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.35, 0.25], labels),
