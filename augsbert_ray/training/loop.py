@@ -256,12 +256,14 @@ class PairTrainer:
         }
 
     def save_state(self, path: str | os.PathLike) -> None:
-        """Writes the full training state (tensors and numbers only) to ``path``."""
+        """Writes the full training state (tensors and numbers only) to ``path``. Once training
+        has ended the optimizer's and scheduler's states are left out: no step will read them,
+        and the optimizer's are twice the model's size."""
         self._read_losses()
+        ended = self.step >= self.total
         state = {
             "module": unwrap(self.module).state_dict(),
-            "optimizer": self.optimizer.state_dict(),
-            "scheduler": self.scheduler.state_dict(),
+            **({} if ended else {"optimizer": self.optimizer.state_dict(), "scheduler": self.scheduler.state_dict()}),
             "step": self.step,
             "seconds": self.seconds,
             "losses": list(self.losses),
@@ -273,9 +275,13 @@ class PairTrainer:
     def load_state(self, path: str | os.PathLike) -> None:
         """Restores a state written by ``save_state`` (read with ``weights_only``: no code runs)."""
         state = torch.load(path, map_location=self.device, weights_only=True)
+        if "optimizer" not in state and int(state["step"]) < self.total:
+            raise ValueError(f"{path}: the state of a training that ended at step {int(state['step'])} cannot "
+                             f"continue a training of {self.total} steps")
         unwrap(self.module).load_state_dict(state["module"])
-        self.optimizer.load_state_dict(state["optimizer"])
-        self.scheduler.load_state_dict(state["scheduler"])
+        if "optimizer" in state:  # absent once training has ended (see save_state)
+            self.optimizer.load_state_dict(state["optimizer"])
+            self.scheduler.load_state_dict(state["scheduler"])
         self.step, self.seconds, self.losses = int(state["step"]), float(state["seconds"]), list(state["losses"])
         self._pending = []
         torch.set_rng_state(state["torch_rng"].cpu())

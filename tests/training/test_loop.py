@@ -338,6 +338,26 @@ def test_stopped_and_resumed_training_equals_an_uninterrupted_run(tiny_model, tm
     assert not all(torch.equal(a[k], c[k]) for k in a)
 
 
+def test_an_ended_trainings_state_has_the_model_but_no_optimizer_and_resumes_nothing(tiny_model, tmp_path):
+    from augsbert_ray.training.loop import PairTrainer
+
+    s1, s2, labels = _toy_pairs()
+    hp = HParams(**{**HPARAMS["bi"].to_dict(), "epochs": 1})
+    ended = PairTrainer(_recipe("bi", tiny_model), s1, s2, labels, hp)
+    ended.run()
+    ended.save_state(tmp_path / "end.pt")
+    state = torch.load(tmp_path / "end.pt", weights_only=True)
+    assert "optimizer" not in state and "scheduler" not in state and state["step"] == ended.total
+    again = PairTrainer(_recipe("bi", tiny_model), s1, s2, labels, hp)
+    again.load_state(tmp_path / "end.pt")
+    assert again.step == again.total
+    a, b = _state(ended.module), _state(again.module)
+    assert all(torch.equal(a[k], b[k]) for k in a)
+    longer = PairTrainer(_recipe("bi", tiny_model), s1, s2, labels, HParams(**{**hp.to_dict(), "epochs": 2}))
+    with pytest.raises(ValueError, match="cannot continue a training of"):
+        longer.load_state(tmp_path / "end.pt")
+
+
 @pytest.mark.parametrize("kind", ["bi", "cross"])
 def test_bf16_training_autocasts_the_forward_and_learns(tiny_model, kind):
     """Mixed precision: the linear layers run in bf16 while the weights stay fp32."""
