@@ -21,6 +21,11 @@ class TrainingConfig(Section):
                                                                       "this fraction of the steps (0: only at the "
                                                                       "end); after a worker or node failure, "
                                                                       "training resumes from the latest checkpoint")
+    checkpoint_min_seconds: float = placement(
+        30.0, ge=0, description="an intermediate checkpoint is skipped when less than this much training time has "
+                                "passed since the last one (or the start), so a short training writes only its "
+                                "final checkpoint; a failure then loses at most about this much work (0: every "
+                                "checkpoint_every is written)")
     max_failures: int = placement(2, ge=0, description="worker-group restarts before the stage fails")
     precision: Literal["fp32", "bf16", "auto"] = Field(
         "fp32", description="bf16: mixed precision (fp32 weights and optimizer, the forward pass autocast to bf16). "

@@ -50,7 +50,8 @@ def fit_encoder(kind: str, train: pa.Table, dev: pa.Table | None, *, recipe: dic
     if not searched:
         resources = WorkerResources(training.num_workers, training.use_gpu,
                                     per_worker_cpus(training.cpus_per_worker, cluster.cpus, training.num_workers),
-                                    training.checkpoint_every, training.max_failures)
+                                    training.checkpoint_every, training.max_failures,
+                                    training.checkpoint_min_seconds)
         return train_on_ray(kind, train, recipe=recipe, hparams=hparams, resources=resources,
                             storage_dir=f"{storage}/train", out_dir=model_dir, name=name, progress=progress)
     from augsbert_ray.training.seed_search import SearchPlan, seed_search as run_search

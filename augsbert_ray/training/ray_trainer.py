@@ -30,6 +30,7 @@ import re
 import shutil
 import sys
 import tempfile
+import time
 import traceback
 from contextlib import nullcontext
 from dataclasses import dataclass
@@ -51,6 +52,7 @@ class WorkerResources:
     cpus_per_worker: float
     checkpoint_every: float = 0.25  # fraction of the steps between checkpoints; 0: only the end
     max_failures: int = 2
+    checkpoint_min_seconds: float = 0.0  # skip an intermediate checkpoint sooner than this after the last
 
 
 def _stdout_line(line: str) -> None:
@@ -182,7 +184,10 @@ def _train(config: dict) -> None:
     # On a warm host (local mode) the device is the host's; Ray Train's worker knows its own.
     device = config.get("device") or ray.train.torch.get_device()
     if world > 1:
-        wrap = ray.train.torch.prepare_model  # moves to the device and wraps in DDP
+        # Moves to the device and wraps in DDP. Some weights get no gradient (a bi-encoder's
+        # pooler under mean pooling), which DDP refuses at the second step unless told to look.
+        def wrap(m):
+            return ray.train.torch.prepare_model(m, parallel_strategy_kwargs={"find_unused_parameters": True})
     else:
         wrap = lambda m: m.to(device)  # noqa: E731
 
@@ -210,12 +215,17 @@ def _train(config: dict) -> None:
         log.info(f"[{config['name']}] resumed from the checkpoint at step {trainer.step}/{trainer.total}")
     resumed_from = trainer.step
     every = max(1, round(config["checkpoint_every"] * trainer.total)) if config["checkpoint_every"] else trainer.total
+    min_gap = float(config.get("checkpoint_min_seconds") or 0)
+    last_saved = time.monotonic()
     fault = config.get("fault")
     after_step = _chain(fault(rank) if fault is not None else None, _step_reporter(progress, trainer))
     while trainer.step < trainer.total:
         trainer.run(until=min(trainer.total, (trainer.step // every + 1) * every), after_step=after_step)
         if progress is not None:
             progress.flush()
+        if trainer.step < trainer.total and not _agreed(time.monotonic() - last_saved >= min_gap, world, device):
+            continue  # too soon after the last checkpoint: writing it would cost more than it could save
+        last_saved = time.monotonic()
         metrics = {**trainer.stats(), "resumed_from_step": resumed_from}
         if persisted:
             saved = persist_checkpoint(lambda d: write_checkpoint(trainer, recipe, d), persisted, trainer.step)
@@ -227,6 +237,19 @@ def _train(config: dict) -> None:
                 write_checkpoint(trainer, recipe, tmp)
                 ckpt = ray.train.Checkpoint.from_directory(tmp)
             ray.train.report(metrics, checkpoint=ckpt)
+
+
+def _agreed(flag: bool, world: int, device) -> bool:
+    """Rank 0's ``flag`` on every rank: a checkpoint is a collective report, so all ranks must
+    take the same decision, and clocks that differ by a step would not."""
+    if world == 1:
+        return flag
+    import torch
+    import torch.distributed as dist
+
+    decision = torch.tensor([int(flag)], device=device)
+    dist.broadcast(decision, src=0)
+    return bool(decision.item())
 
 
 def _step_reporter(progress, trainer):
@@ -417,6 +440,7 @@ def train_on_ray(
         "threads": resources.cpus_per_worker,
         "data": ray.put(pairs.select(schema.training_columns(pairs))),
         "checkpoint_every": resources.checkpoint_every,
+        "checkpoint_min_seconds": resources.checkpoint_min_seconds,
         "fault": fault,
         "fatal_marker": marker,
         "progress": progress,

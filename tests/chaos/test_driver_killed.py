@@ -31,6 +31,8 @@ def _job(path: Path, run_dir: Path, stsb: dict, model: str) -> Path:
         "name": "driver-chaos",
         "run_dir": str(run_dir),
         "ray": {"num_cpus": 2},
+        # every checkpoint written, so that the slowed training has one to resume from early
+        "training": {"checkpoint_min_seconds": 0},
         "data": {s: {"format": "stsb", "path": str(p)} for s, p in stsb.items()},
         "cross_encoder": {"model": model, "epochs": 1, "batch_size": 8, "lr": 1e-4},
         "bi_encoder": {"model": model, "epochs": 1, "batch_size": 8, "lr": 1e-4},
