@@ -18,7 +18,6 @@ import re
 
 import numpy as np
 import pyarrow as pa
-from scipy.stats import spearmanr
 
 from augsbert_ray import schema
 
@@ -37,6 +36,8 @@ def spearman100(pred: np.ndarray, gold: np.ndarray) -> float:
     pred, gold = np.asarray(pred, dtype=np.float64), np.asarray(gold, dtype=np.float64)
     if np.all(pred == pred[0]) or np.all(gold == gold[0]):
         return float("nan")
+    from scipy.stats import spearmanr
+
     return float(spearmanr(pred, gold).statistic * 100)
 
 

@@ -88,7 +88,9 @@ def test_large_pools_are_fitted_on_a_bounded_subsample(monkeypatch):
     # Exact KDE evaluation at every pool score is O(pool x fit points); the fit is capped
     # and evaluation goes through a fixed grid, whatever the pool size.
     fitted, evaluated = [], []
-    real = kde.gaussian_kde
+    import scipy.stats
+
+    real = scipy.stats.gaussian_kde
 
     class Recording(real):
         def __init__(self, dataset, **kw):
@@ -99,7 +101,7 @@ def test_large_pools_are_fitted_on_a_bounded_subsample(monkeypatch):
             evaluated.append(np.size(points))
             return super().__call__(points)
 
-    monkeypatch.setattr(kde, "gaussian_kde", Recording)
+    monkeypatch.setattr(scipy.stats, "gaussian_kde", Recording)  # kde imports it when it fits
     rng = np.random.default_rng(5)
     silver = rng.beta(2, 5, 100_000)
     p = kde.keep_probability(silver, rng.beta(5, 2, 1000))

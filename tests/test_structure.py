@@ -81,6 +81,19 @@ def test_the_package_exports_the_api_alone_and_imports_it_only_when_used():
     assert out.strip() == "['load_job', 'run', 'label', 'bench'] [] ['augsbert_ray.api']"
 
 
+def test_the_driver_imports_no_model_or_statistics_stack_to_run_a_job():
+    """The driver plans, schedules and reports; the model work runs on Ray's workers, which import
+    torch, transformers and scipy themselves. Every command would otherwise pay their imports."""
+    import subprocess
+    import sys
+
+    probe = ("import sys, augsbert_ray.cli, augsbert_ray.api, augsbert_ray.pipeline, augsbert_ray.report; "
+             "print(sorted(m for m in ('torch', 'transformers', 'sentence_transformers', 'scipy', 'scipy.stats') "
+             "if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"
+
+
 def test_production_code_never_imports_the_fault_injection_module():
     graph = _imports()
     assert "augsbert_ray.testing" in graph  # the check below looks at the right name

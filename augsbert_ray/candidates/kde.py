@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import numpy as np
 import pyarrow as pa
-from scipy.stats import gaussian_kde
 
 from augsbert_ray import schema
 
@@ -34,6 +33,8 @@ def density(values: np.ndarray, at: np.ndarray, bandwidth: float | None = None, 
     values = np.asarray(values, dtype=np.float64)
     if len(values) > MAX_FIT_POINTS:
         values = np.random.default_rng([seed, 3]).choice(values, MAX_FIT_POINTS, replace=False)
+    from scipy.stats import gaussian_kde
+
     kde = gaussian_kde(values, bw_method=bandwidth)
     lo, hi = min(at.min(), values.min()), max(at.max(), values.max())
     pad = 3 * float(np.sqrt(kde.covariance[0, 0]))

@@ -30,7 +30,6 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
-from scipy.stats import spearmanr
 
 from augsbert_ray import schema
 from augsbert_ray.errors import TrainingError
@@ -284,6 +283,8 @@ def seed_search(
     if plan.audit and plan.scheduler == "exact":
         finals = [trials[s]["curve"][-1][1] for s in plan.seeds]
         early = [at_prune[s] for s in plan.seeds]
+        from scipy.stats import spearmanr
+
         rho = spearmanr(early, finals).statistic if len(plan.seeds) > 1 else float("nan")
         best_final = max(plan.seeds, key=lambda s: (trials[s]["curve"][-1][1], -s))
         pick = ranked[0]
