@@ -65,6 +65,8 @@ class StageRecord(BaseModel):
     # The part of ``seconds`` that does not grow with the stage's work (starting workers,
     # loading models, checkpoints), where the stage measures it.
     fixed_seconds: float | None = None
+    # Of ``fixed_seconds``: starting the job's warm host, paid by the first stage it served.
+    host_start_seconds: float | None = None
     result: SerializeAsAny[StageResult]
 
     @field_validator("result", mode="before")

@@ -69,13 +69,22 @@ def target_table(rows: list[ScoreRow]) -> list[str]:
 def stage_table(stages: list[StageRecord]) -> list[str]:
     """Each stage's time, fixed cost and throughput."""
     lines = ["| stage | seconds | fixed cost, s | throughput |", "|---|---:|---:|---|"]
-    lines += [f"| {s.name} | {s.seconds:.1f}{' (earlier run)' if s.reused else ''} | "
-              f"{'' if s.fixed_seconds is None else format(s.fixed_seconds, '.1f')} | {s.throughput} |"
-              for s in stages]
+    lines += [f"| {s.name} | {s.seconds:.1f}{' (earlier run)' if s.reused else ''} | {_fixed_cell(s)} | "
+              f"{s.throughput} |" for s in stages]
     return lines + ["", "Fixed cost: the part of a stage's time that does not grow with its work: for training, "
                     "everything outside the training loop (starting the training's process: a warm host "
                     "or Ray Train's workers; loading the model and the pairs, checkpoints, exporting the model); "
-                    "for labelling, the time to the first labelled shard (starting the actors, loading the model)."]
+                    "for labelling, the time to the first labelled shard (starting the actors, loading the model). "
+                    "A warm host starts once and serves every later stage: the first stage it serves pays for its "
+                    "start (shown apart)."]
+
+
+def _fixed_cell(s: StageRecord) -> str:
+    if s.fixed_seconds is None:
+        return ""
+    if s.host_start_seconds is None:
+        return f"{s.fixed_seconds:.1f}"
+    return f"{s.fixed_seconds:.1f} ({s.host_start_seconds:.1f} starting the warm host)"
 
 
 def cluster_line(metrics: RunMetrics) -> str:
@@ -199,7 +208,8 @@ def finish(cfg, runner, stages: list, complete: bool = True, plot: bool = True, 
         stage = by_name[name]
         m.stages.append(StageRecord(name=name, kind=stage.kind, fingerprint=d.fp, seconds=d.seconds, reused=d.reused,
                                     throughput=stage.throughput(d.result, d.seconds),
-                                    fixed_seconds=stage.fixed_seconds(d.result, d.seconds), result=d.result))
+                                    fixed_seconds=stage.fixed_seconds(d.result, d.seconds),
+                                    host_start_seconds=stage.host_start_seconds(d.result), result=d.result))
     rd = runner.rd
     done = runner.done
     if "silver" in done and plot:

@@ -210,7 +210,7 @@ class Runner:
             self.rd.remove_tree(f"{rel}/ray")  # checkpoints of a finished stage are not needed again
             done = Done(stage.name, fp, result, seconds, False, folder)
             if self.progress is not None:
-                self.progress.finish_stage(stage.name, seconds)
+                self.progress.finish_stage(stage.name, seconds, one_off_s=stage.host_start_seconds(result) or 0.0)
             else:
                 log.info(f"[{stage.name}] done in {seconds:.1f}s")
         content = stage.content_fingerprints(folder) or {}

@@ -18,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import os
 import threading
+import time
 from dataclasses import dataclass
 
 # Ray sets CUDA_VISIBLE_DEVICES to "" in an actor that asks for no GPU; a host asks for none
@@ -55,12 +56,23 @@ class _Host:
     """The resident process: imports the training stack once, then runs what it is handed."""
 
     def __init__(self):
-        import torch  # noqa: F401 - warmed here, once, for every stage the host serves
+        # Warmed here, once, for every stage the host serves: the training stack, transformers'
+        # model loading (most of a first model's load is importing it) and sentence-transformers,
+        # which every job's bi-encoder and evaluations use.
+        import sentence_transformers  # noqa: F401
+        import torch  # noqa: F401
         import transformers  # noqa: F401
+        import transformers.modeling_utils  # noqa: F401
         from ray.train.torch import TorchTrainer  # noqa: F401
+
+        self._ready_at = time.time()
 
     def pid(self) -> int:
         return os.getpid()
+
+    def ready_at(self) -> float:
+        """When the host had its imports (``time.time()``; hosts run on the driver's machine)."""
+        return self._ready_at
 
     def call(self, fn, *args, threads: int = 0, **kwargs):
         """``fn(*args, **kwargs)`` here; ``threads``: torch's intra-op threads (the CPUs reserved)."""
@@ -93,6 +105,7 @@ class HostPool:
         self._busy: list = []
         self._lock = threading.Lock()
         self.started = 0  # hosts started over the pool's life (a killed host is replaced)
+        self._created: dict = {}  # a new host not yet handed out -> when it was created (time.time())
 
     @contextlib.contextmanager
     def acquire(self, cpus: float, gpus: float, what: str):
@@ -129,12 +142,23 @@ class HostPool:
             if host is None:
                 host = ray.remote(num_cpus=0, max_restarts=0, runtime_env={"env_vars": _KEEP_GPUS})(_Host).remote()
                 self.started += 1
+                self._created[host] = time.time()
             self._busy.append(host)
         return host
+
+    def start_seconds(self, host) -> float | None:
+        """How long ``host`` took to start (its process and imports) if the work it is acquired
+        for is its first, else None: only the stage that paid for the start reports it."""
+        import ray
+
+        with self._lock:
+            created = self._created.pop(host, None)
+        return None if created is None else max(0.0, ray.get(host.ready_at.remote()) - created)
 
     def _give_back(self, host) -> None:
         with self._lock:
             self._busy.remove(host)
+            self._created.pop(host, None)  # its start belongs to the work that just ended
             self._idle.append(host)
 
     def _drop(self, host) -> None:
@@ -143,6 +167,7 @@ class HostPool:
         with self._lock:
             if host in self._busy:
                 self._busy.remove(host)
+            self._created.pop(host, None)
         with contextlib.suppress(Exception):
             ray.kill(host)
 

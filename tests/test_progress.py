@@ -250,3 +250,16 @@ def test_the_eta_model_is_pure_and_prices_a_planned_stage_by_its_kinds_measured_
     assert eta == 25.0 and basis == {"rates": {"b": "1.0 steps/s + 0:00:05 start-up in a"}, "unestimated": []}
     m.plan("c")  # a stage with no estimate: the figure becomes a lower bound that names it
     assert m.job_eta(now=20.0) == (25.0, {"rates": {"b": "1.0 steps/s + 0:00:05 start-up in a"}, "unestimated": ["c"]})
+
+
+def test_a_start_paid_once_for_the_job_is_not_priced_into_the_next_stage_of_its_kind():
+    from augsbert_ray.progress.eta import DONE, RUNNING, JobModel
+
+    m = JobModel(["a", "b"])
+    m.plan("a", total=10, unit="steps")
+    a = m.get("a")
+    a.state, a.started, a.first_at, a.done_at_first, a.done, a.last_at = RUNNING, 0.0, 1.0, 0.0, 10.0, 11.0
+    a.state, a.seconds, a.one_off_s = DONE, 15.0, 4.0  # 5 s outside its loop, 4 of them starting the warm host
+    m.measure(a)
+    m.plan("b", total=20, unit="steps")
+    assert m.job_eta(now=20.0) == (21.0, {"rates": {"b": "1.0 steps/s + 0:00:01 start-up in a"}, "unestimated": []})

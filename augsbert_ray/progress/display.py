@@ -195,7 +195,8 @@ class JobProgress:
             s = self._get(name)
             self.set_total(name, (s.total or 0.0) + n, unit)
 
-    def finish_stage(self, name: str, seconds: float | None = None, reused: bool = False, note: str = "") -> None:
+    def finish_stage(self, name: str, seconds: float | None = None, reused: bool = False, note: str = "",
+                     one_off_s: float = 0.0) -> None:
         """Marks a stage as finished: done now (its bar full), or ``reused`` from an earlier run.
 
         Args:
@@ -203,6 +204,8 @@ class JobProgress:
             reused: the stage was skipped because an earlier run completed it.
             note: shown beside the stage (default for a reused stage: "skipped: complete in an
                 earlier run").
+            one_off_s: of ``seconds``, what the job paid once (starting a warm host), which the
+                next stage of the kind does not pay again (``eta.JobModel.measure``).
         """
         with self._lock:
             s = self._get(name)
@@ -215,6 +218,7 @@ class JobProgress:
             else:
                 s.state, s.note = DONE, note
                 s.seconds = seconds if seconds is not None else (now - s.started if s.started is not None else 0.0)
+                s.one_off_s = one_off_s
                 if s.total:
                     self.model.measure(s)
                     s.done = s.total

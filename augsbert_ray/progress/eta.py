@@ -57,6 +57,7 @@ class StageState:
     started: float | None = None
     ended: float | None = None
     seconds: float | None = None  # as the caller measured it (a reused stage: its earlier run)
+    one_off_s: float = 0.0  # of seconds: paid once for the job (starting a warm host), not again by its kind
     note: str = ""
     # the running rate: work done since the first report, over the time since then
     first_at: float | None = None
@@ -127,11 +128,12 @@ class JobModel:
     def measure(self, s: StageState) -> None:
         """Records what a finished stage's work cost, to price planned stages of its kind: the
         seconds per unit inside its loop (from the first report to the last) and the rest of
-        its time (start-up, model loading, evaluation), which the next stage pays again."""
+        its time (start-up, model loading, evaluation), which the next stage pays again, less
+        what it paid once for the job (``one_off_s``)."""
         rate = s.rate(s.last_at) if s.last_at is not None else None
         if rate:
             per = 1.0 / rate
-            overhead = max(0.0, s.seconds - s.total * per)
+            overhead = max(0.0, s.seconds - s.total * per - s.one_off_s)
         elif s.seconds > 0:  # a single report: the whole stage, per unit
             per, overhead = s.seconds / s.total, 0.0
         else:

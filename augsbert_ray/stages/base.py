@@ -363,6 +363,11 @@ class Stage:
         loading models, checkpoints), where the stage can tell; None where it cannot."""
         return None
 
+    def host_start_seconds(self, result: StageResult) -> float | None:
+        """The part of the fixed cost spent starting the job's warm host, where this stage was
+        the first work of a new host (paid once per host); None otherwise."""
+        return None
+
     def occupies(self, cfg, cluster) -> Demand:
         """What the stage holds of the cluster while it runs, so that stages run at once only
         where they fit (``graph.startable``). By default a stage that uses Ray takes every CPU

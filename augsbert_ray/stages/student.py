@@ -25,7 +25,8 @@ from augsbert_ray.schema import PAIR_COLUMNS
 from augsbert_ray.stages.base import Declaration, Stage, StageParams, narrowed, placement_field
 from augsbert_ray.stages.teacher import searched, training_demand
 from augsbert_ray.stages.training_result import TrainResult
-from augsbert_ray.training.fit import fit_encoder, fixed_seconds, hparams, planned_steps, throughput
+from augsbert_ray.training.fit import (fit_encoder, fixed_seconds, host_start_seconds, hparams, planned_steps,
+                                       throughput)
 
 
 def silver_artifact(cfg) -> str:
@@ -98,6 +99,9 @@ class BiEncoderStage(Stage):
 
     def fixed_seconds(self, result: TrainResult, seconds: float) -> float | None:
         return fixed_seconds(result.train, seconds)
+
+    def host_start_seconds(self, result: TrainResult) -> float | None:
+        return host_start_seconds(result.train)
 
     def occupies(self, cfg, cluster):
         return training_demand(cfg, cluster)

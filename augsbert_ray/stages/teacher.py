@@ -15,7 +15,8 @@ from augsbert_ray.graph import Demand
 from augsbert_ray.schema import PAIR_COLUMNS
 from augsbert_ray.stages.base import Declaration, Stage, StageParams, placement_field
 from augsbert_ray.stages.training_result import TrainResult
-from augsbert_ray.training.fit import fit_encoder, fixed_seconds, hparams, planned_steps, throughput
+from augsbert_ray.training.fit import (fit_encoder, fixed_seconds, host_start_seconds, hparams, planned_steps,
+                                       throughput)
 
 
 def training_demand(cfg, cluster, workers: int | None = None) -> Demand:
@@ -58,6 +59,9 @@ class Teacher(Stage):
 
     def fixed_seconds(self, result: TrainResult, seconds: float) -> float | None:
         return fixed_seconds(result.train, seconds)
+
+    def host_start_seconds(self, result: TrainResult) -> float | None:
+        return host_start_seconds(result.train)
 
     def occupies(self, cfg, cluster) -> Demand:
         return training_demand(cfg, cluster)

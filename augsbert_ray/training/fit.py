@@ -86,6 +86,13 @@ def planned_steps(encoder, n_pairs: int, training) -> int:
     return steps_per_epoch(n_pairs, rank_batch_size(encoder.batch_size, world), world) * encoder.epochs
 
 
+def host_start_seconds(stats: dict) -> float | None:
+    """The part of a training stage's fixed cost spent starting the job's warm host (its process
+    and imports), paid once per host by the first stage it serves; None if this stage did not."""
+    value = stats.get("host_start_seconds")
+    return None if value is None else float(value)
+
+
 def fixed_seconds(stats: dict, seconds: float) -> float | None:
     """A training stage's time outside its training loop: Ray Train's start, loading the model
     and the data, checkpoints, exporting the model (None for a seed search)."""

@@ -80,7 +80,8 @@ def fit_on_host(pool, train_fn, config: dict, *, run: str, storage: str, cpus: f
         what: the settings that size the work, for an error about resources.
 
     Returns:
-        (the metrics reported last, the final checkpoint's folder).
+        (the metrics reported last, the final checkpoint's folder); the metrics have
+        ``host_start_seconds`` when this training was the first work of a new host.
 
     Raises:
         RestartsExhausted: a transient failure with no restart left (``cause`` says what).
@@ -94,7 +95,9 @@ def fit_on_host(pool, train_fn, config: dict, *, run: str, storage: str, cpus: f
         try:
             with pool.acquire(cpus, gpus, what) as host:
                 out = ray.get(host.call.remote(fit_in_process, train_fn, config, run, storage))
-            return out["metrics"], out["checkpoint"]
+                started = pool.start_seconds(host)
+            metrics = out["metrics"] if started is None else {**out["metrics"], "host_start_seconds": started}
+            return metrics, out["checkpoint"]
         except (RayActorError, RayTaskError) as e:  # the host died, or the training raised
             failures += 1
             if failures > max_failures:

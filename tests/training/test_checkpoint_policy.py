@@ -1,6 +1,7 @@
 """How often a training writes its checkpoints (``training.checkpoint_every`` and
 ``training.checkpoint_min_seconds``): intermediate checkpoints sooner than the minimum after the
-last one are skipped, the final one is always written, and it holds no optimizer state."""
+last one are skipped, the final one is always written, and it holds no optimizer state. A warm
+host's first training reports the host's start."""
 
 from __future__ import annotations
 
@@ -40,11 +41,13 @@ def test_a_short_training_on_a_warm_host_writes_only_its_final_checkpoint(ray_lo
     workers.open_pool()
     try:
         # 18 steps, a checkpoint due every 4: all of them are written without a minimum gap...
-        assert _train(tiny_model, tmp_path, "every", min_seconds=0)["steps"] == 18
-        assert _steps(tmp_path, "every") == [16, 18]  # the latest two kept
+        first = _train(tiny_model, tmp_path, "every", min_seconds=0)
+        assert first["steps"] == 18 and _steps(tmp_path, "every") == [16, 18]  # the latest two kept
         # ...and none but the last with one the training does not reach.
-        assert _train(tiny_model, tmp_path, "final-only", min_seconds=3600)["steps"] == 18
-        assert _steps(tmp_path, "final-only") == [18]
+        second = _train(tiny_model, tmp_path, "final-only", min_seconds=3600)
+        assert second["steps"] == 18 and _steps(tmp_path, "final-only") == [18]
+        # The first training started the host and says so; the second found it warm.
+        assert first["host_start_seconds"] > 0 and "host_start_seconds" not in second
     finally:
         workers.close_pool()
     final = torch.load(next((tmp_path / "ray_train" / "final-only").glob("checkpoint_*")) / STATE_FILE,
