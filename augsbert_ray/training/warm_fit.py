@@ -96,7 +96,9 @@ def fit_on_host(pool, train_fn, config: dict, *, run: str, storage: str, cpus: f
             with pool.acquire(cpus, gpus, what) as host:
                 out = ray.get(host.call.remote(fit_in_process, train_fn, config, run, storage))
                 started = pool.start_seconds(host)
-            metrics = out["metrics"] if started is None else {**out["metrics"], "host_start_seconds": started}
+            metrics = out["metrics"]  # None when the training recorded a permanent error (the caller raises it)
+            if started is not None and metrics is not None:
+                metrics = {**metrics, "host_start_seconds": started}
             return metrics, out["checkpoint"]
         except (RayActorError, RayTaskError) as e:  # the host died, or the training raised
             failures += 1
