@@ -22,8 +22,18 @@ import time
 from dataclasses import dataclass
 
 # Ray sets CUDA_VISIBLE_DEVICES to "" in an actor that asks for no GPU; a host asks for none
-# (its placement group does), so it keeps the node's devices visible.
+# (its placement group does), so on a node with GPUs it keeps the node's devices visible.
 _KEEP_GPUS = {"RAY_EXPERIMENTAL_NOSET_CUDA_VISIBLE_DEVICES": "1"}
+
+
+def _host_options(node_gpus: float) -> dict:
+    """The host actor's options. Without GPUs it takes the job's runtime environment as it is,
+    so that Ray can hand it one of the idle worker processes it keeps started; an actor with an
+    environment of its own waits for a new process."""
+    options = {"num_cpus": 0, "max_restarts": 0}
+    if node_gpus:
+        options["runtime_env"] = {"env_vars": _KEEP_GPUS}
+    return options
 
 
 @dataclass(frozen=True)
@@ -140,7 +150,7 @@ class HostPool:
         with self._lock:
             host = self._idle.pop() if self._idle else None
             if host is None:
-                host = ray.remote(num_cpus=0, max_restarts=0, runtime_env={"env_vars": _KEEP_GPUS})(_Host).remote()
+                host = ray.remote(**_host_options(ray.cluster_resources().get("GPU", 0)))(_Host).remote()
                 self.started += 1
                 self._created[host] = time.time()
             self._busy.append(host)

@@ -47,3 +47,11 @@ def test_checkpoints_are_written_whole_and_the_latest_two_kept(tmp_path):
     (run / ".checkpoint_000000016.writing").mkdir()  # a write cut short by a kill
     (run / ".checkpoint_000000016.writing" / STATE_FILE).write_text("16")
     assert (latest_checkpoint(run, STATE_FILE) / STATE_FILE).read_text() == "12"
+
+
+def test_a_host_keeps_the_gpus_visible_on_a_gpu_node_and_takes_the_jobs_environment_elsewhere():
+    from augsbert_ray.workers import _host_options
+
+    assert _host_options(1)["runtime_env"] == {"env_vars": {"RAY_EXPERIMENTAL_NOSET_CUDA_VISIBLE_DEVICES": "1"}}
+    assert "runtime_env" not in _host_options(0)  # an idle worker Ray keeps started can become the host
+    assert _host_options(0)["num_cpus"] == 0 == _host_options(1)["num_cpus"]  # its placement group reserves
