@@ -115,7 +115,7 @@ class HostPool:
         self._busy: list = []
         self._lock = threading.Lock()
         self.started = 0  # hosts started over the pool's life (a killed host is replaced)
-        self._created: dict = {}  # a new host not yet handed out -> when it was created (time.time())
+        self._created: dict = {}  # a host whose first work has not ended -> when it was created (time.time())
 
     @contextlib.contextmanager
     def acquire(self, cpus: float, gpus: float, what: str):
