@@ -5,36 +5,30 @@ host's first training reports the host's start."""
 
 from __future__ import annotations
 
-import random
-
-import pyarrow as pa
 import pytest
 import torch
-from conftest import make_sentence
+from test_silver_flags import _pairs
 
-from augsbert_ray import schema, workers
+from augsbert_ray import workers
 from augsbert_ray.training.ray_trainer import STATE_FILE, WorkerResources, train_on_ray
-
-
-def _pairs(n: int = 48) -> pa.Table:
-    rng = random.Random(5)
-    return pa.table({schema.SENTENCE1: [make_sentence(rng) for _ in range(n)],
-                     schema.SENTENCE2: [make_sentence(rng) for _ in range(n)],
-                     schema.LABEL: pa.array([rng.random() for _ in range(n)], pa.float32())})
 
 
 def _train(tiny_model, tmp_path, name, min_seconds, workers_=1) -> dict:
     return train_on_ray(
-        "bi_encoder", _pairs(), recipe={"model": tiny_model, "max_length": 32},
+        "bi_encoder", _pairs(48, 5), recipe={"model": tiny_model, "max_length": 32},
         hparams={"epochs": 3, "lr": 1e-3, "batch_size": 8, "warmup_ratio": 0.1, "seed": 3},
         resources=WorkerResources(num_workers=workers_, use_gpu=False, cpus_per_worker=1, checkpoint_every=0.25,
                                   max_failures=0, checkpoint_min_seconds=min_seconds),
         storage_dir=tmp_path / "ray_train", out_dir=tmp_path / name, name=name)
 
 
+def _written(tmp_path, name) -> list:
+    """The checkpoints a training left in its storage (folders holding a training state)."""
+    return [p for p in (tmp_path / "ray_train" / name).glob("checkpoint_*") if (p / STATE_FILE).is_file()]
+
+
 def _steps(tmp_path, name) -> list[int]:
-    return sorted(int(p.name.rsplit("_", 1)[1]) for p in (tmp_path / "ray_train" / name).glob("checkpoint_*")
-                  if (p / STATE_FILE).is_file())
+    return sorted(int(p.name.rsplit("_", 1)[1]) for p in _written(tmp_path, name))
 
 
 def test_a_short_training_on_a_warm_host_writes_only_its_final_checkpoint(ray_local, tiny_model, tmp_path):
@@ -50,8 +44,7 @@ def test_a_short_training_on_a_warm_host_writes_only_its_final_checkpoint(ray_lo
         assert first["host_start_seconds"] > 0 and "host_start_seconds" not in second
     finally:
         workers.close_pool()
-    final = torch.load(next((tmp_path / "ray_train" / "final-only").glob("checkpoint_*")) / STATE_FILE,
-                       weights_only=True)
+    final = torch.load(_written(tmp_path, "final-only")[0] / STATE_FILE, weights_only=True)
     assert "optimizer" not in final and final["step"] == 18
     assert (tmp_path / "final-only" / "model.safetensors").exists()
 
@@ -62,6 +55,6 @@ def test_data_parallel_ranks_skip_the_same_checkpoints(ray_local, tiny_model, tm
     the training ends instead of waiting for a rank that skipped."""
     stats = _train(tiny_model, tmp_path, "ddp", min_seconds=3600, workers_=2)
     assert stats["steps"] == 18
-    written = [p for p in (tmp_path / "ray_train" / "ddp").glob("checkpoint_*") if (p / STATE_FILE).is_file()]
+    written = _written(tmp_path, "ddp")
     assert len(written) == 1 and "optimizer" not in torch.load(written[0] / STATE_FILE, weights_only=True)
     assert (tmp_path / "ddp" / "model.safetensors").exists()
