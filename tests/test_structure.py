@@ -94,6 +94,39 @@ def test_the_driver_imports_no_model_or_statistics_stack_to_run_a_job():
     assert out.strip() == "[]"
 
 
+def test_the_driver_runs_a_job_up_to_rays_start_without_the_model_or_statistics_stack(tiny_stsb, tiny_model,
+                                                                                         tmp_path):
+    """Everything a job does before Ray starts (its gold pairs and their baselines, the progress
+    display's plan of each stage) is on the path to the first training: the import check above
+    sees only module imports."""
+    import json
+    import subprocess
+    import sys
+
+    job = {"name": "probe", "run_dir": str(tmp_path / "run"),
+           "data": {s: {"format": "stsb", "path": str(p)} for s, p in tiny_stsb.items()},
+           "cross_encoder": {"model": tiny_model, "epochs": 1, "batch_size": 8},
+           "bi_encoder": {"model": tiny_model, "epochs": 1, "batch_size": 8},
+           "sampling": {"strategy": "bm25", "top_k": 2}}
+    probe = ("import json, sys, augsbert_ray.runtime as rt\n"
+             "from augsbert_ray.config import validate_tree\n"
+             "from augsbert_ray.api import run\n"
+             "class Reached(BaseException): pass\n"
+             "def start_ray(*a, **k):\n"
+             "    loaded = [m for m in ('torch', 'transformers', 'sentence_transformers', 'scipy', 'scipy.stats') "
+             "if m in sys.modules]\n"
+             "    open(sys.argv[2], 'w').write(json.dumps(loaded)); raise Reached\n"
+             "rt.start_ray = start_ray\n"
+             "try: run(validate_tree(json.loads(sys.argv[1])))\n"
+             "except Reached: pass\n")
+    seen = tmp_path / "loaded.json"  # the display may hold stdout: the probe writes a file
+    done = subprocess.run([sys.executable, "-c", probe, json.dumps(job), str(seen)], capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert json.loads(seen.read_text()) == []
+    assert (tmp_path / "run" / "stages" / "gold").is_dir()  # the gold stage ran before Ray would start
+
+
 def test_production_code_never_imports_the_fault_injection_module():
     graph = _imports()
     assert "augsbert_ray.testing" in graph  # the check below looks at the right name

@@ -80,7 +80,7 @@ def throughput(stats: dict, seconds: float) -> str:
 
 def planned_steps(encoder, n_pairs: int, training) -> int:
     """The training steps of an encoder on ``n_pairs`` pairs (for the progress display)."""
-    from augsbert_ray.training.loop import rank_batch_size, steps_per_epoch
+    from augsbert_ray.training.schedule import rank_batch_size, steps_per_epoch
 
     world = training.num_workers
     return steps_per_epoch(n_pairs, rank_batch_size(encoder.batch_size, world), world) * encoder.epochs

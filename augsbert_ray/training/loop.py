@@ -19,6 +19,7 @@ import torch
 
 from augsbert_ray.training.batches import to_device
 from augsbert_ray.training.recipes import Recipe, unwrap
+from augsbert_ray.training.schedule import rank_batch_size, steps_per_epoch  # noqa: F401 - part of this module's API
 
 log = logging.getLogger(__name__)
 
@@ -94,21 +95,6 @@ def length_grouped_batches(order: np.ndarray, lengths: np.ndarray | None, batch:
     batches = [grouped[i:i + batch] for i in range(0, len(grouped), batch)]
     shuffle = np.random.default_rng([seed, epoch, 7]).permutation(len(batches))
     return [batches[i] for i in shuffle]
-
-
-def steps_per_epoch(n: int, batch_size: int, world: int) -> int:
-    """Steps of one epoch for ``world`` ranks taking ``batch_size`` rows each per step."""
-    return math.ceil(math.ceil(n / world) / batch_size)
-
-
-def rank_batch_size(batch_size: int, world: int) -> int:
-    """Rows each of ``world`` data-parallel ranks takes per step.
-
-    ``batch_size`` is the global batch (the recipe's), so more workers split it instead of
-    multiplying it, and a change of ``training.num_workers`` keeps the schedule: the same
-    steps, learning rate and (where it divides) the same pairs per step.
-    """
-    return max(1, math.ceil(batch_size / world))
 
 
 class PairTrainer:

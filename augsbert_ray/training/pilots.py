@@ -45,7 +45,7 @@ class PilotResult:
 
 def pilot_steps(n_pairs: int, hparams: dict, fraction: float) -> tuple[int, int]:
     """(steps a pilot trains, steps of the full run) for ``n_pairs`` training pairs."""
-    from augsbert_ray.training.loop import steps_per_epoch
+    from augsbert_ray.training.schedule import steps_per_epoch
 
     total = steps_per_epoch(n_pairs, hparams["batch_size"], 1) * hparams["epochs"]
     return min(total, max(1, math.ceil(fraction * total))), total

@@ -120,7 +120,7 @@ def _train_trial(config: dict, data: pa.Table, dev: pa.Table) -> None:
 
 
 def total_steps(n_pairs: int, hparams: dict) -> int:
-    from augsbert_ray.training.loop import steps_per_epoch
+    from augsbert_ray.training.schedule import steps_per_epoch
 
     return steps_per_epoch(n_pairs, hparams["batch_size"], 1) * hparams["epochs"]
 
