@@ -93,6 +93,40 @@ def test_sigterm_stops_the_local_ray_which_listened_on_loopback_only(tmp_path):
         log.close()
 
 
+def test_leftovers_asked_to_end_end_before_their_grace():
+    from augsbert_ray.runtime import reaping
+
+    # A process that ends only on SIGTERM (as the dashboard's modules end at once when asked).
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        found = [p for p in reaping.descendants(os.getpid()) if p.pid == child.pid]
+        t0 = time.monotonic()
+        reaping.kill_leftovers(found, grace_s=30, what="a test", terminate=True)
+        assert child.wait(timeout=10) == -signal.SIGTERM and time.monotonic() - t0 < 10
+    finally:
+        child.kill()
+
+
+def test_only_the_autoscaler_monitor_is_killed_before_the_shutdown(tmp_path):
+    import psutil
+
+    from augsbert_ray.runtime.cluster import _end_autoscaler_monitor
+
+    script = tmp_path / "ray" / "autoscaler" / "_private" / "monitor.py"
+    script.parent.mkdir(parents=True)
+    script.write_text("import signal, time\nsignal.signal(signal.SIGTERM, signal.SIG_IGN)\ntime.sleep(60)\n")
+    other = tmp_path / "log_monitor.py"
+    other.write_text("import time\ntime.sleep(60)\n")
+    monitor, bystander = (subprocess.Popen([sys.executable, "-u", str(path), "--logs-dir=x"]) for path in (script, other))
+    try:
+        _end_autoscaler_monitor([psutil.Process(monitor.pid), psutil.Process(bystander.pid)])
+        assert monitor.wait(timeout=10) == -signal.SIGKILL
+        assert bystander.poll() is None
+    finally:
+        monitor.kill()
+        bystander.kill()
+
+
 def test_leftover_processes_are_found_and_killed_after_their_grace():
     from augsbert_ray.runtime import reaping
 

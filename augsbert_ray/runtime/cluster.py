@@ -18,9 +18,12 @@ A cluster the job connects to is left running.
 from __future__ import annotations
 
 import atexit
+import contextlib
 import os
 import signal
 from dataclasses import dataclass
+
+import psutil
 
 from augsbert_ray import signals
 from augsbert_ray.errors import AugSBERTError
@@ -208,14 +211,28 @@ def stop_ray(grace_s: float = 5.0) -> None:
     state.owned.clear()
     local, state.local = state.local, None
     processes = descendants(os.getpid()) if local is not None else []
+    _end_autoscaler_monitor(processes)
     try:
         ray.shutdown()
     finally:
         try:
-            kill_leftovers(processes, grace_s, local["session"] if local is not None else "")
+            # What outlives the shutdown (the dashboard's module processes) holds nothing of the
+            # job's: asked to end, it ends at once instead of at its next look at its parent.
+            kill_leftovers(processes, grace_s, local["session"] if local is not None else "", terminate=True)
         finally:
             restore_ray_output()
             unpin()
+
+
+def _end_autoscaler_monitor(processes: list) -> None:
+    """Kills the autoscaler monitor of a local Ray among ``processes``. ``ray.shutdown`` stops it
+    after the GCS, and its SIGTERM handler then waits on the gone GCS until Ray kills it a second
+    later; a one-node Ray started for one job has nothing for it to scale or to report."""
+    marker = os.path.join("autoscaler", "_private", "monitor.py")
+    for process in processes:
+        with contextlib.suppress(psutil.Error):
+            if any(arg.endswith(marker) for arg in process.cmdline()):
+                process.kill()
 
 
 def _stop_on_sigterm() -> None:

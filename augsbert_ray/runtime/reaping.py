@@ -30,18 +30,25 @@ def alive(process: psutil.Process) -> bool:
         return False
 
 
-def kill_leftovers(processes: list[psutil.Process], grace_s: float, what: str) -> None:
+def kill_leftovers(processes: list[psutil.Process], grace_s: float, what: str, *, terminate: bool = False) -> None:
     """Waits up to ``grace_s`` seconds for ``processes`` to end, then kills those still alive.
 
     Args:
         processes: found (``descendants``) before they were asked to stop.
         grace_s: how long they have to end on their own.
         what: whose processes they are, for the log.
+        terminate: first send each one still alive SIGTERM, for processes that would otherwise
+            only notice on their next poll that their parent is gone.
     """
     # Polled rather than psutil.wait_procs: that waits out the whole grace for a zombie that
     # is not this process's child, and a zombie has ended.
     deadline = time.monotonic() + grace_s
     left = [p for p in processes if alive(p)]
+    for process in left if terminate else []:
+        try:
+            process.terminate()  # psutil checks that the id still names the same process
+        except psutil.Error:
+            pass
     while left and time.monotonic() < deadline:
         time.sleep(0.1)
         left = [p for p in left if alive(p)]
