@@ -69,6 +69,7 @@ def one_run(args) -> dict:
     return {"sentences": c.result.sentences, "candidates": c.result.candidates, "silver": silver,
             "stage_seconds": m.stage_seconds, "peak_driver_rss": mem.peak_rss, "peak_total_pss": mem.peak_total,
             "peak_driver_private": mem.peak_private, "peak_driver_shared": mem.peak_shared,
+            "peak_total_anon": mem.peak_total_anon, "peak_total_shmem": mem.peak_total_shmem,
             "stage_peaks": mem.stage_peaks}
 
 
@@ -100,11 +101,14 @@ def _markdown(runs: list[dict], args, argv) -> list[str]:
              "STS benchmark's length distribution and word frequencies (`scale.write_corpus`, seeded), one per "
              "line. Peak memory sampled every 0.25 s: the driver's RSS, split into its private memory and the "
              "shared memory it maps (pages of Ray's object store it has read: counted once in the total, and "
-             "bounded by the store's size), and PSS summed over the driver and every Ray process it started.", "",
+             "bounded by the store's size), and PSS summed over the driver and every Ray process it started, with "
+             "that sum's anonymous part (the processes' own heaps) and its shared-memory part (Ray's object "
+             "store, bounded by the store's size), each at its own peak.", "",
              "| corpus lines | sentences | candidate pairs | labelled | job wall (s) | candidates (s) | labelling (s) "
              "| peak driver RSS (MiB) | peak driver private (MiB) | peak driver shared (MiB) | peak total PSS (MiB) "
-             "| total vs smallest | load average (1 min) start / end | ended |",
-             "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
+             "| total vs smallest | peak total anonymous (MiB) | peak total shared memory (MiB) "
+             "| load average (1 min) start / end | ended |",
+             "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
     for r in runs:
         st = r["stage_seconds"]
         lines.append(f"| {r['size']:,} | {r['sentences']:,} | {r['candidates']:,} | {_count(r['silver'])} | "
@@ -112,6 +116,7 @@ def _markdown(runs: list[dict], args, argv) -> list[str]:
                      f"{r['peak_driver_rss'] / MIB:,.0f} | {_mib(r.get('peak_driver_private'))} | "
                      f"{_mib(r.get('peak_driver_shared'))} | {r['peak_total_pss'] / MIB:,.0f} | "
                      f"{r['peak_total_pss'] / base['peak_total_pss']:.2f}x | "
+                     f"{_mib(r.get('peak_total_anon'))} | {_mib(r.get('peak_total_shmem'))} | "
                      f"{r['load_start'][0]:.1f} / {r['load_end'][0]:.1f} | {r.get('measured', '-')} |")
     stages = list(dict.fromkeys(s for r in runs for s in r["stage_seconds"]))
     lines += ["", "Wall time of every stage (s; stages beside each other overlap):", "",
@@ -119,13 +124,15 @@ def _markdown(runs: list[dict], args, argv) -> list[str]:
     for r in runs:
         lines.append(f"| {r['size']:,} | " + " | ".join(f"{r['stage_seconds'].get(s, 0):.1f}" for s in stages) + " |")
     peaks = list(dict.fromkeys(s for r in runs for s in r["stage_peaks"]))
-    lines += ["", "Peak memory while each stage was the last to start (MiB, driver RSS / driver private / total PSS):",
+    lines += ["", "Peak memory while each stage was the last to start (MiB, driver RSS / driver private / total PSS / "
+              "total shared memory):",
               "",
               "| corpus lines | " + " | ".join(peaks) + " |", "|---:|" + "---:|" * len(peaks)]
     for r in runs:
         p = r["stage_peaks"]
         lines.append(f"| {r['size']:,} | " + " | ".join(
-            f"{p[s]['driver_rss'] / MIB:,.0f} / {_mib(p[s].get('driver_private'))} / {p[s]['total_pss'] / MIB:,.0f}"
+            f"{p[s]['driver_rss'] / MIB:,.0f} / {_mib(p[s].get('driver_private'))} / {p[s]['total_pss'] / MIB:,.0f} / "
+            f"{_mib(p[s].get('total_shmem'))}"
             if s in p else "-" for s in peaks) + " |")
     lines += ["", f"CPU: {cpu_description()}. The machine was shared with other jobs: the load average column "
                   "says how busy it was, so the times are not throughput figures.", "",

@@ -5,16 +5,23 @@ from __future__ import annotations
 import threading
 
 
-def _pss_kib(pid: int) -> int:
-    """A process's proportional set size (shared pages split between the processes that map them)."""
+_PSS_FIELDS = ("Pss:", "Pss_Anon:", "Pss_Shmem:")
+
+
+def _pss_kib(pid: int) -> tuple[int, int, int]:
+    """A process's proportional set size (shared pages split between the processes that map
+    them), and its anonymous and shared-memory parts (KiB): Ray's object store is shared memory,
+    so the split tells the store's pages from the processes' own heaps. Zeros if unreadable."""
+    found = dict.fromkeys(_PSS_FIELDS, 0)
     try:
         with open(f"/proc/{pid}/smaps_rollup", encoding="ascii") as f:
             for line in f:
-                if line.startswith("Pss:"):
-                    return int(line.split()[1])
+                words = line.split()
+                if words and words[0] in found:
+                    found[words[0]] = int(words[1])
     except (OSError, ValueError):
         pass
-    return 0
+    return found["Pss:"], found["Pss_Anon:"], found["Pss_Shmem:"]
 
 
 def _rss_parts() -> tuple[int, int]:
@@ -38,6 +45,9 @@ class MemorySampler:
     ``peak_private`` and ``peak_shared``: the peaks of the driver's RSS that is its own and of
     the part that is shared memory (object store pages it mapped; Linux only, else 0).
 
+    ``peak_total_anon`` and ``peak_total_shmem``: the peaks of that sum's anonymous part (the
+    processes' own heaps) and of its shared-memory part (Ray's object store).
+
     ``stage`` names what runs now; ``stage_peaks`` keeps the peaks of each stage.
 
     Example::
@@ -57,6 +67,8 @@ class MemorySampler:
         self.peak_total = 0
         self.peak_private = 0
         self.peak_shared = 0
+        self.peak_total_anon = 0
+        self.peak_total_shmem = 0
         self.stage_peaks: dict[str, dict[str, int]] = {}
         self.stage = "start"
         self._stop = threading.Event()
@@ -64,17 +76,19 @@ class MemorySampler:
 
     def _sample(self) -> None:
         rss = self.me.memory_info().rss
-        total = 0
+        total = anon = shmem = 0
         if self.descendants:
             pids = [self.me.pid] + [c.pid for c in self.me.children(recursive=True)]
-            total = sum(_pss_kib(p) for p in pids) * 1024
+            parts = [_pss_kib(p) for p in pids]
+            total, anon, shmem = (sum(col) * 1024 for col in zip(*parts))
         private, shared = _rss_parts()
         self.peak_rss, self.peak_total = max(self.peak_rss, rss), max(self.peak_total, total)
         self.peak_private, self.peak_shared = max(self.peak_private, private), max(self.peak_shared, shared)
+        self.peak_total_anon, self.peak_total_shmem = max(self.peak_total_anon, anon), max(self.peak_total_shmem, shmem)
         peaks = self.stage_peaks.setdefault(self.stage, dict.fromkeys(
-            ("driver_rss", "total_pss", "driver_private", "driver_shared"), 0))
+            ("driver_rss", "total_pss", "driver_private", "driver_shared", "total_anon", "total_shmem"), 0))
         for key, value in (("driver_rss", rss), ("total_pss", total), ("driver_private", private),
-                           ("driver_shared", shared)):
+                           ("driver_shared", shared), ("total_anon", anon), ("total_shmem", shmem)):
             peaks[key] = max(peaks[key], value)
 
     def _run(self) -> None:
