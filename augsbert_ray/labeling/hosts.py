@@ -105,7 +105,7 @@ def run_on_hosts(pending: dict, commit, scorer: ScorerSpec, cfg, cpus_per_actor:
                 raise
             finally:
                 with contextlib.suppress(Exception):  # a dead host has nothing left to release
-                    ray.get(host.call.remote(_release, run))
+                    ray.get(host.call.remote(_release, run, trim=True))
 
     n = max(1, min(actors, len(pending)))
     log.info(f"[silver] labelling {len(pending)} shards on {n} warm host(s) (labeling.executor={cfg.executor})")

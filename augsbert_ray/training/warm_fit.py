@@ -94,7 +94,7 @@ def fit_on_host(pool, train_fn, config: dict, *, run: str, storage: str, cpus: f
     while True:
         try:
             with pool.acquire(cpus, gpus, what) as host:
-                out = ray.get(host.call.remote(fit_in_process, train_fn, config, run, storage))
+                out = ray.get(host.call.remote(fit_in_process, train_fn, config, run, storage, trim=True))
                 started = pool.start_seconds(host)
             metrics = out["metrics"]  # None when the training recorded a permanent error (the caller raises it)
             if started is not None and metrics is not None:

@@ -55,3 +55,34 @@ def test_a_host_keeps_the_gpus_visible_on_a_gpu_node_and_takes_the_jobs_environm
     assert _host_options(1)["runtime_env"] == {"env_vars": {"RAY_EXPERIMENTAL_NOSET_CUDA_VISIBLE_DEVICES": "1"}}
     assert "runtime_env" not in _host_options(0)  # an idle worker Ray keeps started can become the host
     assert _host_options(0)["num_cpus"] == 0 == _host_options(1)["num_cpus"]  # its placement group reserves
+
+
+_HELD_HEAP = """
+import json, sys
+from augsbert_ray.workers import trim_heap
+
+def anon_mib():
+    with open("/proc/self/status") as f:
+        return next(int(line.split()[1]) // 1024 for line in f if line.startswith("RssAnon:"))
+
+# Blocks below glibc's mmap threshold come from the heap; the last one kept pins the heap's top,
+# so freeing the rest leaves their pages with the process until something trims the heap.
+blocks = [bytearray(60_000) for _ in range(3_000)]
+keep = blocks[-1]
+del blocks
+held = anon_mib()
+trim_heap()
+print(json.dumps([held, anon_mib()]))
+"""
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/status"), reason="reads the process's memory from /proc")
+def test_trimming_the_heap_hands_a_finished_works_memory_back():
+    import json
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-c", _HELD_HEAP], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr[-2000:]
+    held, after = json.loads(done.stdout)
+    assert held - after > 100  # MiB of the ~170 MiB freed
