@@ -70,7 +70,7 @@ def one_run(args) -> dict:
             "stage_seconds": m.stage_seconds, "peak_driver_rss": mem.peak_rss, "peak_total_pss": mem.peak_total,
             "peak_driver_private": mem.peak_private, "peak_driver_shared": mem.peak_shared,
             "peak_total_anon": mem.peak_total_anon, "peak_total_shmem": mem.peak_total_shmem,
-            "stage_peaks": mem.stage_peaks}
+            "stage_peaks": mem.stage_peaks, "role_peaks": mem.role_peaks, "timeline": mem.timeline}
 
 
 def _mib(value) -> str:
@@ -134,9 +134,32 @@ def _markdown(runs: list[dict], args, argv) -> list[str]:
             f"{p[s]['driver_rss'] / MIB:,.0f} / {_mib(p[s].get('driver_private'))} / {p[s]['total_pss'] / MIB:,.0f} / "
             f"{_mib(p[s].get('total_shmem'))}"
             if s in p else "-" for s in peaks) + " |")
+    lines += _role_table(runs)
     lines += ["", f"CPU: {cpu_description()}. The machine was shared with other jobs: the load average column "
                   "says how busy it was, so the times are not throughput figures.", "",
               *provenance("benchmarks/corpus_scale.py", argv)]
+    return lines
+
+
+def _role_table(runs: list[dict]) -> list[str]:
+    """Each kind of process's own memory (anonymous PSS, summed over its processes) at its peak,
+    and the labelling actors' growth: their memory when first sampled, and when it peaked."""
+    from augsbert_ray.bench.memory import ROLES
+
+    runs = [r for r in runs if r.get("role_peaks")]
+    if not runs:
+        return []
+    lines = ["", "Own memory (anonymous PSS, MiB) of each kind of process at its peak, summed over its processes "
+             "(sampled every 0.25 s; a process's kind from the title Ray gives it). Labelling actors: their memory "
+             "in the first sample that saw them and at their peak, with the seconds since the job started:", "",
+             "| corpus lines | " + " | ".join(ROLES) + " | labelling actors: first seen | labelling actors: peak |",
+             "|---:|" + "---:|" * (len(ROLES) + 2)]
+    for r in runs:
+        actors = [(t, point["labelling actors"]) for t, point in r.get("timeline", []) if point["labelling actors"]]
+        first = f"{actors[0][1] / MIB:,.0f} at {actors[0][0]:.0f} s" if actors else "-"
+        peak = max(actors, key=lambda tp: tp[1], default=None)
+        lines.append(f"| {r['size']:,} | " + " | ".join(f"{r['role_peaks'].get(k, 0) / MIB:,.0f}" for k in ROLES)
+                     + f" | {first} | " + (f"{peak[1] / MIB:,.0f} at {peak[0]:.0f} s" if peak else "-") + " |")
     return lines
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+import time
 
 
 _PSS_FIELDS = ("Pss:", "Pss_Anon:", "Pss_Shmem:")
@@ -39,6 +40,32 @@ def _rss_parts() -> tuple[int, int]:
     return parts["RssAnon:"], parts["RssShmem:"]
 
 
+# Ray titles its worker processes ``ray::<actor class>[.<method>]`` (``ray::IDLE`` when free).
+ROLES = ("driver", "warm hosts", "labelling actors", "other Ray workers", "idle Ray workers", "Ray's own processes")
+
+
+def process_role(title: str) -> str:
+    """Which kind of process a Ray job's process is, from its title (its command line), for a
+    process other than the driver: a warm host, a labelling actor, another Ray worker, or one
+    of Ray's own (GCS, raylet, dashboard, agents)."""
+    if not title.startswith("ray::"):
+        # a worker that has not yet titled itself is still starting: idle
+        return ROLES[4] if "default_worker.py" in title else ROLES[5]
+    if title.startswith("ray::_Host"):
+        return ROLES[1]
+    if "PairScorer" in title or title.startswith("ray::MapWorker"):
+        return ROLES[2]
+    return ROLES[4] if title.startswith("ray::IDLE") else ROLES[3]
+
+
+def _title(pid: int) -> str:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return f.read().replace(b"\0", b" ").decode("utf-8", "replace").strip()
+    except OSError:
+        return ""
+
+
 class MemorySampler:
     """Peak driver RSS, and (``descendants``) peak PSS summed over the driver and every process
     it started (Ray's GCS, raylet, workers: Ray's shared-memory object store counted once).
@@ -47,6 +74,10 @@ class MemorySampler:
 
     ``peak_total_anon`` and ``peak_total_shmem``: the peaks of that sum's anonymous part (the
     processes' own heaps) and of its shared-memory part (Ray's object store).
+
+    ``role_peaks``: per kind of process (``ROLES``), the peak of its processes' anonymous PSS
+    summed; ``timeline``: that sum per kind about once a second (``[seconds, {role: bytes}]``),
+    to see which process grows and when.
 
     ``stage`` names what runs now; ``stage_peaks`` keeps the peaks of each stage.
 
@@ -70,6 +101,10 @@ class MemorySampler:
         self.peak_total_anon = 0
         self.peak_total_shmem = 0
         self.stage_peaks: dict[str, dict[str, int]] = {}
+        self.role_peaks: dict[str, int] = {}
+        self.timeline: list[tuple[float, dict[str, int]]] = []
+        self._t0 = None
+        self._next_point = 0.0
         self.stage = "start"
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
@@ -81,6 +116,7 @@ class MemorySampler:
             pids = [self.me.pid] + [c.pid for c in self.me.children(recursive=True)]
             parts = [_pss_kib(p) for p in pids]
             total, anon, shmem = (sum(col) * 1024 for col in zip(*parts))
+            self._by_role(pids, parts)
         private, shared = _rss_parts()
         self.peak_rss, self.peak_total = max(self.peak_rss, rss), max(self.peak_total, total)
         self.peak_private, self.peak_shared = max(self.peak_private, private), max(self.peak_shared, shared)
@@ -90,6 +126,18 @@ class MemorySampler:
         for key, value in (("driver_rss", rss), ("total_pss", total), ("driver_private", private),
                            ("driver_shared", shared), ("total_anon", anon), ("total_shmem", shmem)):
             peaks[key] = max(peaks[key], value)
+
+    def _by_role(self, pids: list[int], parts: list[tuple[int, int, int]]) -> None:
+        roles = dict.fromkeys(ROLES, 0)
+        for pid, (_, anon, _) in zip(pids, parts):
+            roles[ROLES[0] if pid == self.me.pid else process_role(_title(pid))] += anon * 1024
+        for role, value in roles.items():
+            self.role_peaks[role] = max(self.role_peaks.get(role, 0), value)
+        now = time.monotonic()
+        self._t0 = now if self._t0 is None else self._t0
+        if now >= self._next_point:
+            self.timeline.append((round(now - self._t0, 1), roles))
+            self._next_point = now + 1.0
 
     def _run(self) -> None:
         while not self._stop.is_set():

@@ -35,3 +35,39 @@ def test_the_sampler_splits_anonymous_memory_from_shared_memory():
     finally:
         child.kill()
         child.wait()
+
+
+def test_processes_are_told_apart_by_their_ray_titles():
+    from augsbert_ray.bench.memory import process_role
+
+    assert process_role("ray::_Host.call") == "warm hosts"
+    assert process_role("ray::_Host") == "warm hosts"
+    assert process_role("ray::MapWorker(MapBatches(PairScorer))") == "labelling actors"
+    assert process_role("ray::IDLE") == "idle Ray workers"
+    assert process_role("ray::ProgressSink.drain") == "other Ray workers"
+    assert process_role("/usr/lib/ray/core/src/ray/raylet/raylet") == "Ray's own processes"
+    assert process_role("") == "Ray's own processes"
+    # a worker process before it titles itself
+    assert process_role("/venv/bin/python -u /venv/ray/_private/workers/default_worker.py --node-ip-address=1"
+                        ) == "idle Ray workers"
+
+
+def test_the_sampler_puts_a_processs_heap_under_its_kind_over_time():
+    from augsbert_ray.bench.memory import MemorySampler
+
+    # a child titled as Ray titles a labelling actor, holding 64 MiB of heap
+    code = 'import time\nheap = b"\\x01" * (64 * 2 ** 20)\nprint("ready", flush=True)\ntime.sleep(60)\n'
+    child = subprocess.Popen(["ray::MapWorker(MapBatches(PairScorer))", "-c", code], executable=sys.executable,
+                             stdout=subprocess.PIPE, text=True)
+    try:
+        with MemorySampler(interval=0.05) as mem:
+            assert child.stdout.readline().strip() == "ready"
+            time.sleep(1.2)
+        assert mem.role_peaks["labelling actors"] >= 60 * MIB
+        assert mem.role_peaks["labelling actors"] < 100 * MIB
+        assert mem.role_peaks["driver"] > 0 and mem.role_peaks["warm hosts"] == 0
+        assert len(mem.timeline) >= 2 and mem.timeline[0][0] == 0.0
+        assert max(point["labelling actors"] for _, point in mem.timeline) == mem.role_peaks["labelling actors"]
+    finally:
+        child.kill()
+        child.wait()
