@@ -378,13 +378,39 @@ def _prefetch(pool, fn, items):
         yield result
 
 
+def fill_rows(ids: np.ndarray, types: np.ndarray | None, lens: np.ndarray, rows: int,
+              pad_id: int) -> tuple[np.ndarray, np.ndarray | None, np.ndarray]:
+    """A padded batch with filler rows appended up to ``rows`` (one pad token each, so that no
+    row is wholly masked); a batch of ``rows`` or more is returned as it is."""
+    extra = rows - len(ids)
+    if extra <= 0:
+        return ids, types, lens
+    ids = np.concatenate([ids, np.full((extra, ids.shape[1]), pad_id, ids.dtype)])
+    if types is not None:
+        types = np.concatenate([types, np.zeros((extra, types.shape[1]), types.dtype)])
+    return ids, types, np.concatenate([lens, np.ones(extra, lens.dtype)])
+
+
+def fills_rows(model, device: str) -> bool:
+    """Whether batches are filled up to their width's full size (``fill_rows``): on CPU, where
+    oneDNN compiles and keeps a kernel per input shape, and the last, short batch of each chunk
+    would otherwise bring a new shape almost every time, so that an actor's memory grew with the
+    pairs it labelled. A filler row changes no other row's score (each row's result depends on
+    its own tokens alone), except under dynamic int8 quantisation, which scales each batch by its
+    largest value: there, and on GPUs, batches stay as they are."""
+    if str(device).startswith("cuda"):
+        return False
+    return not any(type(m).__module__.startswith("torch.ao.nn.quantized") for m in model.modules())
+
+
 def _score_chunks(model, chunks, n: int, pad_id: int, token_budget: int | None, max_pairs: int,
-                  device: str) -> np.ndarray:
+                  device: str, fill: bool | None = None) -> np.ndarray:
     import torch
 
     out = np.empty(n, dtype=np.float32)
     gpu = str(device).startswith("cuda")
     budget = token_budget if token_budget else 1 << 62
+    fill = fills_rows(model, device) if fill is None else fill
     with torch.inference_mode():
         for where, tokens in chunks:
             if len(tokens) == 0:
@@ -393,6 +419,8 @@ def _score_chunks(model, chunks, n: int, pad_id: int, token_budget: int | None, 
             logits, keep = [], []
             for idx in batches:
                 ids, types, lens = pad_batch(tokens, idx, pad_id)
+                if fill:  # every batch of one width then has one shape: the one its full batches have
+                    ids, types, lens = fill_rows(ids, types, lens, min(max_pairs, budget // ids.shape[1]), pad_id)
                 t_ids, t_lens = torch.from_numpy(ids), torch.from_numpy(lens)
                 t_types = torch.from_numpy(types) if types is not None else None
                 if gpu:  # pinned host memory, so the copy overlaps with the work queued before it
@@ -405,7 +433,7 @@ def _score_chunks(model, chunks, n: int, pad_id: int, token_budget: int | None, 
                 kwargs = {"input_ids": t_ids, "attention_mask": mask.long()}
                 if t_types is not None:
                     kwargs["token_type_ids"] = t_types
-                logits.append(model(**kwargs).logits.float().reshape(-1))
+                logits.append(model(**kwargs).logits.float().reshape(-1)[:len(idx)])
             scores = torch.sigmoid(torch.cat(logits)).cpu().numpy()  # one transfer per chunk
             out[where[np.concatenate(batches)]] = scores
     return out

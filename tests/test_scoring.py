@@ -2,8 +2,8 @@ import numpy as np
 import pytest
 
 from augsbert_ray.models import load_cross_encoder
-from augsbert_ray.scoring import (pad_batch, prepare_model, resolve_precision, score_pairs, score_tokenized,
-                                  token_budget_batches, tokenize_pairs)
+from augsbert_ray.scoring import (_score_chunks, fill_rows, fills_rows, pad_batch, prepare_model, resolve_precision,
+                                  score_pairs, score_tokenized, token_budget_batches, tokenize_pairs)
 from test_labeling import one_by_one, pairs
 
 
@@ -47,6 +47,39 @@ def test_scores_match_one_by_one_in_input_order(tiny_model, budget):
                                atol=1e-6)
 
 
+def test_fill_rows_appends_one_token_rows_up_to_the_size():
+    ids, types, lens = np.array([[5, 6, 7], [5, 6, 0]]), np.array([[0, 1, 1], [0, 1, 0]]), np.array([3, 2])
+    f_ids, f_types, f_lens = fill_rows(ids, types, lens, 5, pad_id=0)
+    assert f_ids.shape == f_types.shape == (5, 3) and f_lens.tolist() == [3, 2, 1, 1, 1]
+    assert (f_ids[:2] == ids).all() and (f_ids[2:] == 0).all() and (f_types[2:] == 0).all()
+    assert fill_rows(ids, None, lens, 2, pad_id=0)[0] is ids  # a full batch is left as it is
+
+
+@pytest.mark.parametrize("precision", ["fp32", "bf16"])
+def test_filled_batches_keep_every_score_to_the_bit_with_one_shape_per_width(tiny_model, precision):
+    """Short last batches are filled up to their width's full size, so that oneDNN sees one
+    shape per width instead of a new one per chunk; no pair's score may move at all."""
+    model, tok = load_cross_encoder(tiny_model)
+    model = prepare_model(model, precision, "cpu")
+    s1, s2 = pairs(300, seed=6)
+    chunks = [(np.arange(start, start + 30), tokenize_pairs(tok, s1[start:start + 30], s2[start:start + 30], 64))
+              for start in range(0, 300, 30)]
+    shapes = []
+    hook = model.register_forward_pre_hook(lambda _, args, kwargs: shapes.append(tuple(kwargs["input_ids"].shape)),
+                                           with_kwargs=True)
+    try:
+        plain = _score_chunks(model, iter(chunks), 300, tok.pad_token_id, 120, 16, "cpu", fill=False)
+        plain_shapes, shapes[:] = set(shapes), []
+        filled = _score_chunks(model, iter(chunks), 300, tok.pad_token_id, 120, 16, "cpu")
+    finally:
+        hook.remove()
+    assert fills_rows(model, "cpu") and not fills_rows(model, "cuda")
+    assert (filled == plain).all()
+    widths = {width for _, width in shapes}
+    assert len(set(shapes)) == len(widths) < len(plain_shapes)  # one shape per width
+    assert all(rows == min(16, 120 // width) for rows, width in shapes)
+
+
 def test_int8_quantises_the_linear_layers_and_fp32_is_exact(tiny_model):
     import copy
 
@@ -58,6 +91,7 @@ def test_int8_quantises_the_linear_layers_and_fp32_is_exact(tiny_model):
     np.testing.assert_allclose(exact, ref, atol=1e-5)
     quant = prepare_model(copy.deepcopy(model), "int8", "cpu")
     assert any("Quantized" in type(m).__name__ or "quantized" in type(m).__module__ for m in quant.modules())
+    assert not fills_rows(quant, "cpu")  # dynamic int8 scales a batch by its largest value: no filler rows
     got = score_pairs(quant, tok, s1, s2)
     assert np.abs(got - ref).max() < 2e-2
 
