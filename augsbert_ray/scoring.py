@@ -321,10 +321,11 @@ def prepare_model(model, precision: str, device: str, compile: bool = False):
 
 
 def score_tokenized(model, tokens: TokenizedPairs, *, pad_id: int = 0, token_budget: int | None = None,
-                    max_pairs: int = 1024, device: str = "cpu") -> np.ndarray:
-    """Scores tokenised pairs: sigmoid of the model's one logit, float32, in input order."""
+                    max_pairs: int = 1024, device: str = "cpu", fill: bool | None = None) -> np.ndarray:
+    """Scores tokenised pairs: sigmoid of the model's one logit, float32, in input order.
+    ``fill``: whether short batches are filled (``fill_rows``); None: where ``fills_rows`` says."""
     return _score_chunks(model, iter([(np.arange(len(tokens)), tokens)]), len(tokens), pad_id,
-                         token_budget, max_pairs, device)
+                         token_budget, max_pairs, device, fill)
 
 
 def score_pairs(model, tokenizer, s1: list[str], s2: list[str], *, micro_batch_size: int = 64,
@@ -391,8 +392,17 @@ def fill_rows(ids: np.ndarray, types: np.ndarray | None, lens: np.ndarray, rows:
     return ids, types, np.concatenate([lens, np.ones(extra, lens.dtype)])
 
 
+def filled_size(rows: int, width: int, token_budget: int, max_pairs: int) -> int:
+    """The rows a batch of ``rows`` pairs of ``width`` tokens is filled up to: the next power of
+    two, or the width's full batch if that is smaller. Each width then has a few shapes at most,
+    and a short batch at most doubles its work. (Filling to the full batch costs more: a block's
+    last batch holds its shortest pairs, whose full batch is the largest.)"""
+    full = max(rows, min(max_pairs, token_budget // width))
+    return min(full, 1 << max(0, rows - 1).bit_length())
+
+
 def fills_rows(model, device: str) -> bool:
-    """Whether batches are filled up to their width's full size (``fill_rows``): on CPU, where
+    """Whether short batches are filled (``fill_rows``, ``filled_size``): on CPU, where
     oneDNN compiles and keeps a kernel per input shape, and the last, short batch of each chunk
     would otherwise bring a new shape almost every time, so that an actor's memory grew with the
     pairs it labelled. A filler row changes no other row's score (each row's result depends on
@@ -419,8 +429,9 @@ def _score_chunks(model, chunks, n: int, pad_id: int, token_budget: int | None, 
             logits, keep = [], []
             for idx in batches:
                 ids, types, lens = pad_batch(tokens, idx, pad_id)
-                if fill:  # every batch of one width then has one shape: the one its full batches have
-                    ids, types, lens = fill_rows(ids, types, lens, min(max_pairs, budget // ids.shape[1]), pad_id)
+                if fill:
+                    ids, types, lens = fill_rows(ids, types, lens, filled_size(len(idx), ids.shape[1], budget,
+                                                                              max_pairs), pad_id)
                 t_ids, t_lens = torch.from_numpy(ids), torch.from_numpy(lens)
                 t_types = torch.from_numpy(types) if types is not None else None
                 if gpu:  # pinned host memory, so the copy overlaps with the work queued before it

@@ -2,8 +2,9 @@ import numpy as np
 import pytest
 
 from augsbert_ray.models import load_cross_encoder
-from augsbert_ray.scoring import (_score_chunks, fill_rows, fills_rows, pad_batch, prepare_model, resolve_precision,
-                                  score_pairs, score_tokenized, token_budget_batches, tokenize_pairs)
+from augsbert_ray.scoring import (_score_chunks, fill_rows, filled_size, fills_rows, pad_batch, prepare_model,
+                                  resolve_precision, score_pairs, score_tokenized, token_budget_batches,
+                                  tokenize_pairs)
 from test_labeling import one_by_one, pairs
 
 
@@ -55,10 +56,16 @@ def test_fill_rows_appends_one_token_rows_up_to_the_size():
     assert fill_rows(ids, None, lens, 2, pad_id=0)[0] is ids  # a full batch is left as it is
 
 
+def test_a_short_batch_is_filled_to_a_power_of_two_at_most_its_widths_full_batch():
+    assert [filled_size(n, 20, 2048, 4096) for n in (1, 2, 3, 5, 8, 9, 60, 100, 102)] == [1, 2, 4, 8, 8, 16, 64, 102, 102]
+    assert filled_size(3, 3000, 2048, 4096) == 3  # longer than the budget: as it is
+    assert filled_size(7, 20, 1 << 62, 64) == 8  # no token budget: the pair cap is the full batch
+
+
 @pytest.mark.parametrize("precision", ["fp32", "bf16"])
-def test_filled_batches_keep_every_score_to_the_bit_with_one_shape_per_width(tiny_model, precision):
-    """Short last batches are filled up to their width's full size, so that oneDNN sees one
-    shape per width instead of a new one per chunk; no pair's score may move at all."""
+def test_filled_batches_keep_every_score_to_the_bit_with_few_shapes_per_width(tiny_model, precision):
+    """Short batches are filled (the last of each chunk would otherwise bring oneDNN a new
+    shape almost every time); no pair's score may move at all."""
     model, tok = load_cross_encoder(tiny_model)
     model = prepare_model(model, precision, "cpu")
     s1, s2 = pairs(300, seed=6)
@@ -75,9 +82,9 @@ def test_filled_batches_keep_every_score_to_the_bit_with_one_shape_per_width(tin
         hook.remove()
     assert fills_rows(model, "cpu") and not fills_rows(model, "cuda")
     assert (filled == plain).all()
-    widths = {width for _, width in shapes}
-    assert len(set(shapes)) == len(widths) < len(plain_shapes)  # one shape per width
-    assert all(rows == min(16, 120 // width) for rows, width in shapes)
+    full = {width: min(16, 120 // width) for _, width in shapes}
+    assert all(rows == full[width] or rows & (rows - 1) == 0 for rows, width in shapes)  # full, or a power of two
+    assert len(set(shapes)) < len(plain_shapes)
 
 
 def test_int8_quantises_the_linear_layers_and_fp32_is_exact(tiny_model):
