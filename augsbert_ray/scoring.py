@@ -406,8 +406,8 @@ def fills_rows(model, device: str) -> bool:
     oneDNN compiles and keeps a kernel per input shape, and the last, short batch of each chunk
     would otherwise bring a new shape almost every time, so that an actor's memory grew with the
     pairs it labelled. A filler row changes no other row's score (each row's result depends on
-    its own tokens alone), except under dynamic int8 quantisation, which scales each batch by its
-    largest value: there, and on GPUs, batches stay as they are."""
+    its own tokens alone; the tests check it to the bit), except under dynamic int8 quantisation,
+    which scales each batch by its largest value: there, and on GPUs, batches stay as they are."""
     if str(device).startswith("cuda"):
         return False
     return not any(type(m).__module__.startswith("torch.ao.nn.quantized") for m in model.modules())
