@@ -17,7 +17,7 @@ import pytest
 import torch
 
 from augsbert_ray.models import check_local_weights, load_bi_encoder, truncate_layers
-from augsbert_ray.scoring import _pair_layout, tokenize_pairs
+from augsbert_ray.scoring import _pair_layout, _score_chunks, tokenize_pairs
 
 SMALL = {"hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 2, "intermediate_size": 64}
 PAIRS = (["a man is playing a guitar.", "the cat sat on the mat in the sun all day long.", "two dogs run."],
@@ -118,6 +118,13 @@ def test_cross_encoder_loads_scores_and_trains(arch_model):
                                          return_tensors="pt")).logits.reshape(-1)).numpy()
     np.testing.assert_allclose(got, want, atol=1e-5)
     assert np.ptp(got) > 0
+    # a short batch filled with one-token rows (as on CPU) leaves every real row's score as it was
+    s1, s2 = (list(PAIRS[0]) * 3)[:7], (list(PAIRS[1]) * 3)[:7]
+    seven = tokenize_pairs(tok, s1, s2, max_length=128)
+    pad = tok.pad_token_id if tok.pad_token_id is not None else 0
+    plain, filled = (_score_chunks(model, iter([(np.arange(7), seven)]), 7, pad, None, 4, "cpu", fill=fill)
+                     for fill in (False, True))
+    assert (filled == plain).all(), f"{arch}: filler rows moved a score"
 
     model.train()
     loss = recipe.loss(model, *PAIRS, torch.tensor([0.9, 0.1, 0.5]))
