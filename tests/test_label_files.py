@@ -152,7 +152,7 @@ ERRORS = {  # case: (type, what the message holds)
     "missing column": (DataError, ["p.csv:1: field 'reply' column not found"]),
     "unmapped column": (DataError, ["p.csv:1: field 'sentence1' column not found"]),
     "empty sentence": (DataError, ["p.csv:8: field 'sentence1' empty sentence"]),
-    "short csv row": (DataError, ["p.csv:13:", "missing field"]),
+    "short csv row": (DataError, ["p.csv:13:", "missing (row has"]),
     "jsonl number": (DataError, ["p.jsonl:4: field 'sentence2' not a string: 42"]),
     "parquet nulls": (DataError, ["p.parquet:6: field 'sentence1' not a string: None"]),
     "parquet integers": (DataError, ["p.parquet:1: field 'sentence1' not a string: 0 (a column of int64)"]),

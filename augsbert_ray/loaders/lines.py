@@ -105,7 +105,7 @@ def tab_rows(
         elif not line.text:
             continue
         elif len(fields) < need:
-            reason = f"missing field (row has {len(fields)} fields, needs {need})"
+            reason = f"missing (row has {len(fields)} fields, needs {need})"
             yield BadRow(line.number, names[len(fields)], reason)
         elif len(fields) > need and not extra_ok:
             reason = (

@@ -36,7 +36,7 @@ def map_record(line: int, record: Mapping[str, object], columns: ColumnMap,
     """
     missing = [c for c in required_columns(columns) if c not in record]
     if missing:
-        return BadRow(line, missing[0], f"missing field (row has keys {sorted(record)})" + span_note(line, last_line))
+        return BadRow(line, missing[0], f"missing (row has keys {sorted(record)})" + span_note(line, last_line))
     genre = record[columns.genre] if columns.genre is not None else None
     sentence1, sentence2 = record[columns.sentence1], record[columns.sentence2]
     label = record[columns.label] if columns.label is not None else None

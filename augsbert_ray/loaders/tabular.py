@@ -96,7 +96,7 @@ def _read_delimited(source: DataSource, delimiter: str, kind: str) -> Iterator[R
         elif not fields:  # a blank line is not a row
             continue
         elif len(fields) < len(header):
-            reason = f"missing field (row has {len(fields)} fields, header has {len(header)})"
+            reason = f"missing (row has {len(fields)} fields, header has {len(header)})"
             yield BadRow(first, header[len(fields)], reason + span_note(first, last))
         elif len(fields) > len(header):
             reason = f"extra field (row has {len(fields)} fields, header has {len(header)})"

@@ -54,7 +54,7 @@ def test_a_missing_header_is_an_error_not_a_dropped_row(tmp_path):
         ("1\t-1\t-1\tI like green apples.\tI don't.", "#1 ID", "not a corpus sentence id: '-1'"),
         ("1\t12\tx\ta\tb", "#2 ID", "not a corpus sentence id: 'x'"),
         ("2\t1\t2\ta\tb", "label", "out of range [0, 1]: 2"),
-        ("1\t1\t2\ta", "#2 String", "missing field (row has 4 fields, needs 5)"),
+        ("1\t1\t2\ta", "#2 String", "missing (row has 4 fields, needs 5)"),
         ("1\t1\t2\ta\tb\tc", None, "extra field (row has 6 fields, needs 5; a tab in a sentence?)"),
     ],
 )

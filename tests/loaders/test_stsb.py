@@ -65,7 +65,7 @@ def _error(tmp_path, bad_line: bytes) -> DataError:
 @pytest.mark.parametrize(
     ("bad_line", "field", "reason"),
     [
-        (b"main-news\theadlines\t2015\t0004", "score", "missing field (row has 4 fields, needs 7)"),
+        (b"main-news\theadlines\t2015\t0004", "score", "missing (row has 4 fields, needs 7)"),
         (b"g\tf\ty\t4\tabc\ta\tb", "label", "not a number: 'abc'"),
         (b"g\tf\ty\t4\t7.2\ta\tb", "label", "out of range [0, 5]: 7.2"),
         (b"g\tf\ty\t4\t-0.1\ta\tb", "label", "out of range [0, 5]: -0.1"),

@@ -109,7 +109,7 @@ def test_missing_column_in_parquet(tmp_path):
         ("csv", b"3,x,y,NaN,d", "label", "not a finite number: 'NaN'"),
         ("csv", b"3,x,y,7.2,d", "label", "out of range [0, 5]: 7.2"),
         ("csv", b"3,x, ,1,d", "sentence2", "empty sentence"),
-        ("csv", b"3,x,y", "score", "missing field (row has 3 fields, header has 5)"),
+        ("csv", b"3,x,y", "score", "missing (row has 3 fields, header has 5)"),
         ("csv", b"3,x,y,1,d,e", None, "extra field (row has 6 fields, header has 5)"),
         ("csv", b'3,x,"y"z,1,d', None, "malformed csv: ',' expected after '\"'"),
         ("csv", b"3,x,\xffy,1,d", None, "invalid UTF-8 (byte 0xff at offset 4)"),
@@ -117,7 +117,7 @@ def test_missing_column_in_parquet(tmp_path):
             "jsonl",
             b'{"text_a": "x", "score": 1, "domain": "d"}',
             "text_b",
-            "missing field (row has keys ['domain', 'score', 'text_a'])",
+            "missing (row has keys ['domain', 'score', 'text_a'])",
         ),
         (
             "jsonl",
