@@ -52,22 +52,34 @@ def test_processes_are_told_apart_by_their_ray_titles():
                         ) == "idle Ray workers"
 
 
-def test_the_sampler_puts_a_processs_heap_under_its_kind_over_time():
-    from augsbert_ray.bench.memory import MemorySampler
+_TITLED = """
+import json, subprocess, sys, time
+from augsbert_ray.bench.memory import MemorySampler
+code = 'import time\\nheap = b"\\\\x01" * (64 * 2 ** 20)\\nprint("ready", flush=True)\\ntime.sleep(60)\\n'
+child = subprocess.Popen(["ray::MapWorker(MapBatches(PairScorer))", "-c", code], executable=sys.executable,
+                         stdout=subprocess.PIPE, text=True)
+try:
+    with MemorySampler(interval=0.05) as mem:
+        assert child.stdout.readline().strip() == "ready"
+        time.sleep(1.2)
+finally:
+    child.kill()
+    child.wait()
+print(json.dumps({"peaks": mem.role_peaks, "timeline": mem.timeline}))
+"""
 
-    # a child titled as Ray titles a labelling actor, holding 64 MiB of heap
-    code = 'import time\nheap = b"\\x01" * (64 * 2 ** 20)\nprint("ready", flush=True)\ntime.sleep(60)\n'
-    child = subprocess.Popen(["ray::MapWorker(MapBatches(PairScorer))", "-c", code], executable=sys.executable,
-                             stdout=subprocess.PIPE, text=True)
-    try:
-        with MemorySampler(interval=0.05) as mem:
-            assert child.stdout.readline().strip() == "ready"
-            time.sleep(1.2)
-        assert mem.role_peaks["labelling actors"] >= 60 * MIB
-        assert mem.role_peaks["labelling actors"] < 100 * MIB
-        assert mem.role_peaks["driver"] > 0 and mem.role_peaks["warm hosts"] == 0
-        assert len(mem.timeline) >= 2 and mem.timeline[0][0] == 0.0
-        assert max(point["labelling actors"] for _, point in mem.timeline) == mem.role_peaks["labelling actors"]
-    finally:
-        child.kill()
-        child.wait()
+
+def test_the_sampler_puts_a_processs_heap_under_its_kind_over_time():
+    """In a process of its own, so that only its child is sampled (a test worker may hold Ray's
+    processes, labelling actors among them, as its children): a child titled as Ray titles a
+    labelling actor, holding 64 MiB of heap."""
+    import json
+
+    done = subprocess.run([sys.executable, "-c", _TITLED], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    got = json.loads(done.stdout.strip().splitlines()[-1])
+    peaks, timeline = got["peaks"], got["timeline"]
+    assert 60 * MIB <= peaks["labelling actors"] < 100 * MIB
+    assert peaks["driver"] > 0 and peaks["warm hosts"] == 0
+    assert len(timeline) >= 2 and timeline[0][0] == 0.0
+    assert max(point["labelling actors"] for _, point in timeline) == peaks["labelling actors"]
