@@ -32,11 +32,10 @@ MIB = 2 ** 20
 
 
 def _anon() -> int:
-    with open("/proc/self/status", encoding="ascii") as f:
-        for line in f:
-            if line.startswith("RssAnon:"):
-                return int(line.split()[1]) * 1024
-    return 0
+    """This process's own resident memory (RssAnon, bytes), as the memory sampler reads it."""
+    from augsbert_ray.bench.memory import _rss_parts
+
+    return _rss_parts()[0]
 
 
 def one_side(args) -> dict:
