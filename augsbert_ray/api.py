@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import logging
 import os
+import shutil
 import sys
 from collections.abc import Sequence
 from contextlib import ExitStack
@@ -221,8 +222,6 @@ def _labeling_config(**options):
 
 def _label_checked(model, inputs, out: Path, record: dict, cfg, max_length: int, trained: bool, address, fresh,
                    verbose):
-    import ray
-
     from augsbert_ray import label_files, label_output
     from augsbert_ray.labeling import LabelingReport, actor_cpus, label_shards, pool_size
     from augsbert_ray.models import ship_if_local
@@ -242,17 +241,19 @@ def _label_checked(model, inputs, out: Path, record: dict, cfg, max_length: int,
         log.info(f"[label] Ray cluster: {cluster.describe()}")
         actors = pool_size(cfg, cluster.gpus)
         cpus = actor_cpus(cfg, cluster.cpus, actors)
-        store = label_output.LabelStore(root, inputs.score_column, fetch=ray.get)
+        # The shards wait on the driver's disk, not in the object store (``labeling.spool``).
+        store = label_output.LabelStore(root, inputs.score_column, staging=root / label_output.STAGING / "rows")
+        stack.callback(shutil.rmtree, root / label_output.STAGING, True)
 
         def candidates():
             for shard in label_files.shards(inputs, cfg.block_size):
-                store.hold(shard.index, ray.put(shard.rows), shard.first_row)
+                store.hold(shard.index, shard.rows, shard.first_row)
                 yield shard.candidates
 
         report = LabelingReport()
         progress.start_stage("label", total=inputs.pairs, unit="pairs")
         label_shards(candidates(), ship_if_local(model), cfg, max_length, cpus, store, report=report,
-                     actors=actors, progress=progress.stage("label"))
+                     actors=actors, progress=progress.stage("label"), spool=root / label_output.STAGING / "shards")
         rate = report.labelled_pairs / report.seconds if report.seconds else 0.0
         progress.finish_stage("label", note=f"{rate:.1f} pairs/s, {report.reused} of {report.shards} shards "
                                             "from an earlier run")

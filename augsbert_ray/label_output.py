@@ -5,6 +5,8 @@
                                   and once every shard is in, the summary
     OUT/_manifests/part-*.json    each shard's commit record (``labeling.ShardStore``)
     OUT/_logs/                    the progress lines (label.log) and Ray's own messages (ray.log)
+    OUT/_staging/                 while a run lasts: the shards not yet committed, their pairs and
+                                  their input rows (``labeling.spool``), each removed at its commit
 
 Readers of a folder (pyarrow, Ray Data, pandas) skip names that start with ``_`` or ``.``,
 so ``pyarrow.parquet.read_table(OUT)`` reads the scored pairs and nothing else. A part is
@@ -19,7 +21,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -29,10 +30,12 @@ import pyarrow as pa
 from augsbert_ray import schema
 from augsbert_ray.errors import AugSBERTError, LabelingError
 from augsbert_ray.labeling import ShardStore
+from augsbert_ray.labeling.spool import read_table, shard_path, write_table
 
 RECORD = "_label.json"
 MANIFESTS = "_manifests"
 LOGS = "_logs"
+STAGING = "_staging"
 
 
 @dataclass
@@ -74,37 +77,49 @@ class LabelStore(ShardStore):
     Args:
         root: the output folder.
         score_column: the name of the score column.
-        fetch: turns what ``hold`` was given into the rows (``ray.get`` for rows held in
-            the object store; by default they are held as they are).
+        staging: a folder where the rows of shards not yet committed wait (emptied first); None:
+            they are held in memory.
     """
 
-    def __init__(self, root: str | os.PathLike, score_column: str, fetch: Callable = lambda rows: rows):
+    def __init__(self, root: str | os.PathLike, score_column: str, staging: str | os.PathLike | None = None):
         super().__init__(root)
         (self.root / MANIFESTS).mkdir(exist_ok=True)
-        self.score_column, self._fetch = score_column, fetch
-        self._held: dict[int, tuple[object, int]] = {}
+        self.score_column = score_column
+        self.staging = Path(staging) if staging is not None else None
+        if self.staging is not None:
+            shutil.rmtree(self.staging, ignore_errors=True)
+            self.staging.mkdir(parents=True)
+        self._held: dict[int, tuple[pa.Table | str, int]] = {}
 
     def manifest(self, i: int) -> Path:
         return self.root / MANIFESTS / f"part-{i:06d}.json"
 
-    def hold(self, i: int, rows, first_row: int) -> None:
-        """Keeps shard ``i``'s input rows (or a reference to them) until it is committed."""
+    def hold(self, i: int, rows: pa.Table, first_row: int) -> None:
+        """Keeps shard ``i``'s input rows until it is committed: in memory until ``done`` says it
+        is not committed yet, then in the staging folder (if any)."""
         self._held[i] = (rows, first_row)
 
     def done(self, i: int, digest: str) -> bool:
         committed = super().done(i, digest)
         if committed:
             self._held.pop(i, None)  # an earlier run's commit: its rows are not needed
+        elif self.staging is not None and isinstance(self._held.get(i, (None,))[0], pa.Table):
+            rows, first = self._held[i]
+            path = shard_path(self.staging, i)
+            write_table(path, rows)
+            self._held[i] = (path, first)
         return committed
 
     def commit(self, i: int, table: pa.Table, digest: str) -> None:
         held, first = self._held.pop(i)
-        rows = self._fetch(held)
+        rows = read_table(held) if isinstance(held, str) else held
         expect = np.arange(first, first + rows.num_rows)
         if table.num_rows != rows.num_rows or not np.array_equal(table.column(schema.ID2).to_numpy(), expect):
             raise LabelingError(f"shard {i}: the labelled pairs are not the shard's rows in input order")
         super().commit(i, rows.append_column(pa.field(self.score_column, pa.float32()),
                                               table.column(schema.LABEL).cast(pa.float32())), digest)
+        if isinstance(held, str):
+            os.unlink(held)
 
 
 def check_output(out: str | os.PathLike, record: dict, fresh: bool) -> None:

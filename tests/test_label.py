@@ -7,6 +7,7 @@ import csv
 import random
 
 import numpy as np
+import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
@@ -43,10 +44,17 @@ def test_a_stopped_run_resumes_and_yields_each_pair_once_with_the_models_score(r
     with pytest.raises(KeyboardInterrupt):
         augsbert_ray.label(tiny_cross_encoder, str(path), out, **options)
     assert len(list(out.glob("part-*.parquet"))) == 2
+    assert not (out / "_staging").exists()  # the shards that waited on disk go with the run
     monkeypatch.setattr(LabelStore, "commit", commit)
 
+    put, real_put = [], ray_local.put
+    monkeypatch.setattr(ray_local, "put", lambda value, **kw: put.append(value) or real_put(value, **kw))
     summary = augsbert_ray.label(tiny_cross_encoder, str(path), out, **options)
     assert (summary.pairs, summary.shards, summary.reused_shards) == (N, 4, 2)
+    # the pending shards and their input rows waited on the driver's disk, not in the object store
+    # (Ray Data puts only the reading tasks' descriptions)
+    assert not [v for v in put if isinstance(v, pa.Table) and {"q", "sentence1"} & set(v.column_names)]
+    assert not (out / "_staging").exists()
     assert summary.labelled_pairs == N - 2 * BLOCK
     table = pq.read_table(out)
     assert table.column_names == ["key", "q", "a", "score"]

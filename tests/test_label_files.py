@@ -209,6 +209,48 @@ def test_the_store_writes_input_rows_with_their_scores_and_a_new_store_finds_the
         store.commit(1, _silver(rows, 1), "digest-1")
 
 
+def test_a_staging_store_keeps_the_rows_of_shards_not_committed_on_disk_until_their_commit(tmp_path):
+    rows = pa.table({"id": ["a", "b", "c"], "text": ["x", "y", "z"]})
+    store = LabelStore(tmp_path / "out", "score", staging=tmp_path / "out" / "_staging" / "rows")
+    store.hold(0, rows, first_row=6)
+    assert not store.done(0, "digest-0")
+    staged = list((tmp_path / "out" / "_staging" / "rows").iterdir())
+    assert len(staged) == 1 and not any(isinstance(held, pa.Table) for held, _ in store._held.values())
+    store.commit(0, _silver(rows, 6), "digest-0")
+    assert not staged[0].exists()  # committed: its rows are in the output now
+    assert pq.read_table(tmp_path / "out").column("id").to_pylist() == ["a", "b", "c"]
+    again = LabelStore(tmp_path / "out", "score", staging=tmp_path / "out" / "_staging" / "rows")
+    again.hold(0, rows, first_row=6)
+    assert again.done(0, "digest-0") and not list((tmp_path / "out" / "_staging" / "rows").iterdir())
+
+
+def test_the_spool_hands_the_pool_each_pending_shard_once_and_removes_it_at_its_commit(tmp_path, monkeypatch):
+    """``labeling.spool``: the reading tasks cover the pending shards in order, a few to a task,
+    and give back each shard's rows as they were put, with its ``SHARD`` column."""
+    from augsbert_ray.labeling import spool
+    from augsbert_ray.labeling.driver import _Pending
+    from augsbert_ray.labeling.shards import SHARD
+
+    monkeypatch.setattr(spool, "READ_ROWS", 10)  # two shards of 5 a task
+    (tmp_path / "spool").mkdir()
+    (tmp_path / "spool" / "shard-000009.arrow").write_bytes(b"a killed run's")
+    box = spool.ShardSpool(tmp_path / "spool", 5, "node")
+    assert not list((tmp_path / "spool").iterdir())  # emptied when opened
+    blocks = {i: pa.table({"text": [f"{i}-{j}" for j in range(5 if i < 6 else 2)], SHARD: [i] * (5 if i < 6 else 2)})
+              for i in (0, 2, 3, 5, 6)}
+    pending = {i: _Pending(None, "", b.num_rows, box.put(i, b), i) for i, b in blocks.items()}
+    tasks = box.source.tasks(pending)
+    assert [t["shards"] for t in tasks] == [[0, 2], [3, 5], [6]]
+    read = pa.concat_tables([box.source.read(pa.Table.from_pylist([t])) for t in tasks])
+    assert read.equals(pa.concat_tables(list(blocks.values())))
+    assert pending[3].block().equals(blocks[3])  # as a warm host is handed it
+    box.remove(3)
+    assert sorted(p.name for p in (tmp_path / "spool").iterdir()) == [
+        f"shard-{i:06d}.arrow" for i in (0, 2, 5, 6)]
+    box.close()
+    assert not (tmp_path / "spool").exists()
+
+
 def test_an_output_folder_takes_only_the_same_labelling_unless_fresh(tmp_path):
     record = {"model": "m", "inputs": [["a.csv", 10, 1]], "max_length": 128}
     out = tmp_path / "out"

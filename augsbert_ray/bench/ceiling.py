@@ -25,7 +25,7 @@ class PhaseTimes:
     shards: int
     wall: float  # the whole labelling call
     input: float  # making the input shards (here: synthetic; in ``augsbert label``: reading files)
-    queued: float  # from the start until every shard is in the object store (includes ``input``)
+    queued: float  # from the start until every shard is queued for the pool (includes ``input``)
     first_shard: float  # from then until the first shard is committed (the actor pool's start)
     commit: float  # in the driver's shard commits (Parquet, sha256, manifest)
     driver_cpu_queued: float  # the driver process's CPU seconds while queueing
@@ -74,7 +74,7 @@ def analyse(t: PhaseTimes) -> Ceiling:
     start = min(t.first_shard, t.pool)
     phases = {
         "making the input shards": t.input,
-        "driver: fingerprinting shards and putting them in the object store": t.queued - t.input,
+        "driver: fingerprinting shards and queueing them (the spool on its disk)": t.queued - t.input,
         START: start,
         "Ray Data: shards to the actors and back, the driver's checks": max(0.0, t.pool - start - t.commit),
         "driver: committing shards (Parquet, sha256, manifest)": t.commit,

@@ -1,8 +1,8 @@
 """The control-plane ceiling: the labelling pipeline with a scorer that does no model work.
 
 The pairs go through ``labeling.label_shards`` (what ``augsbert label`` runs): shards cut
-and fingerprinted on the driver, put in Ray's object store, handed by Ray Data to an actor
-pool, checked against their input and committed to disk with their manifests. Only the
+and fingerprinted on the driver, written to its spool on disk, read by Ray Data tasks and handed
+to an actor pool, checked against their input and committed to disk with their manifests. Only the
 actors' scorer is another, ``NullScorer`` (passed as the pipeline's ``scorer``), which returns
 a constant label without tokenising or running a model; the run's rate is then what the engine itself can move, and
 ``ceiling.analyse`` says where its time goes.
@@ -13,6 +13,7 @@ making them is timed apart, as reading files would be).
 
 from __future__ import annotations
 
+import os
 import tempfile
 import time
 
@@ -148,7 +149,7 @@ def measure(pool: list[str], pairs: int, block_size: int, actors: int, cluster_c
         rss0, cpu0, t0 = clock.me.memory_info().rss, clock.cpu(), time.perf_counter()
         label_shards(shards(pool, pairs, block_size, made), "embedded", cfg, 128,
                      actor_cpus(cfg, cluster_cpus, actors), store, report=report, actors=actors,
-                     progress=clock, scorer=ScorerSpec(NullScorer))
+                     progress=clock, scorer=ScorerSpec(NullScorer), spool=os.path.join(tmp, "_spool"))
         wall, cpu1 = time.perf_counter() - t0, clock.cpu()
     queued = (clock.queued_at or t0) - t0
     return PhaseTimes(pairs=pairs, shards=report.shards, wall=wall, input=made[0], queued=queued,

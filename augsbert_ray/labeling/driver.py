@@ -21,7 +21,8 @@ import pyarrow.compute as pc
 from augsbert_ray import schema
 from augsbert_ray.errors import LabelingError
 from augsbert_ray.labeling.pool import FileSource, release_failed_pool, run_pool
-from augsbert_ray.labeling.shards import SHARD, ShardStore, file_shards, keys_digest, pairs_digest, read_rows, table_shards
+from augsbert_ray.labeling.shards import SHARD, ShardStore, file_shards, keys_digest, pairs_digest, table_shards
+from augsbert_ray.labeling.spool import ShardSpool, SpoolSource
 
 log = logging.getLogger(__name__)
 
@@ -127,20 +128,28 @@ def label_candidates_file(candidates_path, silver_path, model_dir: str, cfg, max
 
 def label_shards(shards, model_dir, cfg, max_length: int, cpus_per_actor: float, store: ShardStore,
                  report: LabelingReport | None = None, actors: int | None = None, progress=None,
-                 scorer=None) -> int:
+                 scorer=None, spool: str | os.PathLike | None = None) -> int:
     """``label_candidates`` for candidate shards made elsewhere (``augsbert label``'s pair files):
     each shard is committed to ``store`` under its index, none is kept in memory.
 
     Args:
         shards: ``schema.CANDIDATE_SCHEMA`` tables, read lazily; shard ``i`` is the ``i``-th.
         store: where shards are committed; shards it holds already are not labelled again.
+        spool: a folder on the driver's disk where the pending shards wait for the pool
+            (``spool.ShardSpool``; emptied first, removed at the end); None, or with Ray
+            Client, whose driver is on no node of the cluster: Ray's object store.
         (the rest as ``label_candidates``)
 
     Returns:
         The number of shards.
     """
-    return _label(shards, None, model_dir, cfg, max_length, cpus_per_actor, store, None, report, actors,
-                  progress, scorer)
+    spooled = _open_spool(spool, cfg.block_size)
+    try:
+        return _label(shards, None, model_dir, cfg, max_length, cpus_per_actor, store, None, report, actors,
+                      progress, scorer, spool=spooled)
+    finally:
+        if spooled is not None:
+            spooled.close()
 
 
 def _run_attempt(pending, finished, commit, model_dir, cfg, max_length, cpus_per_actor, actors, scorer) -> None:
@@ -180,27 +189,32 @@ class _Pending:
     ref: object | None  # the shard (with its SHARD column) in the object store; None: read from ``source``
     pairs: str  # its pairs' ``pairs_digest``, to check what comes back
     rows: int
-    source: FileSource | None = None
+    source: FileSource | SpoolSource | None = None
     index: int = 0
 
     def block(self):
-        """The shard with its ``SHARD`` column: its object reference, or its rows read from the file."""
-        if self.ref is not None:
-            return self.ref
-        start = self.index * self.source.block_size
-        rows = read_rows(self.source.path, start, start + self.rows)
-        return rows.cast(schema.decoded(rows.schema)).append_column(
-            SHARD, pa.array(np.full(self.rows, self.index, np.int64)))
+        """The shard with its ``SHARD`` column: its object reference, or its rows read from its source."""
+        return self.ref if self.ref is not None else self.source.block(self)
+
+
+def _open_spool(folder, block_size: int) -> ShardSpool | None:
+    """The spool for pending shards, where the driver's disk is a node's (not with Ray Client)."""
+    import ray
+
+    if folder is None or ray.util.client.ray.is_connected():
+        return None
+    return ShardSpool(folder, block_size, ray.get_runtime_context().get_node_id())
 
 
 def _label(shards, done: dict | None, model_dir, cfg, max_length, cpus_per_actor, store, on_commit,
-           report, actors: int | None = None, progress=None, scorer=None, source: FileSource | None = None) -> int:
+           report, actors: int | None = None, progress=None, scorer=None, source: FileSource | None = None,
+           spool: ShardSpool | None = None) -> int:
     """Labels an iterable of candidate shards; returns how many shards there were.
 
     With ``done`` (a dict), labelled shards are kept there by index; with ``done=None`` they
     are only committed to ``store`` (which is then required) and not kept. With ``source``
     (the file the shards are cut from), pending shards are read from it where they are
-    labelled, not put in the object store.
+    labelled, not put in the object store; with a ``spool``, they wait in its folder.
     """
     import ray
 
@@ -227,7 +241,10 @@ def _label(shards, done: dict | None, model_dir, cfg, max_length, cpus_per_actor
             pending[i] = _Pending(None, pairs_id, shard.num_rows, source, i)
             continue
         block = shard.append_column(SHARD, pa.array(np.full(shard.num_rows, i, np.int64)))
-        pending[i] = _Pending(ray.put(block), pairs_id, shard.num_rows, None, i)
+        if spool is not None:
+            pending[i] = _Pending(None, pairs_id, shard.num_rows, spool.put(i, block), i)
+        else:
+            pending[i] = _Pending(ray.put(block), pairs_id, shard.num_rows, None, i)
     report.shards = len(digests)
     report.reused = len(finished)
     if finished:
@@ -247,6 +264,8 @@ def _label(shards, done: dict | None, model_dir, cfg, max_length, cpus_per_actor
             done[i] = table
         finished.add(i)
         del pending[i]  # its block leaves the object store
+        if spool is not None:
+            spool.remove(i)
         report.labelled += 1
         if report.first_shard_seconds is None:
             report.first_shard_seconds = time.perf_counter() - t0

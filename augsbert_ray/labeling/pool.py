@@ -23,6 +23,19 @@ READ_ROWS = 65_536
 READ_TASKS = 2
 
 
+def read_shards(tasks: pa.Table) -> pa.Table:
+    """Runs in a Ray Data task: the rows of each task's shards (``FileSource.tasks``), each
+    row with its shard's index in ``SHARD``."""
+    out = []
+    for task in tasks.to_pylist():
+        start, stop, size = task["start"], task["stop"], task["block_size"]
+        rows = read_rows(task["path"], start, stop, file_row_groups(task["path"]))
+        shard = np.arange(start, stop, dtype=np.int64) // size
+        rows = rows.cast(schema.decoded(rows.schema)).append_column(SHARD, pa.array(shard))
+        out.append(rows.filter(pa.array(np.isin(shard, task["shards"]))))
+    return pa.concat_tables(out)
+
+
 @dataclass(frozen=True)
 class FileSource:
     """Pending shards that Ray Data tasks read from the candidates file themselves, on the
@@ -33,6 +46,8 @@ class FileSource:
     path: str
     block_size: int
     node_id: str
+
+    read = staticmethod(read_shards)
 
     def tasks(self, pending: dict) -> list[dict]:
         """Reading tasks over the pending shards, in order: runs of consecutive pending shards
@@ -47,18 +62,12 @@ class FileSource:
                         "stop": run[-1] * self.block_size + pending[run[-1]].rows})
         return out
 
-
-def read_shards(tasks: pa.Table) -> pa.Table:
-    """Runs in a Ray Data task: the rows of each task's shards (``FileSource.tasks``), each
-    row with its shard's index in ``SHARD``."""
-    out = []
-    for task in tasks.to_pylist():
-        start, stop, size = task["start"], task["stop"], task["block_size"]
-        rows = read_rows(task["path"], start, stop, file_row_groups(task["path"]))
-        shard = np.arange(start, stop, dtype=np.int64) // size
-        rows = rows.cast(schema.decoded(rows.schema)).append_column(SHARD, pa.array(shard))
-        out.append(rows.filter(pa.array(np.isin(shard, task["shards"]))))
-    return pa.concat_tables(out)
+    def block(self, pending) -> pa.Table:
+        """One pending shard (a ``driver._Pending``) with its ``SHARD`` column, read alone."""
+        start = pending.index * self.block_size
+        rows = read_rows(self.path, start, start + pending.rows)
+        return rows.cast(schema.decoded(rows.schema)).append_column(
+            SHARD, pa.array(np.full(pending.rows, pending.index, np.int64)))
 
 
 def run_pool(pending: dict, finished: set, commit, model_dir, cfg, max_length, cpus_per_actor,
@@ -93,8 +102,9 @@ def run_pool(pending: dict, finished: set, commit, model_dir, cfg, max_length, c
 
 
 def pool_input(pending: dict):
-    """What the pool reads: a ``FileSource`` with its reading tasks where the pending shards
-    lie in a file (``_Pending.source``), else their object references."""
+    """What the pool reads: the shards' source (a ``FileSource`` or a ``spool.SpoolSource``) with
+    its reading tasks where every pending shard lies in one (``_Pending.source``), else their
+    object references."""
     sources = {p.source for p in pending.values()}
     if len(sources) == 1 and None not in sources:
         source = sources.pop()
@@ -111,7 +121,7 @@ def input_dataset(inputs):
     if isinstance(inputs, tuple):
         source, tasks = inputs
         return ray.data.from_items(tasks, override_num_blocks=len(tasks)).map_batches(
-            read_shards, batch_size=1, batch_format="pyarrow", num_cpus=0,
+            source.read, batch_size=1, batch_format="pyarrow", num_cpus=0,
             compute=ray.data.TaskPoolStrategy(size=READ_TASKS),
             label_selector={"ray.io/node-id": source.node_id})
     return ray.data.from_arrow_refs(inputs)
@@ -151,7 +161,7 @@ def labelled_dataset(inputs, model_dir: str, cfg, max_length: int, cpus_per_acto
     """The Ray Dataset that labels the pending shards (lazy: nothing runs until it is read).
 
     Args:
-        inputs: the shards' object references, or a ``FileSource`` and its reading tasks
+        inputs: the shards' object references, or their source and its reading tasks
             (``pool_input``).
         scorer: the actors' class and constructor arguments; None: this module's ``PairScorer``
             (looked up at each call) for the cross-encoder in ``model_dir``.

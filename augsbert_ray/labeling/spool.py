@@ -1,0 +1,91 @@
+"""Pending shards kept on the driver's disk, not in Ray's object store, until the pool takes them.
+
+Shards that no Parquet file holds (``augsbert label``'s pair files in any format, the bench's
+shards made in memory) were put in the object store, every one of them, before the actor pool
+started: the driver's memory grew with the input, and past the store's size Ray spilled it.
+A spool writes each pending shard to a file of its own on the driver's local disk (Arrow IPC,
+lz4), Ray Data tasks on the driver's node read them as the actors are ready for more
+(``SpoolSource``), and a shard's file is removed once it is committed. The object store then
+holds only the shards in flight.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+
+import pyarrow as pa
+
+# Rows one reading task takes: a few shards, so that a task's start is paid for many rows.
+READ_ROWS = 65_536
+
+
+def shard_path(folder: str | os.PathLike, i: int) -> str:
+    return os.path.join(folder, f"shard-{i:06d}.arrow")
+
+
+def write_table(path: str | os.PathLike, table: pa.Table) -> None:
+    """``table`` as an Arrow IPC file (lz4: writing and reading cost far less than labelling),
+    written under a temporary name and renamed, so that a reader never sees half a file."""
+    tmp = f"{path}.tmp"
+    options = pa.ipc.IpcWriteOptions(compression="lz4")
+    with pa.OSFile(tmp, "wb") as sink, pa.ipc.new_file(sink, table.schema, options=options) as writer:
+        writer.write_table(table)
+    os.replace(tmp, path)
+
+
+def read_table(path: str | os.PathLike) -> pa.Table:
+    with pa.OSFile(str(path), "rb") as source:
+        return pa.ipc.open_file(source).read_all()
+
+
+def read_spooled(tasks: pa.Table) -> pa.Table:
+    """Runs in a Ray Data task: each task's shards (``SpoolSource.tasks``), read from their files."""
+    return pa.concat_tables([read_table(shard_path(task["folder"], i))
+                             for task in tasks.to_pylist() for i in task["shards"]])
+
+
+@dataclass(frozen=True)
+class SpoolSource:
+    """Where the pool's tasks read spooled shards: ``folder`` on the node ``node_id``."""
+
+    folder: str
+    block_size: int
+    node_id: str
+
+    read = staticmethod(read_spooled)
+
+    def tasks(self, pending: dict) -> list[dict]:
+        """Reading tasks over the pending shards, in order, about ``READ_ROWS`` rows each."""
+        per_task = max(1, READ_ROWS // self.block_size)
+        order = sorted(pending)
+        return [{"folder": self.folder, "shards": order[at:at + per_task]} for at in range(0, len(order), per_task)]
+
+    def block(self, pending) -> pa.Table:
+        """One pending shard (a ``driver._Pending``), as the pool's tasks read it."""
+        return read_table(shard_path(self.folder, pending.index))
+
+
+class ShardSpool:
+    """The spool's folder, emptied when opened (a killed run's shards are cut again from the
+    input) and removed by ``close``."""
+
+    def __init__(self, folder: str | os.PathLike, block_size: int, node_id: str):
+        self.folder = Path(folder)
+        shutil.rmtree(self.folder, ignore_errors=True)
+        self.folder.mkdir(parents=True)
+        self.source = SpoolSource(str(self.folder.resolve()), block_size, node_id)
+
+    def put(self, i: int, block: pa.Table) -> SpoolSource:
+        """Writes shard ``i`` (with its ``SHARD`` column); returns where the pool reads it."""
+        write_table(shard_path(self.folder, i), block)
+        return self.source
+
+    def remove(self, i: int) -> None:
+        """Shard ``i`` is committed: its file goes."""
+        Path(shard_path(self.folder, i)).unlink(missing_ok=True)
+
+    def close(self) -> None:
+        shutil.rmtree(self.folder, ignore_errors=True)
