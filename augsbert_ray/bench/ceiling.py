@@ -33,6 +33,10 @@ class PhaseTimes:
     peak_rss: int  # the driver's peak resident memory, bytes
     steady_pairs_per_s: float | None = None  # from the first shard committed to the last
     rss_before: int = 0  # the driver's resident memory when the run started (its imports, earlier work)
+    # The peak RSS's two parts: the driver's own heap, and the object store's pages it maps
+    # (bounded by the store's size), each at its own peak; bytes.
+    peak_private: int = 0
+    peak_shared: int = 0
 
     @property
     def pool(self) -> float:

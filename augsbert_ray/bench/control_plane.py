@@ -156,7 +156,7 @@ def measure(pool: list[str], pairs: int, block_size: int, actors: int, cluster_c
                       first_shard=report.first_shard_seconds or 0.0, commit=store.commit_s,
                       driver_cpu_queued=clock.cpu_at_queued - cpu0, driver_cpu_pool=cpu1 - clock.cpu_at_queued,
                       peak_rss=mem.peak_rss, steady_pairs_per_s=steady_rate(store.commit_times, store.sizes),
-                      rss_before=rss0)
+                      rss_before=rss0, peak_private=mem.peak_private, peak_shared=mem.peak_shared)
 
 
 def run(result: PartResult, pool: list[str], plan, cluster, per_device: tuple[str, float | None], log) -> None:
@@ -180,6 +180,9 @@ def run(result: PartResult, pool: list[str], plan, cluster, per_device: tuple[st
                note="psutil, every 0.5 s; this process's imports and earlier parts included")
     result.add("driver's memory growth during the run (peak RSS less RSS before)", c.rss_growth_mib, "MiB",
                side="info")
+    result.add("driver's peak private memory (its own heap)", t.peak_private / 2**20, "MiB", side="info")
+    result.add("driver's peak shared memory (the object store's pages it maps)", t.peak_shared / 2**20, "MiB",
+               side="info", note="bounded by the store's size")
     for phase, secs in c.phases.items():
         result.add(f"time: {phase}", secs, "s", side="info")
     result.add("driver CPU while queueing", c.driver_busy_queued, "CPU-s/s", side="info")
