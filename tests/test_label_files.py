@@ -224,23 +224,22 @@ def test_a_staging_store_keeps_the_rows_of_shards_not_committed_on_disk_until_th
     assert again.done(0, "digest-0") and not list((tmp_path / "out" / "_staging" / "rows").iterdir())
 
 
-def test_the_spool_hands_the_pool_each_pending_shard_once_and_removes_it_at_its_commit(tmp_path, monkeypatch):
-    """``labeling.spool``: the reading tasks cover the pending shards in order, a few to a task,
+def test_the_spool_hands_the_pool_each_pending_shard_once_and_removes_it_at_its_commit(tmp_path):
+    """``labeling.spool``: the reading tasks cover the pending shards in order, one to a task,
     and give back each shard's rows as they were put, with its ``SHARD`` column."""
     from augsbert_ray.labeling import spool
     from augsbert_ray.labeling.driver import _Pending
     from augsbert_ray.labeling.shards import SHARD
 
-    monkeypatch.setattr(spool, "READ_ROWS", 10)  # two shards of 5 a task
     (tmp_path / "spool").mkdir()
     (tmp_path / "spool" / "shard-000009.arrow").write_bytes(b"a killed run's")
-    box = spool.ShardSpool(tmp_path / "spool", 5, "node")
+    box = spool.ShardSpool(tmp_path / "spool", "node")
     assert not list((tmp_path / "spool").iterdir())  # emptied when opened
     blocks = {i: pa.table({"text": [f"{i}-{j}" for j in range(5 if i < 6 else 2)], SHARD: [i] * (5 if i < 6 else 2)})
               for i in (0, 2, 3, 5, 6)}
     pending = {i: _Pending(None, "", b.num_rows, box.put(i, b), i) for i, b in blocks.items()}
     tasks = box.source.tasks(pending)
-    assert [t["shards"] for t in tasks] == [[0, 2], [3, 5], [6]]
+    assert [t["shards"] for t in tasks] == [[0], [2], [3], [5], [6]]  # each shard comes back on its own
     read = pa.concat_tables([box.source.read(pa.Table.from_pylist([t])) for t in tasks])
     assert read.equals(pa.concat_tables(list(blocks.values())))
     assert pending[3].block().equals(blocks[3])  # as a warm host is handed it

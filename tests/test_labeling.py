@@ -218,8 +218,7 @@ def test_file_shards_cut_any_row_groups_into_exact_shards(tmp_path, row_group):
     assert pa.concat_tables(shards).equals(pq.read_table(path))
 
 
-@pytest.mark.parametrize("read_rows", [5, 10, 12, 1000])
-def test_reading_tasks_give_each_pending_shard_its_rows_once(tmp_path, read_rows, monkeypatch):
+def test_reading_tasks_give_each_pending_shard_its_rows_once(tmp_path):
     """The pool's reading tasks (``FileSource``): each pending shard's rows, in order, tagged with
     its index; shards already labelled are skipped, row groups need not line up with shards."""
     import pyarrow.parquet as pq
@@ -228,7 +227,6 @@ def test_reading_tasks_give_each_pending_shard_its_rows_once(tmp_path, read_rows
     from augsbert_ray.labeling.driver import _Pending
     from augsbert_ray.labeling.shards import SHARD
 
-    monkeypatch.setattr(pool, "READ_ROWS", read_rows)
     s1, s2 = pairs(33, seed=5)
     path = tmp_path / "candidates.parquet"
     pq.write_table(candidates(s1, s2), path, row_group_size=7)
@@ -236,8 +234,7 @@ def test_reading_tasks_give_each_pending_shard_its_rows_once(tmp_path, read_rows
     source = pool.FileSource(str(path), 5, "node")
     pending = {i: _Pending(None, (), shards[i].num_rows, source, i) for i in (0, 1, 3, 4, 6)}
     tasks = source.tasks(pending)
-    assert sorted(i for t in tasks for i in t["shards"]) == [0, 1, 3, 4, 6]
-    assert len(tasks) == -(-5 // max(1, read_rows // 5))
+    assert [t["shards"] for t in tasks] == [[0], [1], [3], [4], [6]]
     read = pa.concat_tables([pool.read_shards(pa.Table.from_pylist([t])) for t in tasks])
     assert read.column(SHARD).to_pylist() == [i for i in (0, 1, 3, 4, 6) for _ in range(shards[i].num_rows)]
     expect = pa.concat_tables([shards[i] for i in (0, 1, 3, 4, 6)])
@@ -256,7 +253,6 @@ def test_file_labelling_reads_shards_in_tasks_not_through_the_driver(ray_local, 
     from augsbert_ray.labeling import LabelingReport, pool
     from augsbert_ray.labeling.shards import keys_digest
 
-    monkeypatch.setattr(pool, "READ_ROWS", 12)  # two shards of 6 per reading task
     s1, s2 = pairs(41, seed=6)
     cands = candidates(s1, s2)
     path = tmp_path / "candidates.parquet"
@@ -277,13 +273,63 @@ def test_file_labelling_reads_shards_in_tasks_not_through_the_driver(ray_local, 
     n = label_candidates_file(path, tmp_path / "silver.parquet", tiny_cross_encoder, cfg, 128, 1, store=store,
                               report=report)
     assert n == 41 and (report.reused, report.labelled) == (2, 5)
-    assert [t["shards"] for t in tasks[0]] == [[0, 2], [3, 5], [6]]  # the done shards are not read
+    assert [t["shards"] for t in tasks[0]] == [[0], [2], [3], [5], [6]]  # the done shards are not read
     # no shard went through the driver (Ray Data puts the reading tasks' descriptions only)
     assert not [v for v in put if isinstance(v, pa.Table) and schema.SENTENCE1 in v.column_names]
     silver = pq.read_table(tmp_path / "silver.parquet")
     assert silver.select([schema.ID1, schema.ID2]).equals(expect.select([schema.ID1, schema.ID2]))
     np.testing.assert_allclose(silver.column(schema.LABEL).to_numpy(), expect.column(schema.LABEL).to_numpy(),
                                atol=1e-5)
+
+
+def test_a_reading_worker_decodes_a_row_group_once_for_its_shards_and_a_rewritten_file_anew(tmp_path, monkeypatch):
+    import pyarrow.parquet as pq
+
+    from augsbert_ray.labeling import pool
+
+    s1, s2 = pairs(30, seed=8)
+    cands = candidates(s1, s2)
+    path = tmp_path / "candidates.parquet"
+    pq.write_table(cands, path, row_group_size=20)
+    decoded, real = [], pq.ParquetFile.read_row_group
+    monkeypatch.setattr(pq.ParquetFile, "read_row_group", lambda self, g, **kw: decoded.append(g) or real(self, g, **kw))
+    read = [pool._read_cached(str(path), start, min(start + 6, 30)) for start in range(0, 30, 6)]
+    assert pa.concat_tables(read).equals(cands)
+    assert decoded == [0, 1]  # five shards, one of them (rows 18-23) across both groups: each decoded once
+    pq.write_table(cands.slice(0, 10), path)  # another file under the same name
+    assert pool._read_cached(str(path), 0, 4).equals(cands.slice(0, 4)) and decoded == [0, 1, 0]
+
+
+@pytest.mark.parametrize("where", ["file", "spool"])
+def test_each_shard_comes_back_from_the_pool_on_its_own(ray_local, tmp_path, where):
+    """The pool returns one block per shard, whichever source its tasks read, so that each shard
+    is committed as soon as it is labelled (Ray Data hands an actor a reading task's rows as one
+    block, and returns its labels as one block)."""
+    import pyarrow.parquet as pq
+
+    from augsbert_ray.bench.control_plane import NullScorer
+    from augsbert_ray.labeling import ScorerSpec, pool
+    from augsbert_ray.labeling.driver import _Pending
+    from augsbert_ray.labeling.shards import SHARD, table_shards
+    from augsbert_ray.labeling.spool import ShardSpool
+
+    s1, s2 = pairs(40, seed=7)
+    cands = candidates(s1, s2)
+    path = tmp_path / "candidates.parquet"
+    pq.write_table(cands, path)  # one row group for every shard
+    node = ray_local.get_runtime_context().get_node_id()
+    spool = ShardSpool(tmp_path / "spool", node)
+    source = pool.FileSource(str(path), 4, node)
+    pending = {}
+    for i, shard in enumerate(table_shards(cands, 4)):
+        block = shard.append_column(SHARD, pa.array(np.full(shard.num_rows, i, np.int64)))
+        pending[i] = _Pending(None, "", shard.num_rows, source if where == "file" else spool.put(i, block), i)
+    cfg = LabelingConfig(actors=1, block_size=4, tokenize_stage="actor")
+    labelled = pool.labelled_dataset(pool.pool_input(pending), "unused", cfg, 64, 1, scorer=ScorerSpec(NullScorer))
+    shards_per_block = [set(b.column(SHARD).to_pylist())
+                        for b in labelled.iter_batches(batch_size=None, batch_format="pyarrow")]
+    assert sorted(s.pop() for s in shards_per_block if len(s) == 1) == list(range(10))
+    assert len(shards_per_block) == 10
 
 
 def test_file_to_file_labelling_matches_in_memory_and_resumes(ray_local, tiny_cross_encoder, tmp_path):

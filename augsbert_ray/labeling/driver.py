@@ -143,7 +143,7 @@ def label_shards(shards, model_dir, cfg, max_length: int, cpus_per_actor: float,
     Returns:
         The number of shards.
     """
-    spooled = _open_spool(spool, cfg.block_size)
+    spooled = _open_spool(spool)
     try:
         return _label(shards, None, model_dir, cfg, max_length, cpus_per_actor, store, None, report, actors,
                       progress, scorer, spool=spooled)
@@ -197,13 +197,13 @@ class _Pending:
         return self.ref if self.ref is not None else self.source.block(self)
 
 
-def _open_spool(folder, block_size: int) -> ShardSpool | None:
+def _open_spool(folder) -> ShardSpool | None:
     """The spool for pending shards, where the driver's disk is a node's (not with Ray Client)."""
     import ray
 
     if folder is None or ray.util.client.ray.is_connected():
         return None
-    return ShardSpool(folder, block_size, ray.get_runtime_context().get_node_id())
+    return ShardSpool(folder, ray.get_runtime_context().get_node_id())
 
 
 def _label(shards, done: dict | None, model_dir, cfg, max_length, cpus_per_actor, store, on_commit,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import warnings
 from dataclasses import dataclass
 
@@ -16,11 +17,44 @@ from augsbert_ray.labeling.scorer import PairScorer, ScorerSpec, pair_scorer_kwa
 from augsbert_ray.labeling.shards import SHARD, file_row_groups, pairs_digest, read_rows
 from augsbert_ray.labeling.sizing import TOKENIZE_CPUS, labelling_requests, pool_size, separate_tokenizer
 
-# Rows one reading task takes from a candidates file: about one row group as the candidates
-# stage writes them, so a task decodes little beyond its own shards.
-READ_ROWS = 65_536
 # Reading tasks at once: decoding Parquet is far faster than any model labels.
 READ_TASKS = 2
+
+
+# The row groups of a candidates file that this worker process decoded last (``_read_cached``).
+_decoded: dict = {}
+
+
+def _read_cached(path: str, start: int, stop: int) -> pa.Table:
+    """Rows ``[start, stop)`` of a Parquet file, through the row groups this process decoded last.
+
+    A reading task takes one shard, and a row group holds many shards: the tasks of a worker
+    read shard after shard of the same groups, which would otherwise be decoded once per shard.
+    Only the groups of the latest read are kept; a file rewritten since (size or time) is read anew.
+    """
+    import pyarrow.parquet as pq
+
+    st = os.stat(path)
+    key = (path, st.st_size, st.st_mtime_ns)
+    if _decoded.get("key") != key:
+        _decoded.clear()
+        _decoded.update(key=key, groups=file_row_groups(path), tables={})
+    groups, tables = _decoded["groups"], _decoded["tables"]
+    wanted = [g for g, (first, rows) in enumerate(groups) if first < stop and first + rows > start]
+    for g in [g for g in tables if g not in wanted]:
+        del tables[g]
+    parts = []
+    for g in wanted:
+        if g not in tables:
+            tables[g] = pq.ParquetFile(path).read_row_group(g, use_threads=False)
+        first, rows = groups[g]
+        lo, hi = max(start, first) - first, min(stop, first + rows) - first
+        parts.append(tables[g].slice(lo, hi - lo))
+    if not parts:
+        return pq.read_schema(path).empty_table()
+    table = pa.concat_tables(parts)
+    # take, not slice: the shard travels alone, without the rest of its row groups
+    return table.take(pa.array(np.arange(table.num_rows, dtype=np.int64)))
 
 
 def read_shards(tasks: pa.Table) -> pa.Table:
@@ -29,7 +63,7 @@ def read_shards(tasks: pa.Table) -> pa.Table:
     out = []
     for task in tasks.to_pylist():
         start, stop, size = task["start"], task["stop"], task["block_size"]
-        rows = read_rows(task["path"], start, stop, file_row_groups(task["path"]))
+        rows = _read_cached(task["path"], start, stop)
         shard = np.arange(start, stop, dtype=np.int64) // size
         rows = rows.cast(schema.decoded(rows.schema)).append_column(SHARD, pa.array(shard))
         out.append(rows.filter(pa.array(np.isin(shard, task["shards"]))))
@@ -50,17 +84,12 @@ class FileSource:
     read = staticmethod(read_shards)
 
     def tasks(self, pending: dict) -> list[dict]:
-        """Reading tasks over the pending shards, in order: runs of consecutive pending shards
-        of about ``READ_ROWS`` rows each (a task skips the shards between that are done)."""
-        per_task = max(1, READ_ROWS // self.block_size)
-        order = sorted(pending)
-        out = []
-        for at in range(0, len(order), per_task):
-            run = order[at:at + per_task]
-            out.append({"path": self.path, "block_size": self.block_size, "shards": run,
-                        "start": run[0] * self.block_size,
-                        "stop": run[-1] * self.block_size + pending[run[-1]].rows})
-        return out
+        """Reading tasks over the pending shards, in order, one shard each: Ray Data hands an
+        actor a task's rows as one block and the actor's labels come back as one block, so a
+        shard per task is what lets each shard be committed on its own (``block_size``), as soon
+        as it is labelled."""
+        return [{"path": self.path, "block_size": self.block_size, "shards": [i], "start": i * self.block_size,
+                 "stop": i * self.block_size + pending[i].rows} for i in sorted(pending)]
 
     def block(self, pending) -> pa.Table:
         """One pending shard (a ``driver._Pending``) with its ``SHARD`` column, read alone."""

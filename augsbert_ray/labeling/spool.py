@@ -18,9 +18,6 @@ from pathlib import Path
 
 import pyarrow as pa
 
-# Rows one reading task takes: a few shards, so that a task's start is paid for many rows.
-READ_ROWS = 65_536
-
 
 def shard_path(folder: str | os.PathLike, i: int) -> str:
     return os.path.join(folder, f"shard-{i:06d}.arrow")
@@ -52,16 +49,14 @@ class SpoolSource:
     """Where the pool's tasks read spooled shards: ``folder`` on the node ``node_id``."""
 
     folder: str
-    block_size: int
     node_id: str
 
     read = staticmethod(read_spooled)
 
     def tasks(self, pending: dict) -> list[dict]:
-        """Reading tasks over the pending shards, in order, about ``READ_ROWS`` rows each."""
-        per_task = max(1, READ_ROWS // self.block_size)
-        order = sorted(pending)
-        return [{"folder": self.folder, "shards": order[at:at + per_task]} for at in range(0, len(order), per_task)]
+        """Reading tasks over the pending shards, in order, one shard each (as ``pool.FileSource``'s,
+        so that each shard is committed as soon as it is labelled)."""
+        return [{"folder": self.folder, "shards": [i]} for i in sorted(pending)]
 
     def block(self, pending) -> pa.Table:
         """One pending shard (a ``driver._Pending``), as the pool's tasks read it."""
@@ -72,11 +67,11 @@ class ShardSpool:
     """The spool's folder, emptied when opened (a killed run's shards are cut again from the
     input) and removed by ``close``."""
 
-    def __init__(self, folder: str | os.PathLike, block_size: int, node_id: str):
+    def __init__(self, folder: str | os.PathLike, node_id: str):
         self.folder = Path(folder)
         shutil.rmtree(self.folder, ignore_errors=True)
         self.folder.mkdir(parents=True)
-        self.source = SpoolSource(str(self.folder.resolve()), block_size, node_id)
+        self.source = SpoolSource(str(self.folder.resolve()), node_id)
 
     def put(self, i: int, block: pa.Table) -> SpoolSource:
         """Writes shard ``i`` (with its ``SHARD`` column); returns where the pool reads it."""
