@@ -6,7 +6,8 @@
     OUT/_manifests/part-*.json    each shard's commit record (``labeling.ShardStore``)
     OUT/_logs/                    the progress lines (label.log) and Ray's own messages (ray.log)
     OUT/_staging/                 while a run lasts: the shards not yet committed, their pairs and
-                                  their input rows (``labeling.spool``), each removed at its commit
+                                  their input rows (``labeling.spool``), each removed at its commit;
+                                  what a killed run left is cleared by the next
 
 Readers of a folder (pyarrow, Ray Data, pandas) skip names that start with ``_`` or ``.``,
 so ``pyarrow.parquet.read_table(OUT)`` reads the scored pairs and nothing else. A part is
