@@ -1,12 +1,12 @@
 """Pending shards kept on the driver's disk, not in Ray's object store, until the pool takes them.
 
 Shards that no Parquet file holds (``augsbert label``'s pair files in any format, the bench's
-shards made in memory) were put in the object store, every one of them, before the actor pool
-started: the driver's memory grew with the input, and past the store's size Ray spilled it.
-A spool writes each pending shard to a file of its own on the driver's local disk (Arrow IPC,
-lz4), Ray Data tasks on the driver's node read them as the actors are ready for more
-(``SpoolSource``), and a shard's file is removed once it is committed. The object store then
-holds only the shards in flight.
+shards made in memory) would otherwise all be put in the object store before the actor pool
+starts: the driver's memory would grow with the input, and past the store's size Ray would
+spill it. A spool writes each pending shard to a file of its own on the driver's local disk
+(Arrow IPC, lz4), Ray Data tasks on the driver's node read them as the actors are ready for
+more (``SpoolSource``), and a shard's file is removed once it is committed. The object store
+then holds only the shards in flight.
 """
 
 from __future__ import annotations
