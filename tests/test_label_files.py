@@ -250,6 +250,21 @@ def test_the_spool_hands_the_pool_each_pending_shard_once_and_removes_it_at_its_
     assert not (tmp_path / "spool").exists()
 
 
+def test_a_shard_that_cannot_be_spooled_is_one_error_naming_the_folder(tmp_path, monkeypatch):
+    from augsbert_ray.errors import LabelingError
+    from augsbert_ray.labeling import spool
+
+    def full(path, mode):
+        open(path, "wb").close()  # the temporary file is made, then the disk is full
+        raise OSError(28, "No space left on device")
+
+    box = spool.ShardSpool(tmp_path / "spool", "node")
+    monkeypatch.setattr(spool.pa, "OSFile", full)
+    with pytest.raises(LabelingError, match=r"spool: cannot keep a shard waiting for its labels there: .*No space"):
+        box.put(0, pa.table({"text": ["a"]}))
+    assert not list((tmp_path / "spool").iterdir())  # no half-written file is left
+
+
 def test_an_output_folder_takes_only_the_same_labelling_unless_fresh(tmp_path):
     record = {"model": "m", "inputs": [["a.csv", 10, 1]], "max_length": 128}
     out = tmp_path / "out"

@@ -18,6 +18,8 @@ from pathlib import Path
 
 import pyarrow as pa
 
+from augsbert_ray.errors import LabelingError
+
 
 def shard_path(folder: str | os.PathLike, i: int) -> str:
     return os.path.join(folder, f"shard-{i:06d}.arrow")
@@ -25,12 +27,21 @@ def shard_path(folder: str | os.PathLike, i: int) -> str:
 
 def write_table(path: str | os.PathLike, table: pa.Table) -> None:
     """``table`` as an Arrow IPC file (lz4: writing and reading cost far less than labelling),
-    written under a temporary name and renamed, so that a reader never sees half a file."""
+    written under a temporary name and renamed, so that a reader never sees half a file.
+
+    Raises:
+        LabelingError: the file cannot be written (a full disk, a folder removed), naming it.
+    """
     tmp = f"{path}.tmp"
     options = pa.ipc.IpcWriteOptions(compression="lz4")
-    with pa.OSFile(tmp, "wb") as sink, pa.ipc.new_file(sink, table.schema, options=options) as writer:
-        writer.write_table(table)
-    os.replace(tmp, path)
+    try:
+        with pa.OSFile(tmp, "wb") as sink, pa.ipc.new_file(sink, table.schema, options=options) as writer:
+            writer.write_table(table)
+        os.replace(tmp, path)
+    except (OSError, pa.ArrowException) as e:
+        Path(tmp).unlink(missing_ok=True)
+        raise LabelingError(f"{os.path.dirname(os.path.abspath(path))}: cannot keep a shard waiting for its "
+                            f"labels there: {e}") from None
 
 
 def read_table(path: str | os.PathLike) -> pa.Table:
