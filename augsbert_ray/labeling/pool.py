@@ -39,22 +39,15 @@ def _read_cached(path: str, start: int, stop: int) -> pa.Table:
     if _decoded.get("key") != key:
         _decoded.clear()
         _decoded.update(key=key, groups=file_row_groups(path), tables={})
-    groups, tables = _decoded["groups"], _decoded["tables"]
-    wanted = [g for g, (first, rows) in enumerate(groups) if first < stop and first + rows > start]
-    for g in [g for g in tables if g not in wanted]:
-        del tables[g]
-    parts = []
-    for g in wanted:
-        if g not in tables:
-            tables[g] = pq.ParquetFile(path).read_row_group(g, use_threads=False)
-        first, rows = groups[g]
-        lo, hi = max(start, first) - first, min(stop, first + rows) - first
-        parts.append(tables[g].slice(lo, hi - lo))
-    if not parts:
-        return pq.read_schema(path).empty_table()
-    table = pa.concat_tables(parts)
-    # take, not slice: the shard travels alone, without the rest of its row groups
-    return table.take(pa.array(np.arange(table.num_rows, dtype=np.int64)))
+    kept, used = _decoded["tables"], {}
+
+    def read_group(g: int) -> pa.Table:
+        used[g] = kept[g] if g in kept else pq.ParquetFile(path).read_row_group(g, use_threads=False)
+        return used[g]
+
+    rows = read_rows(path, start, stop, _decoded["groups"], read_group)
+    _decoded["tables"] = used
+    return rows
 
 
 def read_shards(tasks: pa.Table) -> pa.Table:

@@ -123,15 +123,20 @@ def file_row_groups(path) -> list[tuple[int, int]]:
     return groups
 
 
-def read_rows(path, start: int, stop: int, groups: list[tuple[int, int]] | None = None) -> pa.Table:
-    """Rows ``[start, stop)`` of a Parquet file, reading only the row groups that hold them."""
+def read_rows(path, start: int, stop: int, groups: list[tuple[int, int]] | None = None,
+              read_group=None) -> pa.Table:
+    """Rows ``[start, stop)`` of a Parquet file, reading only the row groups that hold them
+    (each through ``read_group(g)`` when given, e.g. a cache of decoded groups)."""
     import pyarrow.parquet as pq
 
     groups = file_row_groups(path) if groups is None else groups
     wanted = [g for g, (first, rows) in enumerate(groups) if first < stop and first + rows > start]
     if not wanted:
         return pq.read_schema(path).empty_table()
-    table = pq.ParquetFile(path).read_row_groups(wanted, use_threads=False)
+    if read_group is None:
+        table = pq.ParquetFile(path).read_row_groups(wanted, use_threads=False)
+    else:
+        table = pa.concat_tables([read_group(g) for g in wanted])
     first = start - groups[wanted[0]][0]
     # take, not slice: a slice would keep the whole row groups alive while the shard is held
     return table.take(pa.array(np.arange(first, first + stop - start, dtype=np.int64)))
