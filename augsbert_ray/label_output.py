@@ -104,11 +104,12 @@ class LabelStore(ShardStore):
         committed = super().done(i, digest)
         if committed:
             self._held.pop(i, None)  # an earlier run's commit: its rows are not needed
-        elif self.staging is not None and isinstance(self._held.get(i, (None,))[0], pa.Table):
+        elif self.staging is not None and i in self._held:
             rows, first = self._held[i]
-            path = shard_path(self.staging, i)
-            write_table(path, rows)
-            self._held[i] = (path, first)
+            if isinstance(rows, pa.Table):  # not yet on disk
+                path = shard_path(self.staging, i)
+                write_table(path, rows)
+                self._held[i] = (path, first)
         return committed
 
     def commit(self, i: int, table: pa.Table, digest: str) -> None:
