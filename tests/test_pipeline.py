@@ -82,7 +82,9 @@ def test_run_directory_artifacts(finished_run):
     # observability: each stage's rate and the cluster it ran on
     assert "pairs labelled/s" in summary and "training pairs/s" in summary and "Ray cluster: 1 node(s), 2 CPUs" in summary
     assert metrics.cluster.nodes == 1 and set(metrics.stage_throughput) >= {"silver", "candidates", "augsbert"}
-    assert "(in the training loop, fp32)" in metrics.stage_throughput["augsbert"]
+    # training.precision's default, auto, resolves on this machine's CPU
+    from augsbert_ray.training.loop import resolve_training_precision
+    assert f"(in the training loop, {resolve_training_precision('auto', 'cpu')})" in metrics.stage_throughput["augsbert"]
     # A published model is the stage's own, linked; its training checkpoints are gone once it is done.
     stage = metrics.stage("augsbert")
     folder = rd / "stages" / "augsbert" / stage.fingerprint[:16]
