@@ -30,8 +30,8 @@ class TrainingConfig(Section):
     precision: Literal["fp32", "bf16", "auto"] = Field(
         "auto", description="bf16: mixed precision (fp32 weights and optimizer, the forward pass autocast to bf16). "
                             "auto: bf16 on a GPU that has it and on CPUs with bf16 matrix instructions (AVX-512 "
-                            "BF16 or AMX), fp32 elsewhere, where bf16 would be emulated; bf16 trained 1.5-1.6x as "
-                            "fast with the same scores (benchmarks/training_precision.py compares)")
+                            "BF16 or AMX), fp32 elsewhere, where bf16 would be emulated (benchmarks/training_precision.py "
+                            "compares the two)")
     length_grouping: int = Field(
         50, ge=0, description="batches of pairs of similar lengths, so that less of each batch is padding: the "
                               "training pairs are cut into chunks of this many batches, each sorted by length, and "
