@@ -250,7 +250,7 @@ def test_file_labelling_reads_shards_in_tasks_not_through_the_driver(ray_local, 
     read them (several reading tasks here), and a resumed run reads only the shards not done."""
     import pyarrow.parquet as pq
 
-    from augsbert_ray.labeling import LabelingReport, pool
+    from augsbert_ray.labeling import LabelingReport
     from augsbert_ray.labeling.shards import keys_digest
 
     s1, s2 = pairs(41, seed=6)
