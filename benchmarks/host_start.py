@@ -20,7 +20,6 @@ import subprocess
 import sys
 import time
 
-from provenance import provenance, write_result
 
 # The imports of workers._Host.__init__, one package after another, so that each top-level
 # line's time is what that package adds to those before it.
@@ -60,9 +59,16 @@ def one_round() -> dict:
 
 
 def import_breakdown() -> dict:
-    """The host's imports in a fresh interpreter (Ray already imported, as in a Ray worker)."""
+    """The host's imports in a fresh interpreter (Ray already imported, as in a Ray worker):
+    ``parse_importtime`` of its report."""
     out = subprocess.run([sys.executable, "-X", "importtime", "-c", f"import ray; {HOST_IMPORTS}"],
                          capture_output=True, text=True, check=True).stderr
+    return parse_importtime(out)
+
+
+def parse_importtime(out: str) -> dict:
+    """``-X importtime``'s report -> seconds: the total of ``LAYERS``, each layer's own top-level
+    line, and each of ``INSIDE`` where it first loaded (None where absent)."""
     rows = []
     for line in out.splitlines():
         m = re.match(r"import time:\s+\d+ \|\s+(\d+) \|(\s*)(\S+)", line)
@@ -85,6 +91,8 @@ def main() -> int:
     if args.round:
         print(json.dumps(one_round()))
         return 0
+    from provenance import provenance, write_result
+
     rounds, imports = [], []
     for i in range(args.rounds):
         done = subprocess.run([sys.executable, __file__, "--round"], capture_output=True, text=True, check=True)
