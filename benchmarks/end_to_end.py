@@ -195,6 +195,16 @@ def _report(args, argv, cfg, root: Path, runs: list[dict]) -> None:
     print("\n".join(lines))
 
 
+def _require_peer() -> None:
+    """The script's own libraries, or an error that says how to install them."""
+    import importlib.util
+
+    missing = [m for m in ("rank_bm25", "accelerate", "datasets") if importlib.util.find_spec(m) is None]
+    if missing:
+        raise SystemExit(f"benchmarks/end_to_end.py: the plain script needs {', '.join(missing)}, which this "
+                         "environment lacks: pip install -e \".[bench]\"")
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--job", default="jobs/stsb-1k-bm25.yaml")
@@ -211,6 +221,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from augsbert_ray.config import load_job
 
+    _require_peer()  # before the engine's side runs for minutes
     root = Path(args.root or tempfile.mkdtemp(prefix="augsbert-e2e-"))
     root.mkdir(parents=True, exist_ok=True)
     cfg = load_job(args.job, args.extra)
