@@ -62,19 +62,20 @@ def training_on_host(p: Placement) -> bool:
     return not p.use_gpu or p.node_gpus == 1
 
 
+# What a host imports once, for every stage it serves: the training stack, transformers' model
+# loading (most of a first model's load is importing it), sentence-transformers (every job's
+# bi-encoder and evaluations) and Ray Train's TorchTrainer.
+WARM_IMPORTS = ("torch", "transformers", "transformers.modeling_utils", "sentence_transformers", "ray.train.torch")
+
+
 class _Host:
     """The resident process: imports the training stack once, then runs what it is handed."""
 
     def __init__(self):
-        # Warmed here, once, for every stage the host serves: the training stack, transformers'
-        # model loading (most of a first model's load is importing it) and sentence-transformers,
-        # which every job's bi-encoder and evaluations use.
-        import sentence_transformers  # noqa: F401
-        import torch  # noqa: F401
-        import transformers  # noqa: F401
-        import transformers.modeling_utils  # noqa: F401
-        from ray.train.torch import TorchTrainer  # noqa: F401
+        import importlib
 
+        for module in WARM_IMPORTS:
+            importlib.import_module(module)
         self._ready_at = time.time()
 
     def pid(self) -> int:

@@ -19,13 +19,13 @@ import re
 import subprocess
 import sys
 import time
+from os import cpu_count
 
+from augsbert_ray.workers import WARM_IMPORTS
 
-# The imports of workers._Host.__init__, one package after another, so that each top-level
-# line's time is what that package adds to those before it.
-HOST_IMPORTS = ("import torch; import transformers; import transformers.modeling_utils; import sentence_transformers; "
-                "from ray.train.torch import TorchTrainer")
-LAYERS = ("torch", "transformers", "transformers.modeling_utils", "sentence_transformers", "ray.train.torch")
+# A warm host's imports, in its order: each top-level line of the report is what that package
+# adds to those before it.
+LAYERS = WARM_IMPORTS
 INSIDE = ("sklearn", "pandas")  # loaded by sentence-transformers (sklearn.metrics), reported where they load
 PACKAGES = LAYERS + INSIDE
 
@@ -40,6 +40,8 @@ def busy_cpu_seconds() -> float:
 def one_round() -> dict:
     """In this process: Ray's start, then the first warm host's; prints the figures as JSON."""
     b0, t0 = busy_cpu_seconds(), time.time()
+    import ray
+
     from augsbert_ray.runtime import start_ray, stop_ray
     from augsbert_ray.workers import close_pool, open_pool
 
@@ -47,8 +49,6 @@ def one_round() -> dict:
     b1, t1 = busy_cpu_seconds(), time.time()
     pool = open_pool()
     with pool.acquire(1, 0, "a no-op") as host:
-        import ray
-
         ray.get(host.call.remote(int))
         host_seconds = pool.start_seconds(host)
     b2, t2 = busy_cpu_seconds(), time.time()
@@ -61,7 +61,7 @@ def one_round() -> dict:
 def import_breakdown() -> dict:
     """The host's imports in a fresh interpreter (Ray already imported, as in a Ray worker):
     ``parse_importtime`` of its report."""
-    out = subprocess.run([sys.executable, "-X", "importtime", "-c", f"import ray; {HOST_IMPORTS}"],
+    out = subprocess.run([sys.executable, "-X", "importtime", "-c", "; ".join(f"import {m}" for m in ("ray", *LAYERS))],
                          capture_output=True, text=True, check=True).stderr
     return parse_importtime(out)
 
@@ -105,8 +105,6 @@ def main() -> int:
              "machine's, from /proc/stat, over the phase; the cores' capacity over it is wall time x cores.", "",
              "| round | Ray's start, s | busy CPU-s | first warm host, s | busy CPU-s | host's imports alone, s |",
              "|---:|---:|---:|---:|---:|---:|"]
-    from os import cpu_count
-
     for i, (r, m) in enumerate(zip(rounds, imports), 1):
         lines.append(f"| {i} | {r['ray_start_s']:.2f} | {r['ray_start_busy_cpu_s']:.2f} of "
                      f"{r['ray_start_s'] * cpu_count():.2f} | {r['host_start_s']:.2f} | "
