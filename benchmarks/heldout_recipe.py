@@ -1,21 +1,26 @@
 """The README main job's recipe on data it was not tuned on: STSb's genres as tasks of their own.
 
 The main job's recipe (teacher 4 epochs at 5e-5, BM25+SS top-10, a 2-layer student at 1e-4 with
-gold counted 3 times) was chosen on 1,000 pairs drawn from all of STSb's training set. Here each
-genre is a task: its own training pairs (up to 1,000, drawn as the job draws them), its own dev
-set, which the shipping decision reads, and its own test set. Each task runs the job once per
-objective and student seed in one run directory, so the teacher, the candidates and the silver
-labels are made once per task and the students alone are trained again.
+gold counted 3 times) was chosen on 1,000 pairs drawn from all of STSb's training set (task
+``stsb``). Here each genre is a task: its own training pairs (up to 1,000, drawn as the job draws
+them), its own dev set, which the shipping decision reads, and its own test set. Each task runs
+the job once per recipe variant and student seed in one run directory, so the teacher, the
+candidates and the silver labels are made once per task and only what a variant changes is made
+again.
 
 For each run: the teacher, gold only and AugSBERT on test, the share of the student-teacher gap
 AugSBERT closes, ``(augsbert - gold_only) / (teacher - gold_only)`` with both students trained
-with the same objective, and the paired bootstrap interval of AugSBERT - gold only on test.
+with the same variant, and the paired bootstrap interval of AugSBERT - gold only on test.
 
     python benchmarks/heldout_recipe.py --tasks captions news forums --objectives cosine cosent \\
         --seeds 1 2 --root /tmp/heldout --out benchmarks/results/heldout_recipe_genres
+    python benchmarks/heldout_recipe.py --tasks stsb news --variant job: \\
+        --variant isotonic:labeling.calibration=isotonic --seeds 1 2 --out /tmp/calibration
 
-``--merge`` puts an earlier result's runs in the same table, so seeds run on different days (or
-machines: each run keeps its own metrics) are read side by side.
+A variant is a name and the job overrides it makes (``NAME:KEY=VALUE,KEY=VALUE``); without
+``--variant``, each of ``--objectives`` is one, named by the objective. ``--merge`` puts an
+earlier result's runs in the same table, so seeds run on different days (or machines: each run
+keeps its own metrics) are read side by side.
 """
 
 from __future__ import annotations
@@ -27,8 +32,9 @@ import time
 from pathlib import Path
 
 JOB = "jobs/stsb-1k-student2.yaml"
-# STSb's genre names as the stsb loader reads them (the files spell forums "main-forum" in train)
-TASKS = ("captions", "news", "forums")
+# "stsb": all of STSb, the data the recipe was chosen on; then its genres as the stsb loader
+# reads them (the files spell forums "main-forum" in train)
+TASKS = ("stsb", "captions", "news", "forums")
 
 
 def gap_closed(teacher: float, gold_only: float, augsbert: float) -> float:
@@ -41,11 +47,27 @@ def task_overrides(task: str) -> list[str]:
     """The job's overrides that make ``task`` (a genre) its training, dev and test data."""
     if task not in TASKS:
         raise ValueError(f"unknown task '{task}'; valid: {', '.join(TASKS)}")
+    if task == "stsb":
+        return []
     return [f"data.{split}.genres=[{task}]" for split in ("train", "dev", "test")]
 
 
+def variant_of(row: dict) -> str:
+    """A row's recipe variant; rows written before variants existed are named by their objective."""
+    return row.get("variant", row["objective"])
+
+
+def parse_variant(text: str) -> tuple[str, list[str]]:
+    """``NAME:KEY=VALUE,KEY=VALUE`` (a recipe variant and its job overrides) as (name, overrides)."""
+    name, sep, rest = text.partition(":")
+    overrides = [o for o in rest.split(",") if o]
+    if not sep or not name or any("=" not in o for o in overrides):
+        raise ValueError(f"variant '{text}': expected NAME:KEY=VALUE[,KEY=VALUE...]")
+    return name, overrides
+
+
 def _key(row: dict) -> str:
-    return f"{row['task']} {row['objective']} seed {row['seed']}"
+    return f"{row['task']} {variant_of(row)} seed {row['seed']}"
 
 
 def merged(files: list[Path]) -> tuple[list[dict], dict]:
@@ -61,20 +83,20 @@ def merged(files: list[Path]) -> tuple[list[dict], dict]:
 
 
 def ordered(rows: list[dict]) -> list[dict]:
-    """Rows by task (``TASKS``' order), objective (as first seen) and seed."""
-    objectives = list(dict.fromkeys(r["objective"] for r in rows))
-    return sorted(rows, key=lambda r: (TASKS.index(r["task"]), objectives.index(r["objective"]), r["seed"]))
+    """Rows by task (``TASKS``' order), variant (as first seen) and seed."""
+    variants = list(dict.fromkeys(variant_of(r) for r in rows))
+    return sorted(rows, key=lambda r: (TASKS.index(r["task"]), variants.index(variant_of(r)), r["seed"]))
 
 
 def summarise(rows: list[dict]) -> list[str]:
-    """Per task and objective: the mean gap closed and the worst AugSBERT - gold only on test."""
+    """Per task and variant: the mean gap closed and the worst AugSBERT - gold only on test."""
     lines = []
     for task in dict.fromkeys(r["task"] for r in rows):
-        for objective in dict.fromkeys(r["objective"] for r in rows if r["task"] == task):
-            mine = [r for r in rows if r["task"] == task and r["objective"] == objective]
+        for variant in dict.fromkeys(variant_of(r) for r in rows if r["task"] == task):
+            mine = [r for r in rows if r["task"] == task and variant_of(r) == variant]
             closed = [r["gap_closed"] for r in mine]
             worst = min(r["augsbert_test"] - r["gold_only_test"] for r in mine)
-            lines.append(f"- {task}, {objective}: mean gap closed {sum(closed) / len(closed):.1f}% over "
+            lines.append(f"- {task}, {variant}: mean gap closed {sum(closed) / len(closed):.1f}% over "
                          f"{len(mine)} seed(s); smallest AugSBERT - gold only on test {worst:+.2f}")
     return lines
 
@@ -83,7 +105,10 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--job", default=JOB)
     p.add_argument("--tasks", nargs="+", default=list(TASKS), choices=TASKS)
-    p.add_argument("--objectives", nargs="+", default=["cosine", "cosent"])
+    p.add_argument("--objectives", nargs="+", default=["cosine", "cosent"],
+                   help="a variant per student objective, named by it")
+    p.add_argument("--variant", dest="variants", action="append", default=[], metavar="NAME:KEY=VALUE,...",
+                   help="a recipe variant of its own (job overrides); given, it replaces --objectives' variants")
     p.add_argument("--seeds", nargs="+", type=int, default=[1, 2], help="the students' seeds (bi_encoder.seed)")
     p.add_argument("--set", dest="extra", action="append", default=[], metavar="KEY=VALUE")
     p.add_argument("--root", type=Path, default=Path("runs/heldout-recipe"))
@@ -99,25 +124,29 @@ def main(argv: list[str] | None = None) -> int:
     from augsbert_ray.config import load_job
     from augsbert_ray.pipeline import run_job
 
+    variants = ([parse_variant(v) for v in args.variants] if args.variants
+                else [(o, [f"bi_encoder.objective={o}"]) for o in args.objectives])
     rows, raw = merged(args.merge)
     header = ["# The main job's recipe on STSb's genres, each a task it was not tuned on", "",
               f"Job `{args.job}`, each genre's own train (up to 1,000 pairs), dev and test pairs. Spearman x100 on "
               "the genre's test set; gap closed: (AugSBERT - gold only) / (teacher - gold only), both students "
-              "trained with the same objective and seed; the interval is the paired bootstrap's 90% interval "
+              "trained with the same recipe variant and seed; the interval is the paired bootstrap's 90% interval "
               "of AugSBERT - gold only on test.", "",
-              "| task | train pairs | objective | student seed | teacher | gold only | AugSBERT | gap closed | "
+              "| task | train pairs | variant | objective | student seed | teacher | gold only | AugSBERT | gap closed | "
               "AugSBERT - gold only (interval) | silver pairs | shipped | run, s |",
-              "|---|---:|---|---:|---:|---:|---:|---:|---|---:|---|---:|"]
+              "|---|---:|---|---|---:|---:|---:|---:|---:|---|---:|---|---:|"]
     for task in args.tasks:
-        for objective in args.objectives:
+        for variant, variant_overrides in variants:
             for seed in args.seeds:
-                overrides = [*task_overrides(task), *args.extra, f"bi_encoder.objective={objective}",
+                overrides = [*task_overrides(task), *args.extra, *variant_overrides,
                              f"bi_encoder.seed={seed}", f"run_dir={args.root / task}"]
                 t0 = time.perf_counter()
-                m = run_job(load_job(args.job, overrides)).to_dict()
+                cfg = load_job(args.job, overrides)
+                m = run_job(cfg).to_dict()
                 s = {k: v["test"]["spearman"] for k, v in m["scores"].items() if "test" in v}
                 gain = test_gain(m, seed)
-                row = {"task": task, "train_pairs": m["data"]["train"], "objective": objective, "seed": seed,
+                row = {"task": task, "train_pairs": m["data"]["train"], "variant": variant,
+                       "overrides": variant_overrides, "objective": cfg.bi_encoder.objective, "seed": seed,
                        "teacher_test": s["cross_encoder"], "gold_only_test": s["gold_only"],
                        "augsbert_test": s["augsbert"], "zero_shot_test": s.get("zero_shot"),
                        "gap_closed": gap_closed(s["cross_encoder"], s["gold_only"], s["augsbert"]),
@@ -127,7 +156,7 @@ def main(argv: list[str] | None = None) -> int:
                 rows = [r for r in rows if _key(r) != _key(row)] + [row]
                 raw[_key(row)] = m
                 print(json.dumps(row, default=str), flush=True)
-                table = [f"| {r['task']} | {r['train_pairs']} | {r['objective']} | {r['seed']} | "
+                table = [f"| {r['task']} | {r['train_pairs']} | {variant_of(r)} | {r['objective']} | {r['seed']} | "
                          f"{r['teacher_test']:.2f} | {r['gold_only_test']:.2f} | {r['augsbert_test']:.2f} | "
                          f"{r['gap_closed']:.1f}% | {r['test_gain']['difference']:+.2f} "
                          f"({r['test_gain']['low']:+.2f} to {r['test_gain']['high']:+.2f}) | {r['silver']} | "

@@ -35,6 +35,32 @@ def test_each_genre_is_a_valid_job_on_that_genre_alone(heldout, task):
     assert cfg.bi_encoder.objective == "cosent"
 
 
+def test_the_stsb_task_is_the_job_as_it_is(heldout):
+    # the data the recipe was chosen on: every genre, so no genre filter
+    assert heldout.task_overrides("stsb") == []
+    cfg = load_job(REPO / heldout.JOB, heldout.task_overrides("stsb"))
+    assert [cfg.data.train.genres, cfg.data.dev.genres, cfg.data.test.genres] == [None] * 3
+
+
+def test_a_variant_is_a_name_and_its_job_overrides(heldout):
+    assert heldout.parse_variant("isotonic:labeling.calibration=isotonic,bi_encoder.gold_repeat=5") == (
+        "isotonic", ["labeling.calibration=isotonic", "bi_encoder.gold_repeat=5"])
+    assert heldout.parse_variant("job:") == ("job", [])
+    for bad in ("isotonic", ":labeling.calibration=isotonic", "iso:labeling.calibration"):
+        with pytest.raises(ValueError, match="expected NAME:KEY=VALUE"):
+            heldout.parse_variant(bad)
+    name, overrides = heldout.parse_variant("iso:labeling.calibration=isotonic")
+    assert load_job(REPO / heldout.JOB, overrides).labeling.calibration == "isotonic"
+
+
+def test_rows_from_before_variants_are_named_by_their_objective(heldout):
+    old = {"task": "news", "objective": "cosine", "seed": 1}
+    new = {"task": "news", "variant": "isotonic", "objective": "auto", "seed": 1}
+    assert [heldout.variant_of(r) for r in (old, new)] == ["cosine", "isotonic"]
+    assert heldout._key(old) != heldout._key(new)  # a variant's run never replaces another's row
+    assert heldout.ordered([new, old, {**old, "task": "stsb"}])[0]["task"] == "stsb"
+
+
 def test_an_unknown_task_is_refused(heldout):
     with pytest.raises(ValueError, match="unknown task 'sick'"):
         heldout.task_overrides("sick")
