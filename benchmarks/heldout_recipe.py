@@ -44,7 +44,7 @@ def gap_closed(teacher: float, gold_only: float, augsbert: float) -> float:
 
 
 def task_overrides(task: str) -> list[str]:
-    """The job's overrides that make ``task`` (a genre) its training, dev and test data."""
+    """The job's overrides that make ``task`` (a genre, or all of STSb) its training, dev and test data."""
     if task not in TASKS:
         raise ValueError(f"unknown task '{task}'; valid: {', '.join(TASKS)}")
     if task == "stsb":
@@ -127,8 +127,8 @@ def main(argv: list[str] | None = None) -> int:
     variants = ([parse_variant(v) for v in args.variants] if args.variants
                 else [(o, [f"bi_encoder.objective={o}"]) for o in args.objectives])
     rows, raw = merged(args.merge)
-    header = ["# The main job's recipe on STSb's genres, each a task it was not tuned on", "",
-              f"Job `{args.job}`, each genre's own train (up to 1,000 pairs), dev and test pairs. Spearman x100 on "
+    header = ["# The main job's recipe on STSb and on its genres, each a task of its own", "",
+              f"Job `{args.job}`, each task's own train (up to 1,000 pairs), dev and test pairs. Spearman x100 on "
               "the genre's test set; gap closed: (AugSBERT - gold only) / (teacher - gold only), both students "
               "trained with the same recipe variant and seed; the interval is the paired bootstrap's 90% interval "
               "of AugSBERT - gold only on test.", "",
