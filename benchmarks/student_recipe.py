@@ -186,13 +186,17 @@ def main(argv: list[str] | None = None) -> int:
     silver = dict(item.split("=", 1) for item in args.silver)
     if bool(silver) == bool(args.gold_only):
         raise SystemExit("give --silver SEED=FINGERPRINT (AugSBERT against gold only) or --gold-only SEEDS")
-    teacher_dir = next((args.run_dir / "stages" / "eval_cross_encoder").iterdir())
+    # Gold-only students with the teacher's score given need no teacher in the run (--until gold)
+    scored = args.run_dir / "stages" / "eval_cross_encoder"
+    teacher_dir = next(scored.iterdir()) if scored.is_dir() else None
     teacher_test = args.teacher_test
     if teacher_test is None:
+        if teacher_dir is None:
+            raise SystemExit(f"{args.run_dir} has no scored teacher: give --teacher-test")
         teacher_test = json.loads((teacher_dir / "scores.json").read_text())["test"]["spearman"]
     common = {"run_dir": str(args.run_dir), "model": resolve_model(args.model), "num_layers": args.num_layers,
               "device": args.device, "threads": args.threads,
-              "teacher_predictions": str(teacher_dir / "predictions.parquet")}
+              "teacher_predictions": str(teacher_dir / "predictions.parquet") if teacher_dir else None}
     specs, gold_keys = [], set()
     for name, s in variants.items():
         for seed in (args.gold_only or "").split(",") if args.gold_only else []:
@@ -259,8 +263,8 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _report_gold_only(rows: list[dict], names: list[str], args, out: Path, teacher_test: float) -> int:
-    lines = [f"# Student objectives on gold alone: {args.run_dir.name}", "",
-             f"Spearman x100 of gold-only students, each variant trained with its own objective (the teacher: "
+    lines = [f"# Gold-only students, variant by variant: {args.run_dir.name}", "",
+             f"Spearman x100 of gold-only students, each variant trained with its own settings (the teacher: "
              f"{teacher_test:.2f} on test).", "",
              "| variant | settings | seed | dev | test | train s |", "|---|---|---:|---:|---:|---:|"]
     for r in sorted(rows, key=lambda r: (names.index(r["variant"]), r["seed"])):

@@ -84,3 +84,36 @@ def test_earlier_results_are_merged_and_a_run_made_again_replaces_its_row(heldou
                                                                        ("news", 1, 70.0)]
     assert [(r["task"], r["seed"]) for r in heldout.ordered(rows)] == [("captions", 1), ("news", 1), ("news", 2)]
     assert list(raw) == ["news cosine seed 1"]
+
+
+def _fake_run(root: Path, name: str, fingerprint: str, labels, predictions) -> dict:
+    """A finished run's metrics as far as the comparison reads them, with its predictions on disk."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    stage = root / name / "stages" / "eval_augsbert" / fingerprint[:16]
+    stage.mkdir(parents=True)
+    splits = ["dev"] * (len(labels) // 2) + ["test"] * (len(labels) - len(labels) // 2)
+    pq.write_table(pa.table({"split": splits, "label": labels, "prediction": predictions}),
+                   stage / "predictions.parquet")
+    return {"run_dir": str(root / name), "stages": [{"name": "eval_augsbert", "fingerprint": fingerprint}]}
+
+
+def test_a_later_variant_is_compared_with_the_first_on_dev_and_test(heldout, tmp_path):
+    import numpy as np
+
+    rng = np.random.default_rng(0)
+    labels = rng.random(80)
+    base = _fake_run(tmp_path, "a", "1" * 64, labels, labels + rng.normal(0, 0.5, 80))
+    better = _fake_run(tmp_path, "b", "2" * 64, labels, labels + rng.normal(0, 0.05, 80))
+    rows = [{"task": "news", "variant": v, "objective": "auto", "seed": 1} for v in ("job", "gold10")]
+    raw = {"news job seed 1": base, "news gold10 seed 1": better}
+    d = heldout.paired_against(heldout.augsbert_predictions(base), heldout.augsbert_predictions(better))
+    assert list(d) == ["dev", "test"]
+    assert all(g["low"] > 0 for g in d.values())  # near-perfect against noisy: better beyond the noise
+    lines = heldout.comparisons(rows, raw)
+    assert len(lines) == 1 and lines[0].startswith("- news, seed 1, gold10 - job: dev +")
+    # a run on other pairs cannot be compared pair by pair
+    other = _fake_run(tmp_path, "c", "3" * 64, labels[::-1].copy(), labels)
+    with pytest.raises(ValueError, match="not of the same pairs"):
+        heldout.paired_against(heldout.augsbert_predictions(base), heldout.augsbert_predictions(other))
