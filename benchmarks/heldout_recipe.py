@@ -179,7 +179,8 @@ def main(argv: list[str] | None = None) -> int:
     rows, raw = merged(args.merge)
     header = ["# The main job's recipe on STSb and on its genres, each a task of its own", "",
               f"Job `{args.job}`, each task's own train (up to 1,000 pairs), dev and test pairs. Spearman x100 on "
-              "the task's test set (AugSBERT dev: on its dev set); gap closed: (AugSBERT - gold only) / (teacher - gold only), both students "
+              "the task's test set (AugSBERT dev: on its dev set); gap closed: (AugSBERT - gold only) / "
+              "(teacher - gold only), both students "
               "trained with the same recipe variant and seed; the interval is the paired bootstrap's 90% interval "
               "of AugSBERT - gold only on test.", "",
               "| task | train pairs | variant | objective | student seed | teacher | gold only | AugSBERT | AugSBERT dev | gap closed | "
