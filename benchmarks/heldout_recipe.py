@@ -107,30 +107,20 @@ def summarise(rows: list[dict]) -> list[str]:
     return lines
 
 
-def augsbert_predictions(run: dict):
-    """The AugSBERT student's dev and test predictions of a finished run (its metrics dict), as a
-    frame of split, label and prediction."""
-    import pyarrow.parquet as pq
-
-    stage = next(s for s in run["stages"] if s["name"] == "eval_augsbert")
-    path = Path(run["run_dir"]) / "stages" / "eval_augsbert" / stage["fingerprint"][:16] / "predictions.parquet"
-    return pq.read_table(path).to_pandas()
-
-
-def paired_against(base, other, seed: int = 0) -> dict[str, dict]:
-    """Per split, the paired bootstrap of ``other``'s AugSBERT - ``base``'s (prediction frames of
-    the same pairs, as :func:`augsbert_predictions` reads them)."""
+def paired_against(base: dict, other: dict, seed: int = 0) -> dict[str, dict]:
+    """Per split, the paired bootstrap of ``other``'s AugSBERT - ``base``'s, from the two finished
+    runs' saved predictions (their metrics dicts)."""
     import numpy as np
+    from pilot_check import saved_predictions
 
     from augsbert_ray.evaluation import paired_bootstrap
 
     out = {}
-    for split in dict.fromkeys(base["split"]):
-        a, b = base[base["split"] == split], other[other["split"] == split]
-        if len(a) != len(b) or not np.allclose(a["label"].to_numpy(), b["label"].to_numpy()):
+    for split in ("dev", "test"):
+        (pred_a, labels_a), (pred_b, labels_b) = (saved_predictions(m, "augsbert", split) for m in (base, other))
+        if len(labels_a) != len(labels_b) or not np.allclose(labels_a, labels_b):
             raise ValueError(f"the two runs' {split} predictions are not of the same pairs")
-        out[split] = paired_bootstrap("regression", a["prediction"].to_numpy(), b["prediction"].to_numpy(),
-                                      a["label"].to_numpy(), seed=seed)
+        out[split] = paired_bootstrap("regression", pred_a, pred_b, labels_a, seed=seed)
     return out
 
 
@@ -145,7 +135,7 @@ def comparisons(rows: list[dict], raw: dict) -> list[str]:
                 base = raw.get(f"{task} {names[0]} seed {r['seed']}")
                 if base is None or _key(r) not in raw:
                     continue
-                d = paired_against(augsbert_predictions(base), augsbert_predictions(raw[_key(r)]))
+                d = paired_against(base, raw[_key(r)])
                 lines.append(f"- {task}, seed {r['seed']}, {name} - {names[0]}: " + "; ".join(
                     f"{split} {g['difference']:+.2f} ({g['low']:+.2f} to {g['high']:+.2f})" for split, g in d.items()))
     return lines
