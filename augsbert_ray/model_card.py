@@ -116,6 +116,7 @@ class CardData:
         hub_datasets: Hugging Face dataset ids of the gold pairs, where they came from the hub.
         gold: gold pairs per split (train, dev, test) where known.
         silver: the silver pairs (AugSBERT only).
+        gold_repeat: how many times a gold-only model counted each gold pair per epoch.
         scores: ``RunMetrics.scores`` as far as measured (model -> split -> metric -> value, x100).
         teacher_check, shipped: the teacher check's and the ship stage's results (``model_dump`` of their
             typed results), where they ran.
@@ -137,6 +138,7 @@ class CardData:
     hub_datasets: tuple[str, ...] = ()
     gold: dict[str, int] = field(default_factory=dict)
     silver: SilverFacts | None = None
+    gold_repeat: int = 1
     scores: dict[str, dict[str, dict[str, Any]]] = field(default_factory=dict)
     teacher_check: dict | None = None
     shipped: dict | None = None
@@ -275,6 +277,9 @@ def _data_lines(card: CardData) -> list[str]:
         sizes = ", ".join(f"{s} {g[s]:,}" for s in ("train", "dev", "test") if s in g)
         lines.append(f"- Gold pairs{source}: {sizes or 'n/a'}; the model trained on the train split"
                      + ("; dev and test only score it." if "dev" in g else "."))
+        if card.silver is None and card.gold_repeat > 1:
+            lines.append(f"- Each gold pair counted {card.gold_repeat}x per epoch (`gold_repeat`), as often as "
+                         "AugSBERT's training set counts it.")
     s = card.silver
     if s is not None:
         how = (f"{s.strategy} sampling" + (f", top_k {s.top_k}" if s.top_k is not None and s.strategy in

@@ -74,7 +74,7 @@ def model_config(model_dir: Path) -> dict:
 
 def write_trained_card(model: str, model_dir: Path, base_model: str, training: TrainingFacts, *,
                        gold_train: int | None = None, silver: SilverFacts | None = None,
-                       versions: dict | None = None) -> Path:
+                       gold_repeat: int = 1, versions: dict | None = None) -> Path:
     """Writes a training stage's card for the model it just saved, with what the stage knows.
 
     Args:
@@ -84,6 +84,7 @@ def write_trained_card(model: str, model_dir: Path, base_model: str, training: T
         training: how it was trained (``training_facts``).
         gold_train: gold (or target) pairs it trained on.
         silver: the silver pairs it trained on, where it did.
+        gold_repeat: how many times a gold-only model counted each gold pair.
         versions: library versions (``versions.versions``).
 
     Returns:
@@ -91,7 +92,7 @@ def write_trained_card(model: str, model_dir: Path, base_model: str, training: T
     """
     config = model_config(model_dir)
     card = CardData(model=model, base_model=base_model, path=str(model_dir), training=training,
-                    base_model_hub=base_model_id(base_model), silver=silver,
+                    base_model_hub=base_model_id(base_model), silver=silver, gold_repeat=gold_repeat,
                     gold={"train": gold_train} if gold_train is not None else {},
                     hidden_size=config.get("hidden_size"), layers=config.get("num_hidden_layers"),
                     versions=versions or {})
@@ -142,11 +143,11 @@ def run_card(model: str, cfg, metrics, model_dir: Path, published_as: str = "") 
         training = training_facts(cfg.bi_encoder, resolved_objective(cfg.bi_encoder.objective, task), cfg.seed,
                                   cfg.training.precision, result.train, result.train_pairs)
         base = cfg.bi_encoder.model
-    silver = None
+    silver, mixed = None, cfg.target is None or cfg.target.mix_source_gold
     if model == "augsbert":
         candidates, labels = metrics.result("candidates"), metrics.result("silver")
         silver = SilverFacts(pairs=0 if labels is None else labels.silver, gold_repeat=cfg.bi_encoder.gold_repeat,
-                             mixed_with_gold=cfg.target is None or cfg.target.mix_source_gold,
+                             mixed_with_gold=mixed,
                              strategy=None if candidates is None else candidates.headline(),
                              top_k=None if candidates is None else candidates.top_k,
                              candidates=None if candidates is None else candidates.candidates,
@@ -161,6 +162,7 @@ def run_card(model: str, cfg, metrics, model_dir: Path, published_as: str = "") 
                     base_model_hub=base_model_id(base), job=cfg.name,
                     task=cfg.task, metric=metrics.primary_metric, dataset=dataset, hub_datasets=hub,
                     gold=gold_counts, silver=silver, scores=metrics.scores,
+                    gold_repeat=cfg.bi_encoder.gold_repeat if model == "gold_only" and mixed else 1,
                     teacher_check=None if check is None else check.model_dump(),
                     shipped=None if shipped is None else shipped.model_dump(), published_as=published_as,
                     hidden_size=config.get("hidden_size"), layers=config.get("num_hidden_layers"),

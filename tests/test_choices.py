@@ -164,10 +164,12 @@ def test_a_pilots_training_set_is_the_students():
         pytest.approx([1.0, 0.7, 0.2])
     assert student_training_set(gold, silver, "binary").column(schema.LABEL).to_pylist() == [1.0, 1.0, 0.0]
     assert student_training_set(None, silver, "regression").num_rows == 2  # target silver only
-    # gold_repeat: each gold pair that many times beside the silver; alone, gold is not repeated
+    # gold_repeat: each gold pair that many times, beside the silver or alone (the gold-only
+    # reference counts gold as often as AugSBERT does)
     assert student_training_set(gold, silver, "regression", 3).column(schema.SENTENCE1).to_pylist() == \
         ["a", "a", "a", "c", "d"]
-    assert student_training_set(gold, None, "regression", 3).num_rows == 1
+    assert student_training_set(gold, None, "regression", 3).num_rows == 3
+    assert student_training_set(gold, None, "regression").num_rows == 1
     # Each row says whether the teacher labelled it (score distillation reads it; nothing guesses)
     mixed = student_training_set(gold, silver.append_column(schema.ORIGIN, pa.array(["bm25", "ss"])), "regression", 2)
     assert mixed.column_names == schema.TRAINING_COLUMNS
@@ -203,6 +205,9 @@ def test_fold_pilots_hold_out_each_gold_pair_once_and_its_sentences_silver():
         assert train.num_rows == 2 * (n - out.num_rows) + kept  # gold twice, then the silver left
     again = fold_sets(gold, {"gold + silver": (silver, 2)}, "regression", True, 3, seed=7)[2]
     assert all(a.equals(b) for a, b in zip(again, held))  # seeded
+    # the gold-only pilots count gold as often as the job's gold-only student
+    matched = fold_sets(gold, {"gold + silver": (silver, 2)}, "regression", True, 3, seed=7, gold_repeat=2)[0]
+    assert [matched[f"gold only, fold {f + 1}"].num_rows for f in range(3)] == [2 * (n - t.num_rows) for t in held]
     with pytest.raises(ConfigError, match="12 folds need at least 12 gold training pairs"):
         fold_sets(gold, {}, "regression", True, 12, seed=7)
 

@@ -51,8 +51,10 @@ class BiEncoderConfig(Section):
     gold_repeat: int = Field(
         1, gt=0, description="how many times each gold pair appears in AugSBERT's training set (gold + silver; its "
                              "pilot's too): repeating the gold keeps the labels the student can trust from being "
-                             "drowned out by far more silver pairs. Only AugSBERT reads it: a change reuses the "
-                             "gold-only bi-encoder, the candidates and the silver labels "
+                             "drowned out by far more silver pairs. The gold-only reference counts each gold pair as "
+                             "often (a change retrains it too), so the two students see gold equally often and "
+                             "AugSBERT's gain is the silver's, not extra passes over gold; across domains without "
+                             "target.mix_source_gold AugSBERT sees no gold and the reference counts it once "
                              "(benchmarks/results/student_recipe_stsb1k.md compares values)")
 
     def resolved_objective(self, task: str) -> str:

@@ -99,6 +99,7 @@ class Pilot(Stage):
     kind = "check"
     unit = "pilots"
     result_type = PilotsResult
+    version = 2  # 2: the gold-only arm counts gold as often as the gold-only student
 
     def __init__(self):
         self.silver_sets: dict[str, str] | None = None
@@ -157,12 +158,14 @@ class Pilot(Stage):
         names = {"silver": "gold + silver" if mix else "silver"} if own else {k: k for k in params.silver_sets}
         silvers = {label: (inputs.table(f"silver:{key}"), params.gold_repeat.get(key, b.gold_repeat))
                    for key, label in names.items()}
+        # The gold-only arm counts gold as the job's gold-only student does (stages.student.GoldOnly).
+        own_repeat = b.gold_repeat if mix else 1
         folds = params.folds
         if folds:
-            sets, evals, held = fold_sets(gold, silvers, task, mix, folds, params.seed)
+            sets, evals, held = fold_sets(gold, silvers, task, mix, folds, params.seed, own_repeat)
             scored_on = f"{folds} folds of the gold training pairs ({gold.num_rows})"
         else:
-            sets = {"gold only": student_training_set(gold, None, task)}
+            sets = {"gold only": student_training_set(gold, None, task, own_repeat)}
             for label, (silver, repeat) in silvers.items():
                 sets[label] = student_training_set(gold if mix else None, silver, task, repeat)
             evals, held, scored_on = dev, [dev], "dev"
@@ -220,7 +223,7 @@ def fold_name(arm: str, fold: int) -> str:
 
 
 def fold_sets(gold: pa.Table, silvers: dict, task: str, mix: bool, folds: int,
-              seed: int) -> tuple[dict[str, pa.Table], dict[str, pa.Table], list[pa.Table]]:
+              seed: int, gold_repeat: int = 1) -> tuple[dict[str, pa.Table], dict[str, pa.Table], list[pa.Table]]:
     """The pilots of k-fold scoring: per fold, gold only and each silver set trained without
     the fold, and the fold they predict.
 
@@ -231,6 +234,7 @@ def fold_sets(gold: pa.Table, silvers: dict, task: str, mix: bool, folds: int,
 
     Args:
         silvers: arm name -> (silver table, gold repeat).
+        gold_repeat: how many times the gold-only pilots count each gold pair.
 
     Returns:
         (pilot name -> training set, pilot name -> its held-out pairs, the folds in order).
@@ -246,7 +250,7 @@ def fold_sets(gold: pa.Table, silvers: dict, task: str, mix: bool, folds: int,
         sentences = pa.array(sorted(set(out.column(schema.SENTENCE1).to_pylist())
                                     | set(out.column(schema.SENTENCE2).to_pylist())))
         name = fold_name("gold only", f)
-        sets[name], evals[name] = student_training_set(train, None, task), out
+        sets[name], evals[name] = student_training_set(train, None, task, gold_repeat), out
         for arm, (silver, repeat) in silvers.items():
             away = pc.invert(pc.or_(pc.is_in(silver.column(schema.SENTENCE1), sentences),
                                     pc.is_in(silver.column(schema.SENTENCE2), sentences)))

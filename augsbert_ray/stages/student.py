@@ -3,7 +3,8 @@
 Three stages, differing only in what they train on:
 
 - ``GoldOnly`` (``gold_only``): the gold training pairs (the reference AugSBERT must beat;
-  across domains the lower bound);
+  across domains the lower bound), each counted as often as AugSBERT's training set counts it
+  (``bi_encoder.gold_repeat``), so that AugSBERT's gain is the silver's and not more passes over gold;
 - ``TargetGold`` (``target_gold``): domain adaptation's upper bound, the target pairs' own labels;
 - ``AugSBERT`` (``augsbert``): step 3, gold + silver (or target silver only, unless
   ``target.mix_source_gold``). For binary tasks the teacher's scores become classes at 0.5,
@@ -36,15 +37,15 @@ def silver_artifact(cfg) -> str:
 
 def student_training_set(gold: pa.Table | None, silver: pa.Table | None, task: str,
                          gold_repeat: int = 1) -> pa.Table:
-    """What a bi-encoder trains on: the gold pairs (each ``gold_repeat`` times when silver joins
-    them) and the silver pairs, whose scores become classes at 0.5 for binary tasks.
+    """What a bi-encoder trains on: the gold pairs (each ``gold_repeat`` times) and the silver
+    pairs, whose scores become classes at 0.5 for binary tasks.
 
     Returns:
         The pair columns and ``schema.IS_SILVER`` (True for the pairs the teacher labelled).
     """
     if gold is None and silver is None:
         raise ValueError("a training set needs gold or silver pairs")
-    parts = [] if gold is None else [_flagged(gold, False)] * (gold_repeat if silver is not None else 1)
+    parts = [] if gold is None else [_flagged(gold, False)] * gold_repeat
     if silver is not None:
         silver = silver.select(PAIR_COLUMNS)
         if task == "binary":  # the teacher's score becomes a class, as gold's are
@@ -66,8 +67,8 @@ def mixes_gold(cfg) -> bool:
 
 class StudentParams(StageParams):
     seed: int
-    # Every key but ``gold_repeat`` outside AugSBERT on gold + silver (there it is put back to
-    # its default, so changing it keeps the gold-only model).
+    # Every key but ``gold_repeat`` where the stage trains on no source gold (the upper bound,
+    # and both students across domains without mixing): there it is put back to its default.
     bi_encoder: BiEncoderConfig
     training: TrainingConfig
     task: str  # the job's (source) task
@@ -114,7 +115,7 @@ class BiEncoderStage(Stage):
     def _train(self, gold: pa.Table | None, silver: pa.Table | None, inputs, params: StudentParams,
                env) -> TrainResult:
         b, search = params.bi_encoder, params.seed_search is not None
-        repeat = b.gold_repeat if silver is not None and gold is not None else 1
+        repeat = b.gold_repeat if gold is not None else 1
         train = student_training_set(gold, silver, params.task, repeat)
         stats = fit_encoder(
             "bi_encoder", train, inputs.table("dev").select(PAIR_COLUMNS) if search else None,
@@ -129,6 +130,7 @@ class BiEncoderStage(Stage):
         write_trained_card(self.name, env.out / "model", b.model, facts,
                            gold_train=None if gold is None else gold.num_rows,
                            silver=None if silver is None else SilverFacts(silver.num_rows, repeat, gold is not None),
+                           gold_repeat=repeat if silver is None else 1,
                            versions=versions())
         return TrainResult(train=stats, train_pairs=train.num_rows,
                            label_mean=float(np.mean(train.column(schema.LABEL).to_numpy())) if train.num_rows else None)
@@ -145,11 +147,12 @@ class GoldOnly(BiEncoderStage):
     publishes = {"model": "models/bi-encoder-gold-only"}
 
     def work(self, params, results):
-        return self._work(params, results["gold"].train if "gold" in results else None)
+        return self._work(params, results["gold"].train * params.bi_encoder.gold_repeat if "gold" in results else None)
 
     def declare(self, cfg) -> Declaration:
         search = searched(cfg, "bi_encoder")
-        params = _params(cfg, objective_task=cfg.task, uses_gold_repeat=False, search=search)
+        # As often as AugSBERT counts gold; across domains without mixing it sees none, so once.
+        params = _params(cfg, objective_task=cfg.task, uses_gold_repeat=mixes_gold(cfg), search=search)
         return Declaration(params, inputs={"gold": "gold/train.parquet", **_search_inputs(search)}, outputs=("model",))
 
     def run(self, inputs, params: StudentParams, env) -> TrainResult:
