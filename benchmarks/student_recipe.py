@@ -18,7 +18,13 @@ A variant is ``NAME:key=value,...`` with keys ``lr``, ``epochs``, ``batch_size``
 on the teacher's dev predictions, as ``labeling.calibration`` does) and ``gold_repeat`` (gold
 pairs appear this many times in AugSBERT's training set) and ``objective`` (the student's loss,
 ``bi_encoder.objective``'s names: cosine, cosent, angle, cosent-distill, angle-distill; every
-variant's gold-only reference trains with cosine, so all are compared with the same one). Each
+variant's gold-only reference trains with cosine, so all are compared with the same one),
+``order`` (``mixed``: gold and silver shuffled together, as the job trains; ``silver-first``: the
+student trains on the silver pairs alone, then on the gold pairs, each pass with its own warmup
+and decay, the second from the first's weights) and ``labels`` (``teacher``: the silver scores
+as the job's teacher gave them; ``symmetric``: the mean of the teacher's scores of (a, b) and
+(b, a), the second order scored here with the run's teacher, ``models/cross-encoder``). The
+gold-only reference counts each gold pair ``gold_repeat`` times, as the job's does. Each
 trial keeps its dev and test predictions, and every variant is compared with the first on test
 by a paired bootstrap, seed by seed. ``--silver SEED=FINGERPRINT`` names
 the silver stage each seed uses (a seed's semantic-search candidates depend on its gold-only
@@ -35,11 +41,14 @@ import logging
 import multiprocessing as mp
 import os
 import sys
+import tempfile
 import time
 from pathlib import Path
 
 KEYS = {"lr": float, "epochs": int, "batch_size": int, "warmup_ratio": float, "calibration": str, "gold_repeat": int,
-        "objective": str}
+        "objective": str, "order": str, "labels": str}
+ORDERS = ("mixed", "silver-first")
+LABELS = ("teacher", "symmetric")
 REFERENCE_OBJECTIVE = "cosine"  # what every gold-only reference trains with
 
 
@@ -56,6 +65,10 @@ def parse_variant(text: str, base: dict) -> tuple[str, dict]:
         settings[key] = KEYS[key](value)
     if settings["calibration"] not in ("none", "isotonic"):
         raise SystemExit(f"--variant {text!r}: calibration must be none or isotonic")
+    if settings["order"] not in ORDERS:
+        raise SystemExit(f"--variant {text!r}: order must be one of {', '.join(ORDERS)}")
+    if settings["labels"] not in LABELS:
+        raise SystemExit(f"--variant {text!r}: labels must be one of {', '.join(LABELS)}")
     from augsbert_ray.training.recipes import OBJECTIVES
 
     if settings["objective"] not in OBJECTIVES:
@@ -98,18 +111,34 @@ def trial(spec: dict) -> dict:
             fitted = fit_calibration(pred.column("prediction").to_numpy()[dev], pred.column("label").to_numpy()[dev])
             i = silver.schema.get_field_index(schema.LABEL)
             silver = silver.set_column(i, silver.schema.field(i), pa.array(fitted(silver.column(i).to_numpy())))
-    # The training set exactly as the job's AugSBERT (or gold-only) stage builds it.
-    train = student_training_set(pq.read_table(run / "gold" / "train.parquet"), silver, "regression", s["gold_repeat"])
-    s1, s2, y = _pairs(train)
-    silver_rows = schema.silver_flags(train)
+        if s["labels"] == "symmetric":
+            reverse = pq.read_table(spec["reverse"]).column("score").to_numpy()
+            i = silver.schema.get_field_index(schema.LABEL)
+            mean = (silver.column(i).to_numpy() + reverse) / 2
+            silver = silver.set_column(i, silver.schema.field(i), pa.array(mean.astype("float32")))
+    gold = pq.read_table(run / "gold" / "train.parquet")
+    # The training set exactly as the job's AugSBERT (or gold-only) stage builds it; silver first:
+    # the silver pairs alone, then the gold ones, each a training of its own.
+    if silver is not None and s["order"] == "silver-first":
+        phases = [student_training_set(None, silver, "regression"),
+                  student_training_set(gold, None, "regression", s["gold_repeat"])]
+    else:
+        phases = [student_training_set(gold, silver, "regression", s["gold_repeat"])]
     hp = HParams(epochs=s["epochs"], lr=s["lr"], batch_size=s["batch_size"], warmup_ratio=s["warmup_ratio"],
                  seed=spec["seed"], length_grouping=50)
-    recipe = BiEncoderRecipe(model=spec["model"], max_length=128, num_layers=spec["num_layers"],
-                             objective=s["objective"])
-    t0 = time.perf_counter()
-    module, stats = train_pairs(recipe, s1, s2, y, hp, silver=silver_rows, device=spec["device"],
-                                name=spec["name"])
+    t0, steps, model, num_layers = time.perf_counter(), 0, spec["model"], spec["num_layers"]
+    with tempfile.TemporaryDirectory() as tmp:
+        for k, train in enumerate(phases):
+            s1, s2, y = _pairs(train)
+            recipe = BiEncoderRecipe(model=model, max_length=128, num_layers=num_layers, objective=s["objective"])
+            module, stats = train_pairs(recipe, s1, s2, y, hp, silver=schema.silver_flags(train),
+                                        device=spec["device"], name=f"{spec['name']} ({k + 1}/{len(phases)})")
+            steps += stats["steps"]
+            if k + 1 < len(phases):  # the next phase starts from these weights, already cut to num_layers
+                model, num_layers = os.path.join(tmp, f"phase{k + 1}"), None
+                recipe.save(module, model)
     seconds = time.perf_counter() - t0
+    train_rows = sum(t.num_rows for t in phases)
     scores, preds = {}, {}
     for split in ("dev", "test"):
         a, b, gold = _pairs(pq.read_table(run / "gold" / f"{split}.parquet"))
@@ -118,7 +147,64 @@ def trial(spec: dict) -> dict:
         scores[split] = float(spearmanr(pred, gold).statistic * 100)
         preds[split] = [round(float(x), 6) for x in pred]
     return {"variant": spec["variant"], "seed": spec["seed"], "silver": bool(spec["silver"]), "settings": s,
-            "train_pairs": len(y), "steps": stats["steps"], "seconds": round(seconds, 1), **scores, "preds": preds}
+            "train_pairs": train_rows, "steps": steps, "seconds": round(seconds, 1), **scores, "preds": preds}
+
+
+def _gold_key(settings: dict, seed: int) -> tuple:
+    """What a gold-only reference depends on: the optimisation settings, the gold count and the seed
+    (rows written before the reference counted gold as AugSBERT does read as gold once)."""
+    return (settings["lr"], settings["epochs"], settings["batch_size"], settings["warmup_ratio"],
+            settings.get("gold_repeat", 1), seed)
+
+
+def reverse_scores(run_dir: Path, fingerprint: str, out: Path, device: str) -> Path:
+    """The run's teacher's scores of each silver pair read the other way round, (b, a), in the
+    silver file's order; written once beside ``out`` and reused."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    import torch
+
+    from augsbert_ray import schema
+    from augsbert_ray.models import load_cross_encoder
+    from augsbert_ray.scoring import prepare_model, score_pairs
+
+    path = out.parent / f"{out.name}.reverse-{fingerprint}.parquet"
+    if path.exists():
+        return path
+    silver = pq.read_table(run_dir / "stages" / "silver" / fingerprint / "silver.parquet")
+    model, tokenizer = load_cross_encoder(str(run_dir / "models" / "cross-encoder"), device=device)
+    model = prepare_model(model, "fp32", device)
+    t0 = time.perf_counter()
+    with torch.inference_mode():
+        scores = score_pairs(model, tokenizer, silver.column(schema.SENTENCE2).to_pylist(),
+                             silver.column(schema.SENTENCE1).to_pylist(), device=device)
+    print(f"scored {silver.num_rows} silver pairs the other way round in {time.perf_counter() - t0:.0f} s", flush=True)
+    pq.write_table(pa.table({"score": pa.array(scores, pa.float32())}), path)
+    return path
+
+
+def symmetric_teacher(run_dir: Path, device: str) -> dict:
+    """The run's teacher on dev and test (Spearman x100), reading each pair as given and as the
+    mean of both orders: whether the symmetric silver labels come from a better scorer."""
+    import numpy as np
+    import pyarrow.parquet as pq
+    import torch
+    from scipy.stats import spearmanr
+
+    from augsbert_ray.models import load_cross_encoder
+    from augsbert_ray.scoring import prepare_model, score_pairs
+
+    model, tokenizer = load_cross_encoder(str(run_dir / "models" / "cross-encoder"), device=device)
+    model = prepare_model(model, "fp32", device)
+    result = {}
+    for split in ("dev", "test"):
+        a, b, gold = _pairs(pq.read_table(run_dir / "gold" / f"{split}.parquet"))
+        with torch.inference_mode():
+            ab, ba = (score_pairs(model, tokenizer, x, y, device=device) for x, y in ((a, b), (b, a)))
+        result[split] = {"one_order": float(spearmanr(ab, gold).statistic * 100),
+                         "both_orders": float(spearmanr((ab + ba) / 2, gold).statistic * 100),
+                         "orders_agree": float(np.corrcoef(ab, ba)[0, 1])}
+    return result
 
 
 def _trial_key(trial: dict) -> str:
@@ -181,7 +267,8 @@ def main(argv: list[str] | None = None) -> int:
     from augsbert_ray.models import resolve_model
 
     base = {"lr": args.lr, "epochs": args.epochs, "batch_size": args.batch_size, "warmup_ratio": 0.1,
-            "calibration": "none", "gold_repeat": 1, "objective": REFERENCE_OBJECTIVE}
+            "calibration": "none", "gold_repeat": 1, "objective": REFERENCE_OBJECTIVE, "order": "mixed",
+            "labels": "teacher"}
     variants = dict(parse_variant(v, base) for v in (args.variant or ["base:"]))
     silver = dict(item.split("=", 1) for item in args.silver)
     if bool(silver) == bool(args.gold_only):
@@ -197,20 +284,29 @@ def main(argv: list[str] | None = None) -> int:
     common = {"run_dir": str(args.run_dir), "model": resolve_model(args.model), "num_layers": args.num_layers,
               "device": args.device, "threads": args.threads,
               "teacher_predictions": str(teacher_dir / "predictions.parquet") if teacher_dir else None}
+    teacher_orders = None
+    if any(s["labels"] == "symmetric" for s in variants.values()):
+        teacher_orders = symmetric_teacher(args.run_dir, args.device)
+        print(f"the teacher, one order and both: {json.dumps(teacher_orders)}", flush=True)
+        common["reverse"] = {fp: str(reverse_scores(args.run_dir, fp, Path(args.out), args.device))
+                             for fp in silver.values()}
     specs, gold_keys = [], set()
     for name, s in variants.items():
+        # Gold only: no silver to calibrate, order or relabel; gold counted as AugSBERT counts it.
+        gold_settings = {**s, "calibration": "none", "order": "mixed", "labels": "teacher"}
         for seed in (args.gold_only or "").split(",") if args.gold_only else []:
-            specs.append({**common, "variant": name, "settings": {**s, "calibration": "none", "gold_repeat": 1},
+            specs.append({**common, "variant": name, "settings": gold_settings,
                           "seed": int(seed), "silver": None, "name": f"{name} gold only"})
         for seed, fp in silver.items():
-            specs.append({**common, "variant": name, "settings": s, "seed": int(seed), "silver": fp, "name": name})
-            # Gold only depends on the optimisation settings alone: one trial per distinct set.
-            key = (s["lr"], s["epochs"], s["batch_size"], s["warmup_ratio"], int(seed))
+            reverse = common.get("reverse", {}).get(fp)
+            specs.append({**common, "variant": name, "settings": s, "seed": int(seed), "silver": fp, "name": name,
+                          "reverse": reverse})
+            # Gold only depends on the optimisation settings and the gold count alone: one trial per set.
+            key = _gold_key(s, int(seed))
             if key not in gold_keys:
                 gold_keys.add(key)
-                specs.append({**common, "variant": name,
-                              "settings": {**s, "calibration": "none", "gold_repeat": 1, "objective": REFERENCE_OBJECTIVE},
-                              "seed": int(seed), "silver": None, "name": f"{name} gold only"})
+                specs.append({**common, "variant": name, "settings": {**gold_settings, "objective": REFERENCE_OBJECTIVE},
+                              "seed": int(seed), "silver": None, "name": f"{name} gold only", "reverse": None})
     specs.sort(key=lambda sp: sp["silver"] is None)  # the long trials first
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -232,8 +328,7 @@ def main(argv: list[str] | None = None) -> int:
 
     if args.gold_only:
         return _report_gold_only(rows, list(variants), args, out, teacher_test)
-    gold = {(r["settings"]["lr"], r["settings"]["epochs"], r["settings"]["batch_size"],
-             r["settings"]["warmup_ratio"], r["seed"]): r for r in rows if not r["silver"] and "error" not in r}
+    gold = {_gold_key(r["settings"], r["seed"]): r for r in rows if not r["silver"] and "error" not in r}
     lines = [f"# Student recipe: {args.run_dir.name}", "",
              f"Spearman x100 on dev and test; the gap is the teacher ({teacher_test:.2f} on test) minus gold only "
              "trained with the same settings.", "",
@@ -244,7 +339,7 @@ def main(argv: list[str] | None = None) -> int:
             lines.append(f"| {r['variant']} | | {r['seed']} | | failed: {r['error']} | | |")
             continue
         s = r["settings"]
-        g = gold.get((s["lr"], s["epochs"], s["batch_size"], s["warmup_ratio"], r["seed"]))
+        g = gold.get(_gold_key(s, r["seed"]))
         closed = (r["test"] - g["test"]) / (teacher_test - g["test"]) * 100 if g else float("nan")
         r["gap_closed"] = closed
         desc = ", ".join(f"{k} {v}" for k, v in s.items())
@@ -257,6 +352,11 @@ def main(argv: list[str] | None = None) -> int:
         if closed:
             lines.append(f"- {name}: mean gap closed {sum(closed) / len(closed):.1f}% over {len(closed)} seed(s)")
     lines.append("")
+    if teacher_orders:
+        lines += ["The teacher reading each pair as given and as the mean of both orders (Spearman x100; r: the "
+                  "Pearson correlation of the two orders' scores):", ""]
+        lines += [f"- {split}: {t['one_order']:.2f} one order, {t['both_orders']:.2f} both (r {t['orders_agree']:.3f})"
+                  for split, t in teacher_orders.items()] + [""]
     lines += _against_first(rows, list(variants), args.run_dir)
     _write(lines, rows, args, argv, out, teacher_test)
     return 0
