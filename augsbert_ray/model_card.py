@@ -99,6 +99,7 @@ class SilverFacts:
     labelled: int | None = None
     teacher: str | None = None
     calibration: str | None = None
+    silver_first: bool = False  # bi_encoder.curriculum: silver first, then gold; else one mixed training
 
 
 @dataclass(frozen=True)
@@ -290,7 +291,10 @@ def _data_lines(card: CardData) -> list[str]:
         lines.append(f"- Silver pairs: {s.pairs:,} ({how}{'; ' + counts if counts else ''}), labelled by {teacher}"
                      + (f"; labels calibrated to the gold scale ({s.calibration})" if s.calibration not in
                         (None, "none") else "; labels as the teacher scored them" if s.calibration else "") + ".")
-        if s.mixed_with_gold:
+        if s.mixed_with_gold and s.silver_first:
+            lines.append(f"- Trained on the silver pairs first, then on the gold pairs repeated {s.gold_repeat}x "
+                         "(`curriculum: silver-first`), each training with its own learning-rate schedule.")
+        elif s.mixed_with_gold:
             lines.append(f"- Gold pairs repeated {s.gold_repeat}x beside the silver pairs (`gold_repeat`).")
         else:
             lines.append("- The source gold pairs were not mixed in (target silver only).")

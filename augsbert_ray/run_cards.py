@@ -154,7 +154,8 @@ def run_card(model: str, cfg, metrics, model_dir: Path, published_as: str = "") 
                              labelled=None if labels is None else labels.labelled,
                              teacher=f"the job's cross-encoder (models/cross-encoder, finetuned from "
                                      f"{base_model_id(cfg.cross_encoder.model) or cfg.cross_encoder.model})",
-                             calibration=cfg.labeling.calibration)
+                             calibration=cfg.labeling.calibration,
+                             silver_first="phases" in result.train)
     dataset, hub = _dataset(cfg)
     config = model_config(model_dir)
     check, shipped = metrics.result("teacher_check"), metrics.result("ship")

@@ -162,6 +162,17 @@ def test_seed_search_settings_are_checked(search, message):
         validate_tree(tree)
 
 
+def test_silver_first_is_refused_where_the_seed_search_picks_the_student():
+    src = {"format": "stsb", "path": "t.csv"}
+    tree = {"name": "x", "data": {"train": src, "dev": src, "test": src}, "bi_encoder": {"curriculum": "silver-first"}}
+    validate_tree(tree)  # alone, or with the teacher's seed searched, it is a valid job
+    validate_tree({**tree, "seed_search": {"enabled": True, "targets": ["cross_encoder"]}})
+    with pytest.raises(ConfigError, match="silver-first trains the student twice"):
+        validate_tree({**tree, "seed_search": {"enabled": True, "targets": ["bi_encoder"]}})
+    with pytest.raises(ConfigError, match="curriculum"):
+        validate_tree({**tree, "bi_encoder": {"curriculum": "gold-first"}})
+
+
 @pytest.mark.parametrize("evaluation,target,message", [
     ({"pilot_folds": 1}, None, "evaluation.pilot_folds: 1 fold would hold out every gold pair"),
     ({"pilot_folds": -2}, None, "greater than or equal to 0"),
@@ -230,7 +241,7 @@ def test_a_section_given_twice_is_an_error_naming_both_lines(tmp_path):
 
 @pytest.mark.parametrize(("text", "key", "hint"), [
     ("bi_encoder: {epochz: 2}\n", "bi_encoder.epochz", "did you mean 'epochs'? (valid keys under bi_encoder: "
-                                                       "batch_size, epochs, gold_repeat, lr, "),
+                                                       "batch_size, curriculum, epochs, gold_repeat, lr, "),
     ("samplng: {top_k: 2}\n", "samplng", "did you mean 'sampling'? (valid keys: auto, bi_encoder, cross_encoder, data,"),
     ("sampling: {faiss: {nlist: 3}}\n", "sampling.faiss.nlist", "did you mean 'ivf_nlist'?"),
     ("bi_encoder: {zzz: 2}\n", "bi_encoder.zzz", "unknown key (valid keys under bi_encoder: batch_size,"),

@@ -256,6 +256,9 @@ MUST = [
     # often): the teacher, and candidates not embedded by the gold-only student, stay
     ("ss", "bi_encoder.gold_repeat=3", {"gold_only", "eval_gold_only", "augsbert", "eval_augsbert"}),
     ("adaptation", "bi_encoder.gold_repeat=3", set()),  # target silver alone: no gold to repeat
+    # silver first, then gold: AugSBERT alone; the gold-only reference has no silver to order
+    ("ss", "bi_encoder.curriculum=silver-first", {"augsbert", "eval_augsbert"}),
+    ("adaptation", "bi_encoder.curriculum=silver-first", set()),  # target silver alone: nothing to order
     # The student's objective: both students train with it; the teacher, and candidates not
     # embedded by the gold-only student (zero-shot semantic search, KDE), stay
     ("ss", "bi_encoder.objective=cosent", {"gold_only", "eval_gold_only", "augsbert", "eval_augsbert"}),

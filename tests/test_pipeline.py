@@ -253,6 +253,28 @@ def test_gold_repeat_retrains_both_students_on_gold_repeated(finished_run, tmp_p
     assert "Each gold pair counted 3x per epoch (`gold_repeat`)" in card
 
 
+def test_silver_first_trains_augsbert_on_silver_then_on_gold_and_nothing_else_again(finished_run, tmp_path):
+    import shutil
+
+    cfg, _, metrics, _ = finished_run
+    rd = tmp_path / "run"
+    shutil.copytree(cfg.resolved_run_dir, rd)
+    changed = cfg.model_copy(update={"run_dir": str(rd),
+                                     "bi_encoder": cfg.bi_encoder.model_copy(update={"curriculum": "silver-first"})})
+    again = run_job(changed)
+    assert not {"augsbert", "eval_augsbert"} & set(again.stages_reused)
+    assert {"cross_encoder", "gold_only", "candidates", "silver"} <= set(again.stages_reused)
+    silver, gold = metrics.result("silver").silver, metrics.result("gold").train
+    train = again.stage("augsbert").result.train
+    assert [p["train_pairs"] for p in train["phases"]] == [silver, gold]  # silver alone, then gold
+    assert train["train_pairs"] == again.stage("augsbert").result.train_pairs == silver + gold
+    assert train["steps"] == sum(p["steps"] for p in train["phases"])
+    assert again.scores["augsbert"] != metrics.scores["augsbert"]  # another model
+    assert again.scores["gold_only"] == metrics.scores["gold_only"]
+    card = (rd / "models" / "bi-encoder-augsbert" / "README.md").read_text(encoding="utf-8")
+    assert "Trained on the silver pairs first, then on the gold pairs" in card
+
+
 def test_the_pilot_scored_on_dev_then_on_folds_of_the_gold_pairs(finished_run, tmp_path):
     import shutil
 

@@ -33,6 +33,15 @@ OBJECTIVE_DOC = (
     "contrastive loss on cosine distance. The ranking and distillation objectives are for regression.")
 
 
+Curriculum = Literal["mixed", "silver-first"]
+CURRICULUM_DOC = (
+    "How AugSBERT's student meets gold and silver. mixed: one training on gold + silver shuffled together "
+    "(the paper's). silver-first: a training on the silver pairs alone, then one on the gold pairs (each "
+    "gold_repeat times) from its weights, each with its own warmup and decay, as many steps in all; the "
+    "student ends on the labels it can trust. Only AugSBERT with gold + silver reads it: the gold-only "
+    "reference and the pilots train as before (benchmarks/results/student_curriculum_*.md compares the two)")
+
+
 class BiEncoderConfig(Section):
     """Step 3: the student. Mean pooling, trained on (gold + silver) scores."""
 
@@ -56,6 +65,7 @@ class BiEncoderConfig(Section):
                              "AugSBERT's gain is the silver's, not extra passes over gold; across domains without "
                              "target.mix_source_gold AugSBERT sees no gold and the reference counts it once "
                              "(benchmarks/results/student_recipe_stsb1k.md compares values)")
+    curriculum: Curriculum = Field("mixed", description=CURRICULUM_DOC)
 
     def resolved_objective(self, task: str) -> str:
         return resolved_objective(self.objective, task)

@@ -135,6 +135,15 @@ class JobConfig(Section):
         return self
 
     @model_validator(mode="after")
+    def _check_curriculum(self) -> "JobConfig":
+        if (self.bi_encoder.curriculum == "silver-first" and self.seed_search.enabled
+                and "bi_encoder" in self.seed_search.targets):
+            raise ValueError("bi_encoder.curriculum: silver-first trains the student twice (silver, then gold), and "
+                             "the seed search scores one training's seeds: use curriculum mixed, or leave bi_encoder "
+                             "out of seed_search.targets")
+        return self
+
+    @model_validator(mode="after")
     def _check_labels(self) -> "JobConfig":
         for split in ("train", "dev", "test"):
             src = getattr(self.data, split)

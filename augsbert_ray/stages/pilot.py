@@ -33,7 +33,7 @@ from augsbert_ray.config import BiEncoderConfig, TrainingConfig, resolved_object
 from augsbert_ray.errors import ConfigError
 from augsbert_ray.evaluation import PRIMARY_METRIC
 from augsbert_ray.runtime import per_worker_cpus
-from augsbert_ray.stages.base import (Declaration, Stage, StageParams, StageResult, SummaryContext,
+from augsbert_ray.stages.base import (Declaration, Stage, StageParams, StageResult, SummaryContext, narrowed,
                                       placement_field)
 from augsbert_ray.stages.student import silver_artifact, student_training_set
 
@@ -134,7 +134,10 @@ class Pilot(Stage):
 
         trial = self.silver_sets is not None
         ev = cfg.evaluation
-        params = PilotParams(seed=cfg.seed, bi_encoder=cfg.bi_encoder, training=cfg.training, task=cfg.task,
+        # Pilots train gold + silver in one mixed training, whatever bi_encoder.curriculum says: a
+        # share of the steps is one training's share.
+        student = narrowed(cfg.bi_encoder, [k for k in type(cfg.bi_encoder).model_fields if k != "curriculum"])
+        params = PilotParams(seed=cfg.seed, bi_encoder=student, training=cfg.training, task=cfg.task,
                              mix=mixes_gold(cfg), fraction=self.fraction if trial else ev.pilot_fraction,
                              folds=0 if trial else ev.pilot_folds, confidence=ev.pilot_confidence,
                              silver_sets=tuple(self.silver_sets) if trial else None, gold_repeat=self.gold_repeat,

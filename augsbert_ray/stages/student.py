@@ -13,6 +13,8 @@ Three stages, differing only in what they train on:
 
 from __future__ import annotations
 
+import logging
+
 import numpy as np
 import pyarrow as pa
 
@@ -28,6 +30,8 @@ from augsbert_ray.stages.teacher import searched, training_demand
 from augsbert_ray.stages.training_result import TrainResult
 from augsbert_ray.training.fit import (fit_encoder, fixed_seconds, host_start_seconds, hparams, planned_steps,
                                        throughput)
+
+log = logging.getLogger(__name__)
 
 
 def silver_artifact(cfg) -> str:
@@ -78,10 +82,13 @@ class StudentParams(StageParams):
     eval_batch_size: int = placement_field(64)
 
 
-def _params(cfg, *, objective_task: str, uses_gold_repeat: bool, search: bool) -> StudentParams:
+def _params(cfg, *, objective_task: str, uses_gold_repeat: bool, search: bool,
+            uses_curriculum: bool = False) -> StudentParams:
     b = cfg.bi_encoder
-    if not uses_gold_repeat:
-        b = narrowed(b, [k for k in BiEncoderConfig.model_fields if k != "gold_repeat"])
+    unused = {"gold_repeat"} if not uses_gold_repeat else set()
+    if not uses_curriculum:  # only AugSBERT on gold + silver has two kinds of pairs to order
+        unused.add("curriculum")
+    b = narrowed(b, [k for k in BiEncoderConfig.model_fields if k not in unused])
     return StudentParams(seed=cfg.seed, bi_encoder=b, training=cfg.training, task=cfg.task,
                          objective=resolved_objective(b.objective, objective_task),
                          seed_search=cfg.seed_search if search else None,
@@ -117,23 +124,97 @@ class BiEncoderStage(Stage):
         b, search = params.bi_encoder, params.seed_search is not None
         repeat = b.gold_repeat if gold is not None else 1
         train = student_training_set(gold, silver, params.task, repeat)
-        stats = fit_encoder(
-            "bi_encoder", train, inputs.table("dev").select(PAIR_COLUMNS) if search else None,
-            recipe={"model": env.base_model(b.model), "max_length": b.max_length, "num_layers": b.num_layers,
-                    "objective": params.objective},
-            hparams=hparams(b, params.seed, params.training), training=params.training,
-            seed_search=params.seed_search, searched=search, task=params.task,
-            metric=PRIMARY_METRIC[params.task], eval_batch_size=params.eval_batch_size,
-            out=env.out, storage=env.storage, cluster=env.cluster, name=f"bi-encoder-{self.name.replace('_', '-')}",
-            progress=None if search else env.reporter())
+        name = f"bi-encoder-{self.name.replace('_', '-')}"
+
+        def fit(pairs, model, num_layers, out, storage, label, progress):
+            return fit_encoder(
+                "bi_encoder", pairs, inputs.table("dev").select(PAIR_COLUMNS) if search else None,
+                recipe={"model": model, "max_length": b.max_length, "num_layers": num_layers,
+                        "objective": params.objective},
+                hparams=hparams(b, params.seed, params.training), training=params.training,
+                seed_search=params.seed_search, searched=search, task=params.task,
+                metric=PRIMARY_METRIC[params.task], eval_batch_size=params.eval_batch_size,
+                out=out, storage=storage, cluster=env.cluster, name=label, progress=progress)
+
+        base = env.base_model(b.model)
+        progress = None if search else env.reporter()
+        if b.curriculum == "silver-first" and gold is not None and silver is not None:
+            stats = self._silver_first(fit, base, gold, silver, params, env, name, progress)
+        else:
+            stats = fit(train, base, b.num_layers, env.out, env.storage, name, progress)
         facts = training_facts(b, params.objective, params.seed, params.training.precision, stats, train.num_rows)
         write_trained_card(self.name, env.out / "model", b.model, facts,
                            gold_train=None if gold is None else gold.num_rows,
-                           silver=None if silver is None else SilverFacts(silver.num_rows, repeat, gold is not None),
+                           silver=None if silver is None else SilverFacts(silver.num_rows, repeat, gold is not None,
+                                                                          silver_first="phases" in stats),
                            gold_repeat=repeat if silver is None else 1,
                            versions=versions())
         return TrainResult(train=stats, train_pairs=train.num_rows,
                            label_mean=float(np.mean(train.column(schema.LABEL).to_numpy())) if train.num_rows else None)
+
+    def _silver_first(self, fit, base: str, gold: pa.Table, silver: pa.Table, params: StudentParams, env,
+                      name: str, progress) -> dict:
+        """``bi_encoder.curriculum: silver-first``: the student trains on the silver pairs alone, then
+        on the gold pairs from those weights; each training keeps its own checkpoints (a resumed
+        stage picks up in the one it was in) and reports its steps after the other's."""
+        b = params.bi_encoder
+        phases = [("silver", student_training_set(None, silver, params.task)),
+                  ("gold", student_training_set(gold, None, params.task, b.gold_repeat))]
+        steps = [planned_steps(b, t.num_rows, params.training) for _, t in phases]
+        first_out = env.out / "silver-first"
+        stats = []
+        for k, (what, pairs) in enumerate(phases):
+            shown = None if progress is None else OffsetProgress(progress, sum(steps[:k]), sum(steps))
+            if k == 0:
+                stats.append(fit(pairs, base, b.num_layers, first_out, f"{env.storage}/silver-first",
+                                 f"{name}-silver", shown))
+            else:  # the first training's model, already cut to num_layers
+                stats.append(fit(pairs, env.base_model(str(first_out / "model")), None, env.out, env.storage,
+                                 name, shown))
+            log.info(f"[{self.name}] {what} pairs: {pairs.num_rows} trained in {stats[-1].get('steps')} steps")
+        return combined_stats(stats)
+
+
+class OffsetProgress:
+    """A stage's progress seen by one of its trainings: steps counted after ``offset`` earlier
+    ones, out of the stage's ``total`` (picklable, as the reporter it wraps is)."""
+
+    def __init__(self, inner, offset: int, total: int):
+        self.inner, self.offset, self.total = inner, offset, total
+
+    def set_total(self, total: float, unit: str | None = None) -> None:
+        self.inner.set_total(self.total, unit)
+
+    def add_total(self, n: float, unit: str | None = None) -> None:
+        self.inner.add_total(n, unit)
+
+    def update(self, done: float) -> None:
+        self.inner.update(self.offset + done)
+
+    def advance(self, n: float = 1) -> None:
+        self.inner.advance(n)
+
+    def message(self, line: str) -> None:
+        self.inner.message(line)
+
+    def flush(self) -> None:
+        self.inner.flush()
+
+
+def combined_stats(phases: list[dict]) -> dict:
+    """One training's statistics for trainings run one after another: steps, pairs and loop time
+    added up, the last one's loss, the first one's host start; each kept under ``phases``."""
+    seconds = sum(p.get("seconds") or 0.0 for p in phases)
+    steps = sum(p.get("steps") or 0 for p in phases)
+    trained = sum((p.get("pairs_per_s") or 0.0) * (p.get("seconds") or 0.0) for p in phases)
+    out = {"precision": phases[-1].get("precision"), "steps": steps,
+           "train_pairs": sum(p.get("train_pairs") or 0 for p in phases),
+           "final_loss": phases[-1].get("final_loss"), "seconds": seconds,
+           "pairs_per_s": trained / seconds if seconds else None, "phases": phases}
+    started = [p["host_start_seconds"] for p in phases if p.get("host_start_seconds") is not None]
+    if started:
+        out["host_start_seconds"] = started[0]
+    return out
 
 
 def _search_inputs(search: bool) -> dict[str, str]:
@@ -195,7 +276,7 @@ class AugSBERT(BiEncoderStage):
 
     def declare(self, cfg) -> Declaration:
         mix, search = mixes_gold(cfg), searched(cfg, "bi_encoder")
-        base = _params(cfg, objective_task=cfg.task, uses_gold_repeat=mix, search=search)
+        base = _params(cfg, objective_task=cfg.task, uses_gold_repeat=mix, search=search, uses_curriculum=mix)
         params = AugSBERTParams(**dict(base), mix=mix)
         inputs = {"silver": silver_artifact(cfg), **_search_inputs(search)}
         if mix:
