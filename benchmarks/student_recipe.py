@@ -222,17 +222,22 @@ def _against_first(rows: list[dict], names: list[str], run_dir: Path, silver: bo
 
     from augsbert_ray.evaluation import paired_bootstrap
 
-    gold = pq.read_table(run_dir / "gold" / "test.parquet").column("label").to_numpy()
+    gold = {split: pq.read_table(run_dir / "gold" / f"{split}.parquet").column("label").to_numpy()
+            for split in ("dev", "test")}
     done = {(r["variant"], r["seed"]): r for r in rows if r["silver"] == silver and "error" not in r}
-    lines = [f"Against {names[0]} on test (paired bootstrap, 1,000 resamples, 90% interval of the difference):", ""]
+    lines = [f"Against {names[0]} on dev (where a recipe is chosen) and on test (paired bootstrap, 1,000 "
+             "resamples, 90% interval of the difference):", ""]
     for name in names[1:]:
         for seed in sorted({s for _, s in done}):
             a, b = done.get((names[0], seed)), done.get((name, seed))
             if a is None or b is None:
                 continue
-            bs = paired_bootstrap("regression", a["preds"]["test"], b["preds"]["test"], gold)
-            b["vs_first_test"] = bs
-            lines.append(f"- {name}, seed {seed}: {bs['difference']:+.2f} ({bs['low']:+.2f} to {bs['high']:+.2f})")
+            shown = []
+            for split in ("dev", "test"):
+                bs = paired_bootstrap("regression", a["preds"][split], b["preds"][split], gold[split])
+                b[f"vs_first_{split}"] = bs
+                shown.append(f"{split} {bs['difference']:+.2f} ({bs['low']:+.2f} to {bs['high']:+.2f})")
+            lines.append(f"- {name}, seed {seed}: " + "; ".join(shown))
     return lines + [""]
 
 

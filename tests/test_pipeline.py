@@ -274,6 +274,22 @@ def test_silver_first_trains_augsbert_on_silver_then_on_gold_and_nothing_else_ag
     card = (rd / "models" / "bi-encoder-augsbert" / "README.md").read_text(encoding="utf-8")
     assert "Trained on the silver pairs first, then on the gold pairs" in card
 
+    # Stopped after the silver pairs' training (its model out, the stage unfinished): a re-run
+    # goes on with the gold pairs from that model, and ends where the uninterrupted run did.
+    folders = [p for p in (rd / "stages" / "augsbert").iterdir() if (p / "silver-first" / "trained.json").is_file()]
+    assert len(folders) == 1
+    from augsbert_ray.runner import MARKER
+
+    (folders[0] / MARKER).unlink()
+    shutil.rmtree(folders[0] / "model")
+    shutil.rmtree(folders[0] / "ray" / "train", ignore_errors=True)  # the gold pairs' checkpoints: not yet made
+    lines = []
+    with lines_to(lines.append):
+        resumed = run_job(changed)
+    assert "augsbert" not in resumed.stages_reused
+    assert any("the silver pairs' training was done before" in line for line in lines)
+    assert resumed.scores["augsbert"] == again.scores["augsbert"]
+
 
 def test_the_pilot_scored_on_dev_then_on_folds_of_the_gold_pairs(finished_run, tmp_path):
     import shutil

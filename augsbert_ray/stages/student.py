@@ -13,7 +13,9 @@ Three stages, differing only in what they train on:
 
 from __future__ import annotations
 
+import json
 import logging
+import os
 
 import numpy as np
 import pyarrow as pa
@@ -162,12 +164,22 @@ class BiEncoderStage(Stage):
                   ("gold", student_training_set(gold, None, params.task, b.gold_repeat))]
         steps = [planned_steps(b, t.num_rows, params.training) for _, t in phases]
         first_out = env.out / "silver-first"
+        first_done = first_out / "trained.json"  # written once its model is out: a re-run goes on to gold
         stats = []
         for k, (what, pairs) in enumerate(phases):
             shown = None if progress is None else OffsetProgress(progress, sum(steps[:k]), sum(steps))
+            if k == 0 and first_done.is_file():  # its time and host start were an earlier run's
+                saved = json.loads(first_done.read_text(encoding="utf-8"))
+                stats.append({**{k: v for k, v in saved.items() if k != "host_start_seconds"}, "seconds": 0.0,
+                              "reused": True})
+                log.info(f"[{self.name}] the silver pairs' training was done before: going on with the gold pairs")
+                continue
             if k == 0:
                 stats.append(fit(pairs, base, b.num_layers, first_out, f"{env.storage}/silver-first",
                                  f"{name}-silver", shown))
+                tmp = first_done.with_suffix(".writing")
+                tmp.write_text(json.dumps(stats[-1]), encoding="utf-8")
+                os.replace(tmp, first_done)
             else:  # the first training's model, already cut to num_layers
                 stats.append(fit(pairs, env.base_model(str(first_out / "model")), None, env.out, env.storage,
                                  name, shown))
