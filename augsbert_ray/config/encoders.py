@@ -6,7 +6,7 @@ from typing import Literal
 
 from pydantic import Field
 
-from augsbert_ray.config.fields import Section, model_name
+from augsbert_ray.config.fields import Section, later_setting, model_name
 
 
 class CrossEncoderConfig(Section):
@@ -65,7 +65,7 @@ class BiEncoderConfig(Section):
                              "AugSBERT's gain is the silver's, not extra passes over gold; across domains without "
                              "target.mix_source_gold AugSBERT sees no gold and the reference counts it once "
                              "(benchmarks/results/student_recipe_stsb1k.md compares values)")
-    curriculum: Curriculum = Field("mixed", description=CURRICULUM_DOC)
+    curriculum: Curriculum = later_setting("mixed", description=CURRICULUM_DOC)
 
     def resolved_objective(self, task: str) -> str:
         return resolved_objective(self.objective, task)

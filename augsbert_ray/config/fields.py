@@ -1,4 +1,4 @@
-"""The base of every job-config section, and the two kinds of field the stages treat apart."""
+"""The base of every job-config section, and the kinds of field the stages treat apart."""
 
 from __future__ import annotations
 
@@ -20,6 +20,13 @@ def model_name(default: str = EMBEDDED_MODEL, **kwargs) -> Any:
     """A model setting: ``embedded``, a Hugging Face id or a local directory. A stage that
     reads it is fingerprinted by the model's content (``models.model_content_id``), not its name."""
     return Field(default, json_schema_extra={"model": True}, **kwargs)
+
+
+def later_setting(default: Any, **kwargs) -> Any:
+    """A setting added after runs were made whose default does what the engine did before it
+    existed: at that default it is left out of a stage's fingerprint, so upgrading the engine
+    does not redo the stages of a finished run; any other value counts as usual."""
+    return Field(default, json_schema_extra={"later": True}, **kwargs)
 
 
 class Section(StrictModel):

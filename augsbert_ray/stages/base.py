@@ -225,17 +225,21 @@ def _is_model(model: BaseModel, name: str) -> bool:
 
 def fingerprint_settings(params: StageParams, model_id: Callable[[str], str]) -> dict:
     """The settings part of a stage's fingerprint: its params as a plain JSON-able tree, with
-    placement fields left out (at any depth) and model names replaced by their content ids."""
+    placement fields, and settings added later at the default that keeps the engine's earlier
+    behaviour (``config.fields.later_setting``), left out (at any depth), and model names
+    replaced by their content ids."""
     return _plain(params, model_id)
 
 
 def _plain(value: Any, model_id: Callable[[str], str]) -> Any:
     if isinstance(value, BaseModel):
         out = {}
-        for name in type(value).model_fields:
+        for name, info in type(value).model_fields.items():
             if _is_placement(value, name):
                 continue
             v = getattr(value, name)
+            if _mark(value, name, "later") and v == info.get_default(call_default_factory=True):
+                continue
             out[name] = model_id(v) if _is_model(value, name) and isinstance(v, str) else _plain(v, model_id)
         return out
     if isinstance(value, (list, tuple)):

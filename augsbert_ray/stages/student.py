@@ -170,7 +170,7 @@ class BiEncoderStage(Stage):
             shown = None if progress is None else OffsetProgress(progress, sum(steps[:k]), sum(steps))
             if k == 0 and first_done.is_file():  # its time and host start were an earlier run's
                 saved = json.loads(first_done.read_text(encoding="utf-8"))
-                stats.append({**{k: v for k, v in saved.items() if k != "host_start_seconds"}, "seconds": 0.0,
+                stats.append({**{key: v for key, v in saved.items() if key != "host_start_seconds"}, "seconds": 0.0,
                               "reused": True})
                 log.info(f"[{self.name}] the silver pairs' training was done before: going on with the gold pairs")
                 continue
