@@ -7,8 +7,9 @@ Three stages, differing only in what they train on:
   (``bi_encoder.gold_repeat``), so that AugSBERT's gain is the silver's and not more passes over gold;
 - ``TargetGold`` (``target_gold``): domain adaptation's upper bound, the target pairs' own labels;
 - ``AugSBERT`` (``augsbert``): step 3, gold + silver (or target silver only, unless
-  ``target.mix_source_gold``). For binary tasks the teacher's scores become classes at 0.5,
-  as gold's are.
+  ``target.mix_source_gold``), in one mixed training or, with ``bi_encoder.curriculum:
+  silver-first``, the silver pairs and then the gold ones. For binary tasks the teacher's
+  scores become classes at 0.5, as gold's are.
 """
 
 from __future__ import annotations
