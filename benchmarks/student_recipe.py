@@ -43,11 +43,14 @@ import os
 import sys
 import tempfile
 import time
+import typing
 from pathlib import Path
+
+from augsbert_ray.config.encoders import Curriculum
 
 KEYS = {"lr": float, "epochs": int, "batch_size": int, "warmup_ratio": float, "calibration": str, "gold_repeat": int,
         "objective": str, "order": str, "labels": str}
-ORDERS = ("mixed", "silver-first")
+ORDERS = typing.get_args(Curriculum)  # the engine's bi_encoder.curriculum values
 LABELS = ("teacher", "symmetric")
 REFERENCE_OBJECTIVE = "cosine"  # what every gold-only reference trains with
 
@@ -93,7 +96,7 @@ def trial(spec: dict) -> dict:
 
     from augsbert_ray import schema
     from augsbert_ray.evaluation import cosine_scores
-    from augsbert_ray.stages.student import student_training_set
+    from augsbert_ray.stages.student import training_phases
     from augsbert_ray.training.loop import HParams, train_pairs
     from augsbert_ray.training.recipes import BiEncoderRecipe, unwrap
 
@@ -116,14 +119,10 @@ def trial(spec: dict) -> dict:
             i = silver.schema.get_field_index(schema.LABEL)
             mean = (silver.column(i).to_numpy() + reverse) / 2
             silver = silver.set_column(i, silver.schema.field(i), pa.array(mean.astype("float32")))
-    gold = pq.read_table(run / "gold" / "train.parquet")
-    # The training set exactly as the job's AugSBERT (or gold-only) stage builds it; silver first:
-    # the silver pairs alone, then the gold ones, each a training of its own.
-    if silver is not None and s["order"] == "silver-first":
-        phases = [student_training_set(None, silver, "regression"),
-                  student_training_set(gold, None, "regression", s["gold_repeat"])]
-    else:
-        phases = [student_training_set(gold, silver, "regression", s["gold_repeat"])]
+    # The training sets exactly as the job's AugSBERT (or gold-only) stage builds them: one, or
+    # with silver first the silver pairs alone and then the gold ones, each a training of its own.
+    phases = training_phases(pq.read_table(run / "gold" / "train.parquet"), silver, "regression",
+                             s["gold_repeat"], s["order"])
     hp = HParams(epochs=s["epochs"], lr=s["lr"], batch_size=s["batch_size"], warmup_ratio=s["warmup_ratio"],
                  seed=spec["seed"], length_grouping=50)
     t0, steps, model, num_layers = time.perf_counter(), 0, spec["model"], spec["num_layers"]
@@ -157,7 +156,16 @@ def _gold_key(settings: dict, seed: int) -> tuple:
             settings.get("gold_repeat", 1), seed)
 
 
-def reverse_scores(run_dir: Path, fingerprint: str, out: Path, device: str) -> Path:
+def load_teacher(run_dir: Path, device: str) -> tuple:
+    """The run's teacher (``models/cross-encoder``) as (model in fp32, eval mode; tokenizer)."""
+    from augsbert_ray.models import load_cross_encoder
+    from augsbert_ray.scoring import prepare_model
+
+    model, tokenizer = load_cross_encoder(str(run_dir / "models" / "cross-encoder"), device=device)
+    return prepare_model(model, "fp32", device), tokenizer
+
+
+def reverse_scores(run_dir: Path, fingerprint: str, out: Path, device: str, teacher: tuple | None = None) -> Path:
     """The run's teacher's scores of each silver pair read the other way round, (b, a), in the
     silver file's order; written once beside ``out`` and reused."""
     import pyarrow as pa
@@ -165,15 +173,13 @@ def reverse_scores(run_dir: Path, fingerprint: str, out: Path, device: str) -> P
     import torch
 
     from augsbert_ray import schema
-    from augsbert_ray.models import load_cross_encoder
-    from augsbert_ray.scoring import prepare_model, score_pairs
+    from augsbert_ray.scoring import score_pairs
 
     path = out.parent / f"{out.name}.reverse-{fingerprint}.parquet"
     if path.exists():
         return path
     silver = pq.read_table(run_dir / "stages" / "silver" / fingerprint / "silver.parquet")
-    model, tokenizer = load_cross_encoder(str(run_dir / "models" / "cross-encoder"), device=device)
-    model = prepare_model(model, "fp32", device)
+    model, tokenizer = teacher or load_teacher(run_dir, device)
     t0 = time.perf_counter()
     with torch.inference_mode():
         scores = score_pairs(model, tokenizer, silver.column(schema.SENTENCE2).to_pylist(),
@@ -183,7 +189,7 @@ def reverse_scores(run_dir: Path, fingerprint: str, out: Path, device: str) -> P
     return path
 
 
-def symmetric_teacher(run_dir: Path, device: str) -> dict:
+def symmetric_teacher(run_dir: Path, device: str, teacher: tuple | None = None) -> dict:
     """The run's teacher on dev and test (Spearman x100), reading each pair as given and as the
     mean of both orders: whether the symmetric silver labels come from a better scorer."""
     import numpy as np
@@ -191,11 +197,9 @@ def symmetric_teacher(run_dir: Path, device: str) -> dict:
     import torch
     from scipy.stats import spearmanr
 
-    from augsbert_ray.models import load_cross_encoder
-    from augsbert_ray.scoring import prepare_model, score_pairs
+    from augsbert_ray.scoring import score_pairs
 
-    model, tokenizer = load_cross_encoder(str(run_dir / "models" / "cross-encoder"), device=device)
-    model = prepare_model(model, "fp32", device)
+    model, tokenizer = teacher or load_teacher(run_dir, device)
     result = {}
     for split in ("dev", "test"):
         a, b, gold = _pairs(pq.read_table(run_dir / "gold" / f"{split}.parquet"))
@@ -291,10 +295,12 @@ def main(argv: list[str] | None = None) -> int:
               "teacher_predictions": str(teacher_dir / "predictions.parquet") if teacher_dir else None}
     teacher_orders = None
     if any(s["labels"] == "symmetric" for s in variants.values()):
-        teacher_orders = symmetric_teacher(args.run_dir, args.device)
+        teacher = load_teacher(args.run_dir, args.device)
+        teacher_orders = symmetric_teacher(args.run_dir, args.device, teacher)
         print(f"the teacher, one order and both: {json.dumps(teacher_orders)}", flush=True)
-        common["reverse"] = {fp: str(reverse_scores(args.run_dir, fp, Path(args.out), args.device))
+        common["reverse"] = {fp: str(reverse_scores(args.run_dir, fp, Path(args.out), args.device, teacher))
                              for fp in silver.values()}
+        del teacher  # the trials run in processes of their own
     specs, gold_keys = [], set()
     for name, s in variants.items():
         # Gold only: no silver to calibrate, order or relabel; gold counted as AugSBERT counts it.

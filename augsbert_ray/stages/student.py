@@ -62,6 +62,16 @@ def student_training_set(gold: pa.Table | None, silver: pa.Table | None, task: s
     return pa.concat_tables(parts)
 
 
+def training_phases(gold: pa.Table | None, silver: pa.Table | None, task: str, gold_repeat: int = 1,
+                    curriculum: str = "mixed") -> list[pa.Table]:
+    """The training sets a bi-encoder trains on, one after another: one mixed set
+    (``student_training_set``), or with ``curriculum`` silver-first and both kinds of pairs, the
+    silver pairs alone and then the gold pairs (each ``gold_repeat`` times)."""
+    if curriculum == "silver-first" and gold is not None and silver is not None:
+        return [student_training_set(None, silver, task), student_training_set(gold, None, task, gold_repeat)]
+    return [student_training_set(gold, silver, task, gold_repeat)]
+
+
 def _flagged(pairs: pa.Table, silver: bool) -> pa.Table:
     pairs = pairs.select(PAIR_COLUMNS)
     return pairs.append_column(schema.IS_SILVER, pa.array([silver] * pairs.num_rows, pa.bool_()))
@@ -126,7 +136,8 @@ class BiEncoderStage(Stage):
                env) -> TrainResult:
         b, search = params.bi_encoder, params.seed_search is not None
         repeat = b.gold_repeat if gold is not None else 1
-        train = student_training_set(gold, silver, params.task, repeat)
+        phases = training_phases(gold, silver, params.task, repeat, b.curriculum)
+        train = pa.concat_tables(phases)  # every pair trained on, for the card and the result
         name = f"bi-encoder-{self.name.replace('_', '-')}"
 
         def fit(pairs, model, num_layers, out, storage, label, progress):
@@ -141,8 +152,8 @@ class BiEncoderStage(Stage):
 
         base = env.base_model(b.model)
         progress = None if search else env.reporter()
-        if b.curriculum == "silver-first" and gold is not None and silver is not None:
-            stats = self._silver_first(fit, base, gold, silver, params, env, name, progress)
+        if len(phases) == 2:
+            stats = self._silver_first(fit, base, phases, params, env, name, progress)
         else:
             stats = fit(train, base, b.num_layers, env.out, env.storage, name, progress)
         facts = training_facts(b, params.objective, params.seed, params.training.precision, stats, train.num_rows)
@@ -155,37 +166,33 @@ class BiEncoderStage(Stage):
         return TrainResult(train=stats, train_pairs=train.num_rows,
                            label_mean=float(np.mean(train.column(schema.LABEL).to_numpy())) if train.num_rows else None)
 
-    def _silver_first(self, fit, base: str, gold: pa.Table, silver: pa.Table, params: StudentParams, env,
-                      name: str, progress) -> dict:
+    def _silver_first(self, fit, base: str, phases: list[pa.Table], params: StudentParams, env, name: str,
+                      progress) -> dict:
         """``bi_encoder.curriculum: silver-first``: the student trains on the silver pairs alone, then
-        on the gold pairs from those weights; each training keeps its own checkpoints (a resumed
-        stage picks up in the one it was in) and reports its steps after the other's."""
+        on the gold pairs from those weights; each training keeps its own checkpoints, a stage
+        stopped after the first goes on with the second, and the second's steps count after the
+        first's on the stage's progress."""
+        silver, gold = phases
         b = params.bi_encoder
-        phases = [("silver", student_training_set(None, silver, params.task)),
-                  ("gold", student_training_set(gold, None, params.task, b.gold_repeat))]
-        steps = [planned_steps(b, t.num_rows, params.training) for _, t in phases]
+        steps = [planned_steps(b, t.num_rows, params.training) for t in phases]
+        shown = [None if progress is None else OffsetProgress(progress, offset, sum(steps)) for offset in (0, steps[0])]
         first_out = env.out / "silver-first"
-        first_done = first_out / "trained.json"  # written once its model is out: a re-run goes on to gold
-        stats = []
-        for k, (what, pairs) in enumerate(phases):
-            shown = None if progress is None else OffsetProgress(progress, sum(steps[:k]), sum(steps))
-            if k == 0 and first_done.is_file():  # its time and host start were an earlier run's
-                saved = json.loads(first_done.read_text(encoding="utf-8"))
-                stats.append({**{key: v for key, v in saved.items() if key != "host_start_seconds"}, "seconds": 0.0,
-                              "reused": True})
-                log.info(f"[{self.name}] the silver pairs' training was done before: going on with the gold pairs")
-                continue
-            if k == 0:
-                stats.append(fit(pairs, base, b.num_layers, first_out, f"{env.storage}/silver-first",
-                                 f"{name}-silver", shown))
-                tmp = first_done.with_suffix(".writing")
-                tmp.write_text(json.dumps(stats[-1]), encoding="utf-8")
-                os.replace(tmp, first_done)
-            else:  # the first training's model, already cut to num_layers
-                stats.append(fit(pairs, env.base_model(str(first_out / "model")), None, env.out, env.storage,
-                                 name, shown))
-            log.info(f"[{self.name}] {what} pairs: {pairs.num_rows} trained in {stats[-1].get('steps')} steps")
-        return combined_stats(stats)
+        first_done = first_out / "trained.json"  # written once its model is out
+        if first_done.is_file():  # an earlier run's: its time and host start were not this run's
+            saved = json.loads(first_done.read_text(encoding="utf-8"))
+            first = {**{k: v for k, v in saved.items() if k != "host_start_seconds"}, "seconds": 0.0, "reused": True}
+            log.info(f"[{self.name}] the silver pairs' training was done before: going on with the gold pairs")
+        else:
+            first = fit(silver, base, b.num_layers, first_out, f"{env.storage}/silver-first", f"{name}-silver",
+                        shown[0])
+            tmp = first_done.with_suffix(".writing")
+            tmp.write_text(json.dumps(first), encoding="utf-8")
+            os.replace(tmp, first_done)
+            log.info(f"[{self.name}] silver pairs: {silver.num_rows} trained in {first.get('steps')} steps")
+        # from the first training's model, already cut to num_layers
+        second = fit(gold, env.base_model(str(first_out / "model")), None, env.out, env.storage, name, shown[1])
+        log.info(f"[{self.name}] gold pairs: {gold.num_rows} trained in {second.get('steps')} steps")
+        return combined_stats([first, second])
 
 
 class OffsetProgress:
