@@ -17,6 +17,7 @@ from typing import Callable
 
 from augsbert_ray import graph
 from augsbert_ray.config import JobConfig, dump_job
+from augsbert_ray.context import JobContext
 from augsbert_ray.errors import ConfigError
 from augsbert_ray.messages import lines_to
 from augsbert_ray.metrics import RunMetrics
@@ -130,8 +131,9 @@ def _run_job(cfg: JobConfig, fresh: bool, until: str | None, on_stage, on_start,
         log.info(f"[augsbert] job '{job.name}': run directory {rd.location}"
                  + (f" (staged locally in {rd.root})" if rd.uri else ""))
 
-    runner = Runner(cfg, rd, fresh=fresh, on_stage=on_stage, on_start=on_start, on_claim=claim,
-                    progress=progress, start_cluster=lambda: _start_cluster(cfg, rd, runner, verbose))
+    ctx = JobContext(start=lambda: _start_cluster(cfg, rd, verbose), progress=progress)
+    runner = Runner(cfg, rd, fresh=fresh, ctx=ctx, on_stage=on_stage, on_start=on_start, on_claim=claim,
+                    progress=progress)
     wanted = set(stage_names(cfg, until))  # an unknown stage fails here, before anything is written
     from augsbert_ray.report import finish
 
@@ -162,7 +164,7 @@ def _run_job(cfg: JobConfig, fresh: bool, until: str | None, on_stage, on_start,
         runner.run_graph(todo, after=report_so_far)
         return finish(cfg, runner, stages, complete=len(todo) == len(stages))
     finally:
-        runner.close()
+        ctx.close()  # the job's warm hosts and progress channel end with it
 
 
 def plan(cfg: JobConfig, run_dir=None) -> dict[str, str]:
@@ -174,7 +176,7 @@ def plan(cfg: JobConfig, run_dir=None) -> dict[str, str]:
     return Runner(cfg, rd).plan(recipe(cfg))
 
 
-def _start_cluster(cfg: JobConfig, rd: RunDir, runner: Runner | None = None, verbose: bool = True):
+def _start_cluster(cfg: JobConfig, rd: RunDir, verbose: bool = True):
     from augsbert_ray.models import TRUST_REMOTE_CODE_ENV
     from augsbert_ray.resource_checks import check_cluster_gpus, runs_locally
     from augsbert_ray.runtime import start_ray
@@ -189,8 +191,6 @@ def _start_cluster(cfg: JobConfig, rd: RunDir, runner: Runner | None = None, ver
                         log_dir=None if verbose else rd.path("logs"))
     if not runs_locally(cfg):  # a local run's GPUs were checked before Ray started
         check_cluster_gpus(cfg, cluster.gpus, cfg.ray.address)
-    if runner is not None:
-        runner.open_channel()  # Ray workers report their progress to the display
     log.info(f"[augsbert] Ray cluster: {cluster.describe()}")
     if cluster.logs or cluster.dashboard:
         log.info(f"[augsbert] Ray logs: {cluster.logs or 'see the cluster'}; dashboard: "
