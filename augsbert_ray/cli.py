@@ -11,6 +11,7 @@
     augsbert validate --explain jobs/smoke.yaml            # every setting: value, default, meaning
     augsbert label MODEL pairs/*.parquet --out scored/     # score pair files with a cross-encoder
     augsbert bench --quick --out bench/                    # measure this cluster beside its peers
+    augsbert data fetch stsb                               # download the STS benchmark, checked by sha256
 
 Every error the job can foresee (``AugSBERTError``: config, data, models, training that
 cannot succeed) is printed as one ``augsbert: error:`` line, exit status 2. SIGINT and
@@ -64,6 +65,7 @@ def _parser() -> argparse.ArgumentParser:
     val.add_argument("--explain", action="store_true",
                      help="also print every setting of each job: its value, its default and what it does")
     _label_parser(sub)
+    _data_parser(sub)
     from augsbert_ray.bench.command import add_parser as bench_parser
 
     bench_parser(sub)
@@ -95,6 +97,23 @@ def _label_parser(sub) -> None:
     lab.add_argument("--address", help="Ray cluster address (else RAY_ADDRESS, else local)")
     lab.add_argument("--fresh", action="store_true", help="start OUT over if it holds an earlier labelling")
     lab.add_argument("--verbose", action="store_true", help="show Ray's own messages")
+
+
+def _data_parser(sub) -> None:
+    data = sub.add_parser("data", help="get the public datasets the shipped jobs read",
+                          description="Get the public datasets the shipped jobs read.")
+    verbs = data.add_subparsers(dest="data_command", required=True)
+    fetch = verbs.add_parser(
+        "fetch", help="download a dataset from its original source, checked by sha256",
+        description="Download a dataset from its original source, check every file against the sha256 of the copy "
+                    "the project is tested on, and move the files into place only once all are verified. Files "
+                    "already in place and verified are not downloaded again.")
+    fetch.add_argument("dataset", choices=["stsb", "mrpc"], help="stsb: the STS benchmark; mrpc: the Microsoft "
+                                                                 "Research Paraphrase Corpus")
+    fetch.add_argument("--to", metavar="DIR", help="the data directory (default: $AUGSBERT_DATA_DIR, else "
+                                                   "~/.cache/augsbert-ray/data, where the shipped jobs look)")
+    fetch.add_argument("--mirror", metavar="URL", help="a base URL serving the same files under the same names, "
+                                                       "instead of the original hosts")
 
 
 def split_jobs_and_overrides(args: list[str]) -> tuple[list[str], list[str]]:
@@ -136,6 +155,11 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"{path}: ok (job '{cfg.name}', {mode}, run dir {cfg.resolved_run_dir})")
                 if args.explain:
                     print(explain(cfg))
+            return 0
+        if args.command == "data":
+            from augsbert_ray.data_fetch import fetch
+
+            fetch(args.dataset, args.to, mirror=args.mirror)
             return 0
         if args.command == "label":
             with signals.handled():
