@@ -14,7 +14,9 @@
     augsbert data fetch stsb                               # download the STS benchmark, checked by sha256
 
 Every error the job can foresee (``AugSBERTError``: config, data, models, training that
-cannot succeed) is printed as one ``augsbert: error:`` line, exit status 2. SIGINT and
+cannot succeed) is printed as one ``augsbert: error:`` line, exit status 2. An error it did
+not foresee, inside a stage, is one line too, naming the stage and the log that holds its
+traceback (``<run dir>/logs/job.log``), exit status 1; ``--verbose`` prints the traceback. SIGINT and
 SIGTERM, wherever they arrive (also while Ray Train trains), stop the local Ray the job
 started, print ``augsbert: interrupted`` and exit with 130 and 143 (``signals``).
 """
@@ -25,6 +27,7 @@ import argparse
 import json
 import os
 import sys
+from pathlib import Path
 
 from augsbert_ray import signals
 from augsbert_ray.cluster_address import choose as choose_address
@@ -191,7 +194,14 @@ def _run(cfg, address, fresh: bool, verbose: bool, until: str | None = None) -> 
     from augsbert_ray.api import run
     from augsbert_ray.report import summary_markdown
 
-    metrics = run(cfg, fresh=fresh, verbose=verbose, address=address, until=until)
+    from augsbert_ray.rundir import local_root
+
+    try:
+        metrics = run(cfg, fresh=fresh, verbose=verbose, address=address, until=until)
+    except (AugSBERTError, KeyboardInterrupt):
+        raise
+    except Exception as e:  # noqa: BLE001 - reported in one line; its traceback is in the job log
+        return _unforeseen(e, local_root(cfg.resolved_run_dir) / "logs" / "job.log", verbose)
     print()
     print(summary_markdown(metrics))
     return 0
@@ -200,13 +210,35 @@ def _run(cfg, address, fresh: bool, verbose: bool, until: str | None = None) -> 
 def _label(args) -> int:
     from augsbert_ray.api import label
 
-    summary = label(args.model, args.pairs, args.out, columns=args.columns, format=args.format,
-                    score_column=args.score_column, max_length=args.max_length, precision=args.precision,
-                    token_budget=args.token_budget, num_gpus=args.num_gpus, actors=args.actors,
-                    block_size=args.block_size, address=args.address, fresh=args.fresh, verbose=args.verbose)
+    from augsbert_ray.label_output import LOGS
+
+    try:
+        summary = label(args.model, args.pairs, args.out, columns=args.columns, format=args.format,
+                        score_column=args.score_column, max_length=args.max_length, precision=args.precision,
+                        token_budget=args.token_budget, num_gpus=args.num_gpus, actors=args.actors,
+                        block_size=args.block_size, address=args.address, fresh=args.fresh, verbose=args.verbose)
+    except (AugSBERTError, KeyboardInterrupt):
+        raise
+    except Exception as e:  # noqa: BLE001 - reported in one line; its traceback is in the label log
+        return _unforeseen(e, Path(args.out) / LOGS / "label.log", args.verbose, stage="label")
     print(f"{summary.pairs} pairs scored into {summary.out} ({summary.shards} shards, {summary.reused_shards} from "
           f"an earlier run); this run scored {summary.labelled_pairs} pairs at {summary.pairs_per_s:.1f} pairs/s")
     return 0
+
+
+def _unforeseen(e: Exception, log: Path, verbose: bool, stage: str | None = None) -> int:
+    """An error the engine did not foresee (a bug, a library's fault), in one line naming its
+    stage and the log that holds its traceback; with ``verbose``, or before the log exists,
+    the traceback itself."""
+    from augsbert_ray.errors import stage_of
+
+    if verbose or not log.is_file():
+        raise e
+    where = stage_of(e) or stage
+    text = str(e).strip().splitlines()[0][:300] if str(e).strip() else ""
+    print(f"augsbert: error: {f'stage {where!r}' if where else 'the job'} failed: {type(e).__name__}"
+          f"{': ' + text if text else ''}; the full traceback is in {log} (--verbose shows it here)", file=sys.stderr)
+    return 1
 
 
 if __name__ == "__main__":

@@ -31,6 +31,7 @@ from typing import Any, Callable
 
 from augsbert_ray import graph
 from augsbert_ray.config import JobConfig
+from augsbert_ray.errors import tag_stage
 from augsbert_ray.messages import prefixed
 from augsbert_ray.rundir import RunDir, fingerprint
 from augsbert_ray.stages.base import Artifact, Declaration, Inputs, Stage, StageResult, fingerprint_settings
@@ -197,7 +198,8 @@ class Runner:
             t0 = time.perf_counter()
             try:
                 result = stage.run(inputs, decl.params, env)
-            except BaseException:
+            except BaseException as e:
+                tag_stage(e, stage.name)
                 if stage.always:  # nothing to resume in a loading stage: leave no half-written folder
                     self.rd.discard(rel)
                 raise
