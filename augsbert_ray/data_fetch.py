@@ -119,11 +119,11 @@ def verified(ds: Dataset, root: Path) -> dict[str, str]:
 
 
 def default_roots() -> list[Path]:
-    """The folders the jobs read from, in order: ``$AUGSBERT_DATA_DIR`` alone when it is set,
-    else ``DATA_DIRS`` (a relative one from the working directory)."""
+    """The folders the jobs read from, in order, as absolute paths: ``$AUGSBERT_DATA_DIR`` alone
+    when it is set, else ``DATA_DIRS`` (a relative one from the working directory)."""
     if os.environ.get(ENV):
-        return [Path(os.environ[ENV]).expanduser()]
-    return [Path(d).expanduser() for d in DATA_DIRS]
+        return [Path(os.path.abspath(os.path.expanduser(os.environ[ENV])))]
+    return [Path(os.path.abspath(os.path.expanduser(d))) for d in DATA_DIRS]
 
 
 def fetch(name: str, to: str | os.PathLike | None = None, *, mirror: str | None = None,

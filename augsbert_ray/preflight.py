@@ -47,6 +47,7 @@ from augsbert_ray import schema
 from augsbert_ray.config import JobConfig
 from augsbert_ray.config.sampling import SELECTED
 from augsbert_ray.data_fetch import DATA_DIRS, DATASETS
+from augsbert_ray.data_fetch import ENV as DATA_ENV
 from augsbert_ray.errors import ConfigError, DataError
 from augsbert_ray.loaders import LoadResult, load_pairs
 from augsbert_ray.data_warnings import data_warnings
@@ -135,9 +136,10 @@ def check_paths(cfg: JobConfig) -> None:
         if path.is_dir():
             raise ConfigError(cfg.source, f"{key}.path", f"{path.absolute()} is a folder, not a file of pairs")
         if not path.is_file():
-            # The public datasets' own files: say how to get them.
-            fetch = (f"; `augsbert data fetch {source.format}` downloads it (into $AUGSBERT_DATA_DIR, else "
-                     f"{DATA_DIRS[0]}, where the shipped jobs look)" if source.format in DATASETS else "")
+            # A public dataset's own file, looked for where fetch puts it: say how to get it.
+            fetched = source.format in DATASETS and any(r.name == DATA_ENV for r in cfg.env_references(f"{key}.path"))
+            fetch = (f"; `augsbert data fetch {source.format}` downloads it (into ${DATA_ENV}, else {DATA_DIRS[0]}, "
+                     "where the shipped jobs look)" if fetched else "")
             raise ConfigError(cfg.source, f"{key}.path",
                               f"file not found: {unresolved(cfg, f'{key}.path', source.path)}{fetch}")
         if not os.access(path, os.R_OK):

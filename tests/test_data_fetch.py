@@ -177,7 +177,7 @@ def test_a_job_reads_the_data_beside_the_checkout_and_fetch_finds_it_there(share
     cfg = load_job(REPO / "jobs/smoke.yaml")
     assert cfg.data.train.path == "../shared/data/stsb/sts-train.csv"
     result = data_fetch.fetch("stsb", mirror=server.url, log=lambda line: None)
-    assert not result.downloaded and result.folder == Path("../shared/data/stsb") and server.requests == []
+    assert not result.downloaded and result.folder == fresh_home / "shared/data/stsb" and server.requests == []
 
 
 def test_on_a_fresh_machine_the_job_names_the_fetch_command_and_reads_what_it_fetched(shared, fresh_home, server):
