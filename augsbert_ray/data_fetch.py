@@ -248,8 +248,9 @@ def _unpack(url: str, archive: Path, members: dict[str, str], staging: Path) -> 
     try:
         with tarfile.open(archive, "r:gz") as tar:
             for member in tar:
-                if member.name in members and member.isfile():
-                    with tar.extractfile(member) as src, open(staging / members[member.name], "wb") as dst:
+                name = member.name.removeprefix("./")  # (some tar tools write ./ before every name)
+                if name in members and member.isfile():
+                    with tar.extractfile(member) as src, open(staging / members[name], "wb") as dst:
                         shutil.copyfileobj(src, dst)
     except (tarfile.TarError, EOFError, OSError) as e:
         raise DataError(url, None, None, f"is not a readable .tar.gz archive ({type(e).__name__}: {e}); nothing was "
