@@ -18,7 +18,7 @@ from typing import Callable
 from augsbert_ray import graph
 from augsbert_ray.config import JobConfig, dump_job
 from augsbert_ray.context import JobContext
-from augsbert_ray.errors import ConfigError
+from augsbert_ray.errors import ConfigError, tag_stage
 from augsbert_ray.messages import lines_to
 from augsbert_ray.metrics import RunMetrics
 from augsbert_ray.preflight import check_models, check_paths
@@ -144,7 +144,11 @@ def _run_job(cfg: JobConfig, fresh: bool, until: str | None, on_stage, on_start,
 
             if progress is not None:
                 progress.start_stage("auto")
-            choice = choose(cfg, runner, recipe, progress=runner.reporter("auto", local=True))
+            try:
+                choice = choose(cfg, runner, recipe, progress=runner.reporter("auto", local=True))
+            except BaseException as e:
+                tag_stage(e, "auto")  # (a stage the autopilot ran has named itself already)
+                raise
             runner.cfg = cfg = choice.cfg  # the job runs the setting the autopilot chose
             search = choice.record
         stages = recipe(cfg, search)

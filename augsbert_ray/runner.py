@@ -23,6 +23,7 @@ from typing import Callable
 from augsbert_ray import graph, stage_cache
 from augsbert_ray.config import JobConfig
 from augsbert_ray.context import JobContext
+from augsbert_ray.errors import tag_stage
 from augsbert_ray.messages import prefixed
 from augsbert_ray.rundir import RunDir, fingerprint
 from augsbert_ray.stages.base import Artifact, Inputs, Stage, StageResult, fingerprint_settings
@@ -208,7 +209,8 @@ class Runner:
             t0 = time.perf_counter()
             try:
                 result = stage.run(inputs, decl.params, env)
-            except BaseException:
+            except BaseException as e:
+                tag_stage(e, stage.name)
                 if stage.always:  # nothing to resume in a loading stage: leave no half-written folder
                     self.rd.discard(rel)
                 raise
