@@ -45,3 +45,10 @@ def test_every_relative_link_in_the_docs_resolves():
             elif anchor and dest.suffix == ".md" and anchor not in _anchors(dest):
                 broken.append(f"{doc.relative_to(ROOT)}: {target} (no such heading)")
     assert not broken, "broken links:\n" + "\n".join(broken)
+
+
+def test_readme_install_pins_the_torch_ci_installs():
+    # CI runs the README's test command; a pin changed in one place only would test another install.
+    readme = re.findall(r'"torch==([\d.]+)" -e "\.\[cpu,test\]"', (ROOT / "README.md").read_text(encoding="utf-8"))
+    ci = set(re.findall(r'"torch==([\d.]+)"', (ROOT / ".ci" / "run").read_text(encoding="utf-8")))
+    assert readme and set(readme) == ci, f"README.md pins torch {sorted(set(readme))}, .ci/run {sorted(ci)}"
