@@ -18,7 +18,7 @@ from pathlib import Path
 from pydantic import BaseModel
 from pydantic_core import PydanticUndefined
 
-from augsbert_ray.config.explain import _doc, _text
+from augsbert_ray.config.explain import _text
 from augsbert_ray.config.job import JobConfig
 
 DEFAULT_OUT = Path("jobs") / "CONFIG.md"
@@ -47,8 +47,8 @@ def _section(model: type[BaseModel], prefix: str, out: list[str], seen: dict[typ
     seen[model] = prefix
     title = prefix or "top level"
     out.append(f"## {title}\n")
-    if _doc(model):
-        out.append(_doc(model).replace("``", "`") + "\n")
+    if _summary(model):
+        out.append(_summary(model) + "\n")
     rows, nested = [], []
     for name, field in model.model_fields.items():
         key = f"{prefix}.{name}" if prefix else name
@@ -57,9 +57,9 @@ def _section(model: type[BaseModel], prefix: str, out: list[str], seen: dict[typ
             nested.append((key, sub))
             if sub not in seen:
                 seen[sub] = key  # a section's keys are listed once, under the first key that holds it
-                where = "its keys below"
+                where = f"its keys: [{key}](#{_anchor(key)})"
             else:
-                where = f"the keys of `{seen[sub]}`"
+                where = f"the keys of [{seen[sub]}](#{_anchor(seen[sub])})"
             rows.append((key, _default(field), _type(field.annotation), f"{_cell(field.description)} ({where})"))
             continue
         extra = field.json_schema_extra if isinstance(field.json_schema_extra, dict) else {}
@@ -71,6 +71,17 @@ def _section(model: type[BaseModel], prefix: str, out: list[str], seen: dict[typ
     for key, sub in nested:
         if seen.get(sub) == key:
             _section(sub, key, out, seen)
+
+
+def _summary(model: type[BaseModel]) -> str:
+    """A section's docstring up to its first blank line, as one Markdown paragraph."""
+    doc = (model.__dict__.get("__doc__") or "").strip()
+    return " ".join(doc.split("\n\n")[0].split()).replace("``", "`")
+
+
+def _anchor(key: str) -> str:
+    """The anchor GitHub gives the heading ``## key``: dots dropped, lowercase."""
+    return key.replace(".", "").lower()
 
 
 def _nested_model(annotation) -> type[BaseModel] | None:
