@@ -10,7 +10,7 @@ ROOT = Path(__file__).resolve().parents[1]
 DOCS = sorted({ROOT / "README.md", ROOT / "CHANGELOG.md", ROOT / DEFAULT_OUT, *ROOT.glob("*/README.md")})
 # [text](target): inline Markdown links; code spans are removed first, so `a](b)` in code is no link.
 LINK = re.compile(r"\]\(([^)\s]+)\)")
-CODE = re.compile(r"```.*?```|`[^`\n]*`", re.S)
+CODE = re.compile(r"```.*?```|`[^`\n]*`", re.DOTALL)
 
 
 def _slug(heading: str) -> str:
@@ -20,8 +20,8 @@ def _slug(heading: str) -> str:
 
 
 def _anchors(path: Path) -> set[str]:
-    text = re.sub(r"```.*?```", "", path.read_text(encoding="utf-8"), flags=re.S)
-    return {_slug(m.group(1)) for m in re.finditer(r"^#+\s+(.*)$", text, re.M)}
+    text = re.sub(r"```.*?```", "", path.read_text(encoding="utf-8"), flags=re.DOTALL)
+    return {_slug(m.group(1)) for m in re.finditer(r"^#+\s+(.*)$", text, re.MULTILINE)}
 
 
 def test_config_reference_is_current():
