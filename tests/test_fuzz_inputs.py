@@ -61,6 +61,7 @@ def _fuzz(max_examples: int) -> settings:
         max_examples=max_examples,
         deadline=None,
         database=None,  # nothing written into the repository
+        print_blob=True,  # a failure prints the @reproduce_failure line that replays it
         suppress_health_check=[
             HealthCheck.too_slow,
             HealthCheck.data_too_large,
