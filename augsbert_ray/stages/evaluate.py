@@ -346,5 +346,9 @@ class TeacherCheck(Stage):
             log.info(f"[teacher_check] the gold-only bi-encoder's {metric} on dev is undefined (it gave every pair "
                      f"the same score); the cross-encoder's is {ce:.2f}")
         else:
-            log.info(f"[teacher_check] cross-encoder leads the gold-only bi-encoder by {ce - bi:+.2f} {metric} on dev")
+            from augsbert_ray.teacher_lead import what_it_meant
+
+            meant = what_it_meant(ce - bi, metric)
+            log.info(f"[teacher_check] cross-encoder leads the gold-only bi-encoder by {ce - bi:+.2f} {metric} on dev"
+                     + (f"; {meant}" if meant else ""))
         return result
