@@ -144,6 +144,18 @@ class JobConfig(Section):
         return self
 
     @model_validator(mode="after")
+    def _check_given_teacher(self) -> "JobConfig":
+        if self.cross_encoder.train:
+            return self
+        if self.seed_search.enabled and "cross_encoder" in self.seed_search.targets:
+            raise ValueError("cross_encoder.train: false uses the teacher as given, so the seed search has no "
+                             "teacher training to seed: leave cross_encoder out of seed_search.targets")
+        if self.auto.enabled and len(self.auto.teacher_recipes) > 1:
+            raise ValueError("cross_encoder.train: false uses the teacher as given, so the autopilot has no teacher "
+                             "recipe to choose: give auto.teacher_recipes one recipe (it is not used)")
+        return self
+
+    @model_validator(mode="after")
     def _check_labels(self) -> "JobConfig":
         for split in ("train", "dev", "test"):
             src = getattr(self.data, split)
