@@ -131,8 +131,20 @@ def _run_job(cfg: JobConfig, fresh: bool, until: str | None, on_stage, on_start,
                  + (f" (staged locally in {rd.root})" if rd.uri else ""))
 
     runner = Runner(cfg, rd, fresh=fresh, on_stage=on_stage, on_start=on_start, on_claim=claim,
-                    progress=progress, start_cluster=lambda: _start_cluster(cfg, rd, runner, verbose))
+                    progress=progress, start_cluster=lambda: _start_cluster(cfg, rd, runner, verbose),
+                    track=cfg.tracking.backend != "none")
     wanted = set(stage_names(cfg, until))  # an unknown stage fails here, before anything is written
+    from augsbert_ray.tracking import job_tracking
+
+    with job_tracking(cfg, rd.root) as tracker:
+        metrics = _run_stages(cfg, runner, rd, tracker, until, wanted, progress)
+    if cfg.tracking.backend != "none" and rd.uri:
+        rd.push()  # the tracking files written under the run directory since the report's push
+    return metrics
+
+
+def _run_stages(cfg: JobConfig, runner: Runner, rd: RunDir, tracker, until: str | None, wanted: set[str],
+                progress) -> RunMetrics:
     from augsbert_ray.report import finish
 
     try:
@@ -146,6 +158,7 @@ def _run_job(cfg: JobConfig, fresh: bool, until: str | None, on_stage, on_start,
             runner.cfg = cfg = choice.cfg  # the job runs the setting the autopilot chose
             search = choice.record
         stages = recipe(cfg, search)
+        tracker.start(cfg)  # the config as it runs
         names = [s.name for s in stages]
         if until is None:
             todo = stages
@@ -160,7 +173,10 @@ def _run_job(cfg: JobConfig, fresh: bool, until: str | None, on_stage, on_start,
             finish(cfg, runner, stages, complete=False, plot="silver.parquet" in done.outputs, quiet=True)
 
         runner.run_graph(todo, after=report_so_far)
-        return finish(cfg, runner, stages, complete=len(todo) == len(stages))
+        metrics = finish(cfg, runner, stages, complete=len(todo) == len(stages))
+        tracker.finish(metrics, {stage: out["model"] for stage, out in runner.published.items() if "model" in out},
+                       rd.root)
+        return metrics
     finally:
         runner.close()
 

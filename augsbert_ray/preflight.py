@@ -6,6 +6,7 @@ directory is created:
 - every local input file exists (a path that does not resolve is named absolutely, with
   the working directory it was resolved from and the environment variables it was built
   from, such as ``AUGSBERT_DATA_DIR``);
+- the tracking backend's module is installed (``tracking_checks``);
 - every configured model loads the way the job will load it (a local folder without
   pickles, its weights files whole; a hub id in the cache while the hub is off) and can do
   what the job asks: its layers and positions (``model_checks``);
@@ -50,6 +51,7 @@ from augsbert_ray.data_warnings import data_warnings
 from augsbert_ray.model_checks import check_models
 from augsbert_ray.missing_paths import unresolved
 from augsbert_ray.resource_checks import check_local_gpus
+from augsbert_ray.tracking_checks import check_tracking
 from augsbert_ray.sources import DataSource
 
 SPLITS = ("train", "dev", "test")
@@ -73,6 +75,7 @@ def check_job(cfg: JobConfig, warn: Callable[[str], None] | None = None) -> dict
         DataError: a malformed row (as the loaders report it), or a split too small for
             the steps that need it (naming the file and why).
     """
+    check_tracking(cfg)
     check_paths(cfg)
     check_models(cfg)
     gold = require_pairs(cfg.data, cfg.task, load_gold_sources(cfg.data, cfg.task), kde_labels=kde_needs_labels(cfg))

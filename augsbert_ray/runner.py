@@ -113,13 +113,16 @@ class Runner:
         progress: the job's display (``progress.JobProgress``); None: log lines only.
         on_claim: called once, when the first stage is done (run or reused): the run directory
             then holds this job's work (the job writes its ``config.yaml`` there).
+        track: the job is tracked (``tracking``): workers report through a progress channel even
+            without a display, so that the trainings' loss and learning rate reach the driver.
     """
 
     def __init__(self, cfg: JobConfig, rd: RunDir, *, fresh: bool = False,
                  start_cluster: Callable[[], Any] | None = None,
                  on_stage: Callable[[Done], None] | None = None, on_start: Callable[[str], None] | None = None,
-                 progress=None, on_claim: Callable[[], None] | None = None):
+                 progress=None, on_claim: Callable[[], None] | None = None, track: bool = False):
         self.cfg, self.rd, self.fresh = cfg, rd, fresh
+        self.track = track
         self.prefix = ""  # in front of every line logged while this runner runs a stage (``child``)
         self._on_claim, self._claimed = on_claim, False
         self.artifacts: dict[str, Artifact] = {}
@@ -383,18 +386,17 @@ class Runner:
 
     def reporter(self, stage: str, local: bool = False):
         """``stage``'s progress reporter (see ``StageEnv.reporter``)."""
-        if self.progress is None:
-            return None
         if local or self.channel is None:
-            return self.progress.stage(stage)
+            return None if self.progress is None else self.progress.stage(stage)
         return self.channel.handle.stage(stage)
 
     def open_channel(self) -> None:
-        """Lets Ray workers report to the display (once Ray has started)."""
-        if self.progress is not None and self.channel is None:
-            from augsbert_ray.progress_channel import ProgressChannel
+        """Lets Ray workers report to the display (once Ray has started); without a display, to
+        the driver's log alone where the job is tracked (the trainings' points travel with it)."""
+        if self.channel is None and (self.progress is not None or self.track):
+            from augsbert_ray.progress_channel import ProgressChannel, Uncounted
 
-            self.channel = ProgressChannel(self.progress)
+            self.channel = ProgressChannel(self.progress if self.progress is not None else Uncounted())
 
     def close(self) -> None:
         from augsbert_ray.workers import close_pool

@@ -15,6 +15,7 @@ from augsbert_ray.config.evaluation import AutoConfig, EvaluationConfig
 from augsbert_ray.config.fields import Section, placement
 from augsbert_ray.config.labeling import LabelingConfig
 from augsbert_ray.config.sampling import SamplingConfig
+from augsbert_ray.config.tracking import TrackingConfig
 from augsbert_ray.config.training import SeedSearchConfig, TrainingConfig
 
 
@@ -54,6 +55,7 @@ class JobConfig(Section):
     seed_search: SeedSearchConfig = Field(SeedSearchConfig(), description="seed optimisation")
     auto: AutoConfig = Field(AutoConfig(), description="the autopilot")
     ray: RayConfig = Field(RayConfig(), description="the Ray cluster")
+    tracking: TrackingConfig = Field(TrackingConfig(), description="experiment tracking (MLflow, TensorBoard)")
     target: TargetConfig | None = Field(None, description="domain adaptation; null: in-domain AugSBERT, silver "
                                                           "pairs sampled from the gold sentences")
     # A permission, not a result (a model either needs its code or it does not): placement.
