@@ -108,7 +108,7 @@ def check_given_teacher(cfg: JobConfig, found: tuple[dict, Path] | None) -> None
     except AugSBERTError as e:
         raise ConfigError(cfg.source, "cross_encoder.model", str(e)) from None
     if not trained:
-        what = "the embedded MiniLM is a sentence embedding model" if name == EMBEDDED_MODEL else name
+        what = "the embedded MiniLM (a sentence embedding model)" if name == EMBEDDED_MODEL else name
         raise ConfigError(cfg.source, "cross_encoder.model",
                           f"{what} has no trained classification head (no *ForSequenceClassification architecture "
                           f"in {where}); {why}, and a new head's scores would mean nothing: give a trained "

@@ -420,7 +420,7 @@ def test_models_without_absolute_positions_have_no_token_limit(tmp_path):
 
 # -- cross_encoder.train: false: the teacher labels as given -----------------------------------
 @pytest.mark.parametrize(("config", "message"), [
-    (None, r"the embedded MiniLM is a sentence embedding model.* has no trained classification head"),
+    (None, r"the embedded MiniLM \(a sentence embedding model\) has no trained classification head"),
     ({"architectures": ["BertModel"]}, r"has no trained classification head \(no \*ForSequenceClassification "
                                        r"architecture in .*config.json\); cross_encoder.train is false"),
     ({"architectures": ["BertForSequenceClassification"], "id2label": {"0": "a", "1": "b", "2": "c"}},
