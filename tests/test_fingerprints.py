@@ -342,6 +342,11 @@ def test_a_teacher_used_as_given_is_fingerprinted_by_its_model_alone(world):
         assert settings(_set(given, key, value)) == settings(given), key
         assert settings(_set(tree, key, value)) != settings(tree), key
     assert settings(_set(given, "cross_encoder.model", world[2]["b"])) != settings(given)
+    # nor the gold pairs it would have trained on
+    root, f, _ = world
+    base = _plan(validate_tree(given), root / "given-a")
+    other = _plan(validate_tree(_set(given, "data.train.path", str(f["train-changed"]))), root / "given-b")
+    assert other["cross_encoder"] == base["cross_encoder"] and other["gold_only"] != base["gold_only"]
 
 
 def test_a_stages_variant_is_in_its_params_never_guessed_from_its_inputs(world):

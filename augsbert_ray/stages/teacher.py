@@ -6,7 +6,8 @@ never retrains it.
 
 With ``cross_encoder.train: false`` the stage trains nothing: it publishes
 ``cross_encoder.model`` as it is (a ready reranker), and the stages after it score it and
-label with it as they would a trained teacher. Its fingerprint is then the model's content.
+label with it as they would a trained teacher. Its fingerprint is then the model's content
+alone: it reads no gold pairs.
 """
 
 from __future__ import annotations
@@ -87,7 +88,7 @@ class Teacher(Stage):
         if not cfg.cross_encoder.train:  # the model as given: its content is all the stage depends on
             params = TeacherParams(seed=0, cross_encoder=narrowed(cfg.cross_encoder, ("model", "train")),
                                    training=narrowed(cfg.training, ()))
-            return Declaration(params, inputs={"train": "gold/train.parquet"}, outputs=("model",))
+            return Declaration(params, outputs=("model",))
         search = searched(cfg, "cross_encoder")
         params = TeacherParams(seed=cfg.seed, cross_encoder=cfg.cross_encoder, training=cfg.training)
         inputs = {"train": "gold/train.parquet"}
@@ -99,14 +100,14 @@ class Teacher(Stage):
 
     def run(self, inputs, params: TeacherParams, env) -> TrainResult:
         c, search = params.cross_encoder, params.seed_search is not None
-        train = inputs.table("train").select(PAIR_COLUMNS)
         if not c.train:
             copy_given_model(c.model, env.out / "model")
             write_trained_card("cross_encoder", env.out / "model", c.model,
                                training_facts(c, "bce", params.seed, params.training.precision, {}, None),
-                               gold_train=train.num_rows, versions=versions(), given=True)
+                               versions=versions(), given=True)
             log.info(f"[cross_encoder] {c.model} used as given (cross_encoder.train: false): not trained")
             return TrainResult(train={"given": True})
+        train = inputs.table("train").select(PAIR_COLUMNS)
         stats = fit_encoder(
             "cross_encoder", train,
             inputs.table("dev").select(PAIR_COLUMNS) if search else None,
