@@ -30,7 +30,7 @@ import logging
 import threading
 import time
 from augsbert_ray.progress import StageProgress
-from augsbert_ray.tracking.points import POINT
+from augsbert_ray.tracking.points import deliver
 
 __all__ = ["ProgressSink", "ProgressHandle", "ProgressChannel", "Uncounted", "progress_channel", "apply_events"]
 
@@ -171,9 +171,10 @@ def apply_events(progress, events: list) -> None:
         elif kind == "message":
             log.info("%s", event[1])
         elif kind == "point":
-            point = event[2]
+            point = {**event[2], "stage": event[1]}
+            deliver(point)
             log.debug("[%s] %s step %s: loss %s, learning rate %s", event[1], point.get("model"), point.get("step"),
-                      point.get("loss"), point.get("lr"), extra={POINT: {**point, "stage": event[1]}})
+                      point.get("loss"), point.get("lr"))
 
 
 class ProgressChannel:

@@ -4,6 +4,7 @@ with MLflow's client and TensorBoard's event reader, with no Ray (the whole job'
 
 from __future__ import annotations
 
+import io
 import logging
 import os
 
@@ -12,6 +13,7 @@ import pytest
 from augsbert_ray.config import validate_tree
 from augsbert_ray.errors import ConfigError
 from augsbert_ray.metrics import RunMetrics, StageRecord
+from augsbert_ray.progress import JobProgress
 from augsbert_ray.progress_channel import apply_events
 from augsbert_ray.stages.evaluate import EvalResult, TeacherCheckResult
 from augsbert_ray.stages.ship import ShipResult
@@ -61,15 +63,17 @@ def _record(tmp_path, cfg):
     model = root / "models" / "cross-encoder"
     model.mkdir(parents=True)
     (model / "config.json").write_text("{}", encoding="utf-8")
-    engine = logging.getLogger("augsbert_ray.test")
     with job_tracking(cfg, root) as tracker:
         tracker.start(cfg)
         # as rank 0 sends them through the progress channel, and as the driver replays them
         apply_events(None, [("point", "cross_encoder", {"model": "cross-encoder", "step": s, "epoch": 1,
                                                          "loss": 1.0 / s, "lr": 1e-5 * s}) for s in (2, 4, 6)])
-        engine.info("[augsbert] a line that carries no point")
-        engine.debug("point", extra={POINT: {"model": "bi-encoder-augsbert", "step": 12, "loss": 0.25, "lr": 0.0}})
+        apply_events(None, [("message", "[augsbert] a line that carries no point")])
+        # a training reporting to a display in this process
+        JobProgress(["augsbert"], stream=io.StringIO()).stage("augsbert").point(
+            {"model": "bi-encoder-augsbert", "step": 12, "loss": 0.25, "lr": 0.0})
         tracker.finish(_metrics(root), {"cross_encoder": "models/cross-encoder"}, root)
+    apply_events(None, [("point", "augsbert", {"model": "after", "step": 1, "loss": 1.0, "lr": 0.0})])  # closed
     return root
 
 
@@ -98,7 +102,7 @@ def test_mlflow_records_a_job_in_a_file_store_under_the_run_directory(tmp_path):
     assert p["cross_encoder.lr"] == "5e-05" and p["tracking.backend"] == "mlflow" and p["cross_encoder.train"] == "True"
     assert [(h.step, h.value) for h in history] == [(2, 0.5), (4, 0.25), (6, 1.0 / 6)]
     assert [(h.step, pytest.approx(h.value)) for h in lrs] == [(2, 2e-5), (4, 4e-5), (6, 6e-5)]
-    assert m["train/bi-encoder-augsbert/loss"] == 0.25
+    assert m["train/bi-encoder-augsbert/loss"] == 0.25 and "train/after/loss" not in m
     assert m["score/augsbert/test/spearman"] == 61.0 and m["score/gold_only/dev/spearman"] == 60.0
     assert "score/augsbert/test/pairs" not in m
     assert m["stage/cross_encoder/seconds"] == 9.5 and m["stage/cross_encoder/fixed_seconds"] == 7.5
@@ -131,6 +135,14 @@ def test_tensorboard_records_the_same_in_event_files(tmp_path):
     assert "| stage.gold_only | reused (earlier run) |" in tags and "| shipped | augsbert |" in tags
     assert f"| artifact.models/cross-encoder | {root / 'models' / 'cross-encoder'} |" in tags
     assert "| status | FINISHED |" in tags
+
+
+def test_tracking_leaves_the_engine_loggers_level_as_it_was(tmp_path):
+    engine = logging.getLogger("augsbert_ray")
+    was = engine.level
+    cfg = _job(tmp_path, "tensorboard")
+    with job_tracking(cfg, cfg.resolved_run_dir):
+        assert engine.level == was  # a user's root handler sees no more of the engine's lines than before
 
 
 def test_a_failed_job_ends_its_run_failed_and_none_records_nothing(tmp_path):

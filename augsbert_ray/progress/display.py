@@ -64,15 +64,14 @@ class StageProgress:
 
     def point(self, point: dict) -> None:
         """A training's loss and learning rate at a logged step (``tracking.points``): through a
-        progress channel to the driver, or logged here for a display in this process."""
+        progress channel to the driver, or handed over here for a display in this process."""
         send = getattr(self.target, "point", None)
         if send is not None:
             send(self.name, point)
             return
-        from augsbert_ray.tracking.points import POINT
+        from augsbert_ray.tracking.points import deliver
 
-        logging.getLogger(__name__).debug("[%s] %s step %s", self.name, point.get("model"), point.get("step"),
-                                          extra={POINT: {**point, "stage": self.name}})
+        deliver({**point, "stage": self.name})
 
     def flush(self) -> None:
         flush = getattr(self.target, "flush", None)

@@ -9,7 +9,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator, Mapping
 
-from augsbert_ray.tracking.points import point_of
+from augsbert_ray.tracking.points import receiving
 from augsbert_ray.tracking.records import config_params, run_metrics, run_tags
 
 log = logging.getLogger(__name__)
@@ -41,23 +41,20 @@ def tracking_info(cfg, root: Path) -> dict[str, str]:
     return {}
 
 
-class JobTracker(logging.Handler):
-    """Writes a job's records to a tracking run (``backends``); a logging handler for the
-    training points that arrive while the job runs (``points``).
+class JobTracker:
+    """Writes a job's records to a tracking run (``backends``), the training points as they
+    arrive while the job runs (``receive``, ``points``).
 
     Thread-safe: points arrive on the progress channel's thread while stages run in others.
     """
 
     def __init__(self, backend):
-        super().__init__(logging.DEBUG)
         self.backend = backend
         self._lock = threading.Lock()
         self.points = 0
 
-    def emit(self, record: logging.LogRecord) -> None:
-        point = point_of(record)
-        if point is None:
-            return
+    def receive(self, point: dict) -> None:
+        """Records a training's loss and learning rate at one step (``train/<model>/loss``, ``lr``)."""
         model = point.get("model", "model")
         values = {f"train/{model}/{k}": point[k] for k in ("loss", "lr") if isinstance(point.get(k), (int, float))}
         if not values:
@@ -96,7 +93,7 @@ class JobTracker(logging.Handler):
         try:
             with self._lock:
                 fn()
-        except Exception as e:  # noqa: BLE001 - see emit
+        except Exception as e:  # noqa: BLE001 - see receive
             self._failed(e)
 
     def _failed(self, e: Exception) -> None:
@@ -116,14 +113,13 @@ class NoTracking:
 @contextmanager
 def job_tracking(cfg, root: Path) -> Iterator[JobTracker | NoTracking]:
     """A job's tracking run while the context lasts: ``FINISHED`` when it ends, ``FAILED`` (or
-    ``KILLED`` on Ctrl-C) when it raises. Training points reach it as log records of the
-    engine's logger (``points``).
+    ``KILLED`` on Ctrl-C) when it raises. The training points the driver is handed meanwhile
+    are recorded (``points.receiving``).
 
     Args:
         cfg: the job; ``cfg.tracking`` says where to.
         root: the run directory's local root.
     """
-    from augsbert_ray.messages import handled_by
     from augsbert_ray.tracking.backends import MlflowRun, TensorBoardRun, file_store_allowed
 
     info = tracking_info(cfg, root)
@@ -146,7 +142,7 @@ def job_tracking(cfg, root: Path) -> Iterator[JobTracker | NoTracking]:
                                                f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}") from None
         log.info(f"[augsbert] tracking: {backend.where}; view with: {info['command']}")
         tracker = JobTracker(backend)
-        with handled_by(tracker, logging.DEBUG):
+        with receiving(tracker.receive):
             try:
                 yield tracker
             except KeyboardInterrupt:

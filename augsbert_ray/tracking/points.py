@@ -2,16 +2,43 @@
 
 The training loop logs its progress line with the point attached (``extra={POINT: ...}``). In
 a Ray worker, ``PointHandler`` sends the points to the job's progress channel beside the lines
-(``ProgressHandle.point``); the driver replays each as a DEBUG record with the point attached
-(``progress_channel.apply_events``), which a ``tracking.JobTracker`` receives as a logging handler.
+(``ProgressHandle.point``); the driver hands each to the receivers open in its process
+(``deliver``: a job's ``tracking.JobTracker``) and logs it as a DEBUG line for the job log
+(``progress_channel.apply_events``). Handing them over directly, not through a logging handler,
+leaves the engine logger's level as the job found it.
 """
 
 from __future__ import annotations
 
 import logging
-from typing import Any
+import threading
+from contextlib import contextmanager
+from typing import Any, Callable, Iterator
 
 POINT = "train_point"  # the log record's attribute: {"model", "step", "epoch", "loss", "lr"}
+
+_receivers: list[Callable[[dict], None]] = []
+_lock = threading.Lock()
+
+
+@contextmanager
+def receiving(receiver: Callable[[dict], None]) -> Iterator[None]:
+    """``receiver`` gets every training point this process is handed while the context lasts."""
+    with _lock:
+        _receivers.append(receiver)
+    try:
+        yield
+    finally:
+        with _lock:
+            _receivers.remove(receiver)
+
+
+def deliver(point: dict) -> None:
+    """Hands a training point to the receivers open in this process (none: it goes nowhere)."""
+    with _lock:
+        receivers = list(_receivers)
+    for receiver in receivers:
+        receiver(point)
 
 
 def point_of(record: logging.LogRecord) -> dict[str, Any] | None:
