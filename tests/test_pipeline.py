@@ -452,7 +452,8 @@ def test_a_teacher_used_as_given_labels_as_the_trained_one_did_and_the_run_is_tr
     finally:
         del os.environ["MLFLOW_ALLOW_FILE_STORE"]
     p, m, t = run.data.params, run.data.metrics, run.data.tags
-    assert run.info.status == "FINISHED" and p["cross_encoder.train"] == "False" and p["cross_encoder.model"] == str(teacher)
+    assert run.info.status == "FINISHED"
+    assert p["cross_encoder.train"] == "False" and p["cross_encoder.model"] == str(teacher)
     # rank 0's log points of the one training that ran now, from its worker through the progress channel
     total = again.stage("augsbert").result.train["steps"]
     every = max(1, total // 10)
@@ -461,7 +462,8 @@ def test_a_teacher_used_as_given_labels_as_the_trained_one_did_and_the_run_is_tr
     assert not any(k.startswith(("train/cross-encoder", "train/bi-encoder-gold-only")) for k in m)  # nothing trained
     assert t["stage.gold_only"] == "reused (earlier run)" and t["stage.augsbert"] == "ran"
     assert "stage/gold_only/seconds" not in m and m["stage/augsbert/seconds"] > 0
-    assert t["teacher"] == "used as given (cross_encoder.train: false)" and t["shipped"] == metrics.result("ship").shipped
+    assert t["teacher"] == "used as given (cross_encoder.train: false)"
+    assert t["shipped"] == metrics.result("ship").shipped
     assert m["score/cross_encoder/test/spearman"] == metrics.score("cross_encoder", "test")
     assert m["teacher_check/gap"] == pytest.approx(metrics.result("teacher_check").gap)
     assert {"models/cross-encoder", "models/bi-encoder-augsbert", "models/bi-encoder"} <= models

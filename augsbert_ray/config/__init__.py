@@ -39,6 +39,7 @@ __all__ = [
     "EMBEDDED_MODEL", "EnvReference", "EvaluationConfig", "FaissConfig", "JobConfig", "KDEConfig", "LabelingConfig",
     "OBJECTIVE_DOC", "Objective", "REGRESSION_OBJECTIVES", "RayConfig", "SamplingConfig", "Section",
     "SeedSearchConfig", "Strategy", "TargetConfig", "TrackingConfig", "TrainingConfig", "apply_overrides",
-    "dump_job", "explain", "load_job", "model_name", "parse_override", "placement", "resolved_objective", "unknown_key_reason",
+    "dump_job", "explain", "load_job", "model_name", "parse_override", "placement", "resolved_objective",
+    "unknown_key_reason",
     "validate_tree",
 ]

@@ -138,8 +138,9 @@ def job_tracking(cfg, root: Path) -> Iterator[JobTracker | NoTracking]:
             from augsbert_ray.errors import ConfigError
 
             key = "tracking.uri" if cfg.tracking.uri else "tracking.backend"
+            why = str(e).splitlines()[0] if str(e) else ""
             raise ConfigError(cfg.source, key, f"cannot open {info['backend']} at {info['uri']}: "
-                                               f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}") from None
+                                               f"{type(e).__name__}: {why}") from None
         log.info(f"[augsbert] tracking: {backend.where}; view with: {info['command']}")
         tracker = JobTracker(backend)
         with receiving(tracker.receive):
