@@ -449,3 +449,29 @@ def test_a_teacher_used_as_given_refuses_what_would_train_it(tmp_path, tree, mes
     validate_tree({**base, **tree})  # trained: fine
     with pytest.raises(ConfigError, match=message):
         validate_tree({**base, **tree, "cross_encoder": {**base["cross_encoder"], "train": False}})
+
+
+def test_a_teacher_used_as_given_is_copied_from_a_folder_or_the_hub_cache_without_pickles(tmp_path, monkeypatch):
+    import json
+
+    from huggingface_hub import constants
+
+    from augsbert_ray.stages.teacher import copy_given_model
+
+    config = {"model_type": "bert", "architectures": ["BertForSequenceClassification"], "id2label": {"0": "S"}}
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path / "hub"))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    _hub_cache(tmp_path / "hub", "org/reranker", config, weights=b"weights")
+    snapshot = tmp_path / "hub" / "models--org--reranker" / "snapshots" / "abc123"
+    (snapshot / "pytorch_model.bin").write_bytes(b"a pickle")
+    folder = tmp_path / "folder"
+    fake_model(folder)
+    (folder / "config.json").write_text(json.dumps(config))
+    (folder / "optimizer.pt").write_bytes(b"a pickle")
+    for name, source in (("org/reranker", snapshot), (str(folder), folder)):
+        out = tmp_path / "out" / name.replace("/", "_") / "model"
+        out.parent.mkdir(parents=True)
+        copy_given_model(name, out)
+        kept = sorted(p.name for p in source.iterdir() if p.suffix not in (".bin", ".pt"))
+        assert sorted(p.name for p in out.iterdir()) == kept, name
+        assert (out / "model.safetensors").read_bytes() == (source / "model.safetensors").read_bytes()
