@@ -27,11 +27,14 @@ class JobContext:
             not need it).
         progress: the job's display (``progress.JobProgress``); with one, Ray workers report
             to it through a progress channel opened once Ray has started.
+        track: the job is tracked (``tracking``): workers report through a progress channel even
+            without a display, so that the trainings' loss and learning rate reach the driver.
     """
 
-    def __init__(self, start: Callable[[], Any] | None = None, progress=None):
+    def __init__(self, start: Callable[[], Any] | None = None, progress=None, track: bool = False):
         self._start = start
         self.progress = progress
+        self.track = track
         self.cluster = None
         self.hosts: HostPool | None = None  # the warm hosts (``workers``), once Ray has started
         self.channel = None  # progress_channel.ProgressChannel, once Ray has started
@@ -45,10 +48,12 @@ class JobContext:
             if self.cluster is None and self._start is not None:
                 self.cluster = self._start()
                 self.hosts = HostPool()  # hosts start when work first needs one
-                if self.progress is not None:
-                    from augsbert_ray.progress_channel import ProgressChannel
+                if self.progress is not None or self.track:
+                    from augsbert_ray.progress_channel import ProgressChannel, Uncounted
 
-                    self.channel = ProgressChannel(self.progress)  # Ray workers report to the display
+                    # Ray workers report to the display; without one, their lines and training
+                    # points still reach the driver's log and the tracker
+                    self.channel = ProgressChannel(self.progress if self.progress is not None else Uncounted())
             return self.cluster
 
     def close(self) -> None:

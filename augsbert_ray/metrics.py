@@ -106,6 +106,7 @@ class RunMetrics(BaseModel):
     versions: dict[str, str] = {}
     complete: bool = True  # False for a run stopped before its last stage
     stages_planned: list[str] = []  # every stage of the job, in order
+    tracking: dict[str, str] = {}  # where the job's tracking run went (tracking.tracking_info); {}: none
 
     # -- derived views ----------------------------------------------------------------------
     @property

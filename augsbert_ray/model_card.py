@@ -125,6 +125,7 @@ class CardData:
         hidden_size, layers: the saved model's dimensions.
         versions: library versions (``versions.versions``).
         final: the card is brought up to date by the job (False: written when the model was trained).
+        given: the job used the model as given, without training it (``cross_encoder.train: false``).
     """
 
     model: str
@@ -148,6 +149,7 @@ class CardData:
     layers: int | None = None
     versions: dict[str, str] = field(default_factory=dict)
     final: bool = False
+    given: bool = False
 
     @property
     def cross(self) -> bool:
@@ -248,6 +250,9 @@ def _usage(card: CardData) -> list[str]:
 
 def _training_lines(card: CardData) -> list[str]:
     t = card.training
+    if card.given:
+        return ["### Training", "", "- None by this job: `cross_encoder.train: false` used the model as given, with "
+                "its own classification head, to score the evaluation sets and label the silver pairs."]
     layers = ""
     if t.num_layers is not None:
         layers = (f"the first {t.num_layers} of the base model's {t.base_layers} transformer layers"
@@ -270,6 +275,11 @@ def _training_lines(card: CardData) -> list[str]:
 
 def _data_lines(card: CardData) -> list[str]:
     t, g = card.training, card.gold
+    if card.given:
+        sizes = ", ".join(f"{s} {g[s]:,}" for s in ("train", "dev", "test") if s in g)
+        return ["### Training Dataset", "", "- None: the model was not trained by this job."
+                + (f" The job's gold pairs ({sizes}) trained its bi-encoders; dev and test scored this model."
+                   if sizes else "")]
     lines = ["### Training Dataset", ""]
     if card.model == "target_gold":
         lines.append(f"- Target pairs with their own labels: {t.pairs if t.pairs is not None else 'n/a'}")
@@ -364,9 +374,14 @@ def render_card(card: CardData) -> str:
             "vector space (mean pooling) for semantic textual similarity, semantic search and clustering.")
     kind_link = ("[Cross Encoder](https://www.sbert.net/docs/cross_encoder/usage/usage.html)" if card.cross else
                  "[sentence-transformers](https://www.SBERT.net)")
-    intro = (f"This is a {kind_link} model finetuned from {_base_label(card)} on {ROLES[card.model][1]} by an "
-             f"[Augmented SBERT](https://www.sbert.net/examples/training/data_augmentation/README.html) job "
-             f"(augsbert-ray{', job `' + card.job + '`' if card.job else ''}). {what}")
+    job_link = (f"[Augmented SBERT](https://www.sbert.net/examples/training/data_augmentation/README.html) job "
+                f"(augsbert-ray{', job `' + card.job + '`' if card.job else ''})")
+    if card.given:
+        intro = (f"This is {_base_label(card)}, a {kind_link} model that an {job_link} used as given as its teacher "
+                 f"(`cross_encoder.train: false`): the job did not finetune it. {what}")
+    else:
+        intro = (f"This is a {kind_link} model finetuned from {_base_label(card)} on {ROLES[card.model][1]} by an "
+                 f"{job_link}. {what}")
     if card.published_as:
         intro += (f" The job shipped it as `{card.published_as}`: "
                   f"{card.shipped['why'] if card.shipped else 'see the shipping decision below'}.")

@@ -47,6 +47,8 @@ def check_models(cfg: JobConfig) -> None:
                             sentence_transformers=sentence_transformers)
         if found is not None:
             check_limits(cfg, encoder, *found)
+        if encoder == "cross_encoder" and not cfg.cross_encoder.train:
+            check_given_teacher(cfg, found)
 
 
 def check_model(cfg: JobConfig, key: str, name: str, *, sentence_transformers: bool) -> tuple[dict, Path] | None:
@@ -75,6 +77,54 @@ def check_model(cfg: JobConfig, key: str, name: str, *, sentence_transformers: b
         return cached_hub_model(name) if hub_offline() else None
     except AugSBERTError as e:
         raise ConfigError(cfg.source, key, str(e)) from None
+
+
+def check_given_teacher(cfg: JobConfig, found: tuple[dict, Path] | None) -> None:
+    """``cross_encoder.train: false`` labels with the model as it is: it must have a trained
+    classification head of one output (as ``augsbert label`` reads one, ``models.check_cross_encoder``).
+
+    Args:
+        found: the model's ``config.json`` and its path (``check_model``); None: not known yet (a hub
+            id while the hub is on), read through transformers, which fetches the config alone.
+
+    Raises:
+        ConfigError: naming ``cross_encoder.model``, the model's config and why it cannot label as given.
+    """
+    from augsbert_ray.models import check_cross_encoder
+
+    name = cfg.cross_encoder.model
+    why = "cross_encoder.train is false, so the teacher labels as given"
+    try:
+        if found is None:
+            trained = check_cross_encoder(name)
+            where = name
+        else:
+            config, path = found
+            trained, where = head_outputs(config), str(path)
+            if trained not in (None, 1):
+                raise ModelError(f"{name}: a classifier with {trained} outputs ({where}); {why}, and labelling "
+                                 "needs a cross-encoder that scores a pair with one output")
+            trained = trained == 1
+    except AugSBERTError as e:
+        raise ConfigError(cfg.source, "cross_encoder.model", str(e)) from None
+    if not trained:
+        what = "the embedded MiniLM (a sentence embedding model)" if name == EMBEDDED_MODEL else name
+        raise ConfigError(cfg.source, "cross_encoder.model",
+                          f"{what} has no trained classification head (no *ForSequenceClassification architecture "
+                          f"in {where}); {why}, and a new head's scores would mean nothing: give a trained "
+                          "cross-encoder (a reranker's hub id or folder, or an earlier job's "
+                          "runs/NAME/models/cross-encoder), or set cross_encoder.train: true")
+
+
+def head_outputs(config: dict) -> int | None:
+    """The outputs of a ``config.json``'s sequence-classification head; None where it has none."""
+    if not any(str(a).endswith("ForSequenceClassification") for a in config.get("architectures") or []):
+        return None
+    labels = config.get("id2label")
+    if isinstance(labels, dict) and labels:
+        return len(labels)
+    n = config.get("num_labels")
+    return n if isinstance(n, int) and not isinstance(n, bool) else 2  # transformers' default
 
 
 def looks_like_path(name: str) -> bool:

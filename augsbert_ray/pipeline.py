@@ -131,10 +131,22 @@ def _run_job(cfg: JobConfig, fresh: bool, until: str | None, on_stage, on_start,
         log.info(f"[augsbert] job '{job.name}': run directory {rd.location}"
                  + (f" (staged locally in {rd.root})" if rd.uri else ""))
 
-    ctx = JobContext(start=lambda: _start_cluster(cfg, rd, verbose), progress=progress)
+    ctx = JobContext(start=lambda: _start_cluster(cfg, rd, verbose), progress=progress,
+                     track=cfg.tracking.backend != "none")
     runner = Runner(cfg, rd, fresh=fresh, ctx=ctx, on_stage=on_stage, on_start=on_start, on_claim=claim,
                     progress=progress)
     wanted = set(stage_names(cfg, until))  # an unknown stage fails here, before anything is written
+    from augsbert_ray.tracking import job_tracking
+
+    with job_tracking(cfg, rd.root) as tracker:
+        metrics = _run_stages(cfg, runner, rd, tracker, until, wanted, progress)
+    if cfg.tracking.backend != "none" and rd.uri:
+        rd.push()  # the tracking files written under the run directory since the report's push
+    return metrics
+
+
+def _run_stages(cfg: JobConfig, runner: Runner, rd: RunDir, tracker, until: str | None, wanted: set[str],
+                progress) -> RunMetrics:
     from augsbert_ray.report import finish
 
     try:
@@ -152,6 +164,7 @@ def _run_job(cfg: JobConfig, fresh: bool, until: str | None, on_stage, on_start,
             runner.cfg = cfg = choice.cfg  # the job runs the setting the autopilot chose
             search = choice.record
         stages = recipe(cfg, search)
+        tracker.start(cfg)  # the config as it runs
         names = [s.name for s in stages]
         if until is None:
             todo = stages
@@ -166,9 +179,12 @@ def _run_job(cfg: JobConfig, fresh: bool, until: str | None, on_stage, on_start,
             finish(cfg, runner, stages, complete=False, plot="silver.parquet" in done.outputs, quiet=True)
 
         runner.run_graph(todo, after=report_so_far)
-        return finish(cfg, runner, stages, complete=len(todo) == len(stages))
+        metrics = finish(cfg, runner, stages, complete=len(todo) == len(stages))
+        tracker.finish(metrics, {stage: out["model"] for stage, out in runner.published.items() if "model" in out},
+                       rd.root)
+        return metrics
     finally:
-        ctx.close()  # the job's warm hosts and progress channel end with it
+        runner.ctx.close()  # the job's warm hosts and progress channel end with it
 
 
 def plan(cfg: JobConfig, run_dir=None) -> dict[str, str]:

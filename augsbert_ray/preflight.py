@@ -8,6 +8,7 @@ directory is created:
 - every local input file exists (a path that does not resolve is named absolutely, with
   the working directory it was resolved from and the environment variables it was built
   from, such as ``AUGSBERT_DATA_DIR``);
+- the tracking backend's module is installed (``tracking_checks``);
 - every configured model loads the way the job will load it (a local folder without
   pickles, its weights files whole; a hub id in the cache while the hub is off) and can do
   what the job asks: its layers and positions (``model_checks``);
@@ -55,6 +56,7 @@ from augsbert_ray.model_checks import check_models
 from augsbert_ray.optional_modules import job_needs, require
 from augsbert_ray.missing_paths import unresolved
 from augsbert_ray.resource_checks import check_local_gpus
+from augsbert_ray.tracking_checks import check_tracking
 from augsbert_ray.sources import DataSource
 
 SPLITS = ("train", "dev", "test")
@@ -80,6 +82,7 @@ def check_job(cfg: JobConfig, warn: Callable[[str], None] | None = None) -> dict
             the steps that need it (naming the file and why).
     """
     require(job_needs(cfg), cfg.source)  # an extra not installed: seconds, not a stage an hour in
+    check_tracking(cfg)
     check_paths(cfg)
     check_models(cfg)
     gold = require_pairs(cfg.data, cfg.task, load_gold_sources(cfg.data, cfg.task), kde_labels=kde_needs_labels(cfg))

@@ -30,8 +30,9 @@ import logging
 import threading
 import time
 from augsbert_ray.progress import StageProgress
+from augsbert_ray.tracking.points import deliver
 
-__all__ = ["ProgressSink", "ProgressHandle", "ProgressChannel", "progress_channel", "apply_events"]
+__all__ = ["ProgressSink", "ProgressHandle", "ProgressChannel", "Uncounted", "progress_channel", "apply_events"]
 
 log = logging.getLogger(__name__)
 
@@ -112,6 +113,11 @@ class ProgressHandle:
         self._add(("message", line))
         self.flush()
 
+    def point(self, stage: str, point: dict) -> None:
+        """A training's loss and learning rate at a logged step (``tracking.points``), sent with the
+        next batch: the driver logs it for a tracking run."""
+        self._add(("point", stage, point))
+
     def flush(self) -> None:
         """Sends the batched events now (fire-and-forget)."""
         with self._lock:
@@ -133,6 +139,23 @@ class ProgressHandle:
             self.flush()
 
 
+class Uncounted:
+    """Where a channel's counts go when the job has no display: nowhere (messages and training
+    points are logged all the same, ``apply_events``)."""
+
+    def advance(self, stage: str, n: float = 1) -> None:
+        pass
+
+    def set_total(self, stage: str, total: float, unit: str | None = None) -> None:
+        pass
+
+    def add_total(self, stage: str, n: float, unit: str | None = None) -> None:
+        pass
+
+    def update(self, stage: str, done: float) -> None:
+        pass
+
+
 def apply_events(progress, events: list) -> None:
     """Replays drained events on a ``JobProgress``; messages are logged (see the module)."""
     for event in events:
@@ -147,6 +170,11 @@ def apply_events(progress, events: list) -> None:
             progress.update(event[1], event[2])
         elif kind == "message":
             log.info("%s", event[1])
+        elif kind == "point":
+            point = {**event[2], "stage": event[1]}
+            deliver(point)
+            log.debug("[%s] %s step %s: loss %s, learning rate %s", event[1], point.get("model"), point.get("step"),
+                      point.get("loss"), point.get("lr"))
 
 
 class ProgressChannel:

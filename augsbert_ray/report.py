@@ -51,6 +51,8 @@ def summary_markdown(metrics: RunMetrics) -> str:
         if section:
             lines += ["", *section]
     lines += ["", *stage_table(metrics.stages), *unfinished_markdown(metrics), "", cluster_line(metrics)]
+    if metrics.tracking:
+        lines += ["", tracking_line(metrics.tracking)]
     return "\n".join(lines) + "\n"
 
 
@@ -100,6 +102,13 @@ def cluster_line(metrics: RunMetrics) -> str:
     return (f"Ray cluster: {c.nodes} node(s), {c.cpus:g} CPUs, {c.gpus:g} GPUs"
             + (f", {c.memory_gb:.1f} GiB memory, {c.object_store_gb:.1f} GiB object store" if c.memory_gb else "")
             + f". Run directory: {metrics.run_dir}.")
+
+
+def tracking_line(info: dict) -> str:
+    """Where the job's tracking run is, and the command that shows it."""
+    where = (f"MLflow, experiment `{info.get('experiment')}` at {info.get('uri')}" if info.get("backend") == "mlflow"
+             else f"TensorBoard event files in {info.get('uri')}")
+    return f"Tracking: {where}; view with `{info.get('command')}`."
 
 
 def unfinished_markdown(metrics: RunMetrics) -> list[str]:
@@ -197,11 +206,13 @@ def finish(cfg, runner, stages: list, complete: bool = True, plot: bool = True, 
     from dataclasses import asdict
 
     from augsbert_ray.evaluation import PRIMARY_METRIC
+    from augsbert_ray.tracking import tracking_info
 
     cluster = runner.cluster
     m = RunMetrics(job=cfg.name, task=cfg.task, primary_metric=PRIMARY_METRIC[cfg.task], run_dir=runner.rd.location,
                    complete=complete, bi_encoder_objective=cfg.bi_encoder.resolved_objective(cfg.task),
                    stages_planned=[s.name for s in stages], versions=versions(),
+                   tracking=tracking_info(cfg, runner.rd.root),
                    cluster=None if cluster is None else ClusterInfo(**asdict(cluster)))
     by_name = {s.name: s for s in stages}
     for name, d in runner.done.items():

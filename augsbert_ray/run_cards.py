@@ -74,7 +74,7 @@ def model_config(model_dir: Path) -> dict:
 
 def write_trained_card(model: str, model_dir: Path, base_model: str, training: TrainingFacts, *,
                        gold_train: int | None = None, silver: SilverFacts | None = None,
-                       gold_repeat: int = 1, versions: dict | None = None) -> Path:
+                       gold_repeat: int = 1, versions: dict | None = None, given: bool = False) -> Path:
     """Writes a training stage's card for the model it just saved, with what the stage knows.
 
     Args:
@@ -86,6 +86,7 @@ def write_trained_card(model: str, model_dir: Path, base_model: str, training: T
         silver: the silver pairs it trained on, where it did.
         gold_repeat: how many times a gold-only model counted each gold pair.
         versions: library versions (``versions.versions``).
+        given: the model was used as given, not trained (``cross_encoder.train: false``).
 
     Returns:
         The card's path.
@@ -95,7 +96,7 @@ def write_trained_card(model: str, model_dir: Path, base_model: str, training: T
                     base_model_hub=base_model_id(base_model), silver=silver, gold_repeat=gold_repeat,
                     gold={"train": gold_train} if gold_train is not None else {},
                     hidden_size=config.get("hidden_size"), layers=config.get("num_hidden_layers"),
-                    versions=versions or {})
+                    versions=versions or {}, given=given)
     return write_card(model_dir, render_card(card))
 
 
@@ -134,6 +135,7 @@ def run_card(model: str, cfg, metrics, model_dir: Path, published_as: str = "") 
         return None
     gold = metrics.result("gold")
     gold_counts = {} if gold is None else {"train": gold.train, "dev": gold.dev, "test": gold.test}
+    given = model == "cross_encoder" and bool(result.train.get("given"))
     if model == "cross_encoder":
         training = training_facts(cfg.cross_encoder, "bce", cfg.seed, cfg.training.precision, result.train,
                                   gold_counts.get("train"))
@@ -152,8 +154,7 @@ def run_card(model: str, cfg, metrics, model_dir: Path, published_as: str = "") 
                              top_k=None if candidates is None else candidates.top_k,
                              candidates=None if candidates is None else candidates.candidates,
                              labelled=None if labels is None else labels.labelled,
-                             teacher=f"the job's cross-encoder (models/cross-encoder, finetuned from "
-                                     f"{base_model_id(cfg.cross_encoder.model) or cfg.cross_encoder.model})",
+                             teacher=teacher_words(cfg, metrics),
                              calibration=cfg.labeling.calibration,
                              silver_first="phases" in result.train)
     dataset, hub = _dataset(cfg)
@@ -167,7 +168,16 @@ def run_card(model: str, cfg, metrics, model_dir: Path, published_as: str = "") 
                     teacher_check=None if check is None else check.model_dump(),
                     shipped=None if shipped is None else shipped.model_dump(), published_as=published_as,
                     hidden_size=config.get("hidden_size"), layers=config.get("num_hidden_layers"),
-                    versions=metrics.versions, final=True)
+                    versions=metrics.versions, final=True, given=given)
+
+
+def teacher_words(cfg, metrics) -> str:
+    """The teacher of the silver labels, in words: trained by the job, or used as given."""
+    base = base_model_id(cfg.cross_encoder.model) or cfg.cross_encoder.model
+    teacher = metrics.result("cross_encoder")
+    if teacher is not None and teacher.train.get("given"):
+        return f"the job's cross-encoder (models/cross-encoder: {base}, used as given, not finetuned)"
+    return f"the job's cross-encoder (models/cross-encoder, finetuned from {base})"
 
 
 def publish_cards(cfg, root: Path, metrics, published: dict[str, str]) -> list[Path]:

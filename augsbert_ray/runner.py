@@ -88,14 +88,14 @@ class StageEnv:
         return self.ctx.training_executor(training.num_workers, training.use_gpu, self.storage)
 
     def reporter(self, local: bool = False):
-        """This stage's ``progress.StageProgress`` for the job's display (None without one):
-        picklable for Ray workers through the job's progress channel, or ``local`` (driver only)."""
-        progress = self.ctx.progress if self.reporting else None
-        if progress is None:
+        """This stage's ``progress.StageProgress`` (None without a display or a channel): picklable
+        for Ray workers through the job's progress channel, or ``local`` (driver only)."""
+        if not self.reporting:
             return None
-        if local or self.ctx.channel is None:
-            return progress.stage(self.stage)
-        return self.ctx.channel.handle.stage(self.stage)
+        progress, channel = self.ctx.progress, self.ctx.channel
+        if local or channel is None:
+            return None if progress is None else progress.stage(self.stage)
+        return channel.handle.stage(self.stage)
 
 
 def stage_graph(cfg: JobConfig, stages: list[Stage], order: bool = True) -> dict[str, tuple[str, ...]]:
@@ -131,6 +131,7 @@ class Runner:
                  progress=None, on_claim: Callable[[], None] | None = None):
         self.cfg, self.rd, self.fresh = cfg, rd, fresh
         self.ctx = ctx if ctx is not None else JobContext(progress=progress)
+        self.reports = True  # its stages report their progress (not those of the autopilot's trials: ``child``)
         self.prefix = ""  # in front of every line logged while this runner runs a stage (``child``)
         self._on_claim, self._claimed = on_claim, False
         self.artifacts: dict[str, Artifact] = {}
@@ -199,7 +200,7 @@ class Runner:
                 self.ctx.ensure_started()
             folder.mkdir(parents=True, exist_ok=True)
             env = StageEnv(out=folder, storage=self.rd.storage(f"{rel}/ray"), ctx=self.ctx, rd=self.rd,
-                           fresh=self.fresh, stage=stage.name, reporting=self.progress is not None)
+                           fresh=self.fresh, stage=stage.name, reporting=self.reports)
             if self.progress is not None:
                 self.progress.start_stage(stage.name)
             else:
@@ -347,6 +348,7 @@ class Runner:
         record of stages; nothing it runs is published, and it reports to no display. Stages it
         shares with the job (same fingerprints) are simply reused."""
         child = Runner(cfg, self.rd, fresh=False, ctx=self.ctx)
+        child.reports = False
         child.prefix = self.prefix + log_prefix  # its lines are told apart from the job's own
         child._on_claim = self._claim  # the job's run directory is claimed by whichever runs first
         child.artifacts = dict(self.artifacts)
@@ -378,7 +380,7 @@ class Runner:
 
     def reporter(self, stage: str, local: bool = False):
         """``stage``'s progress reporter (see ``StageEnv.reporter``)."""
-        return StageEnv(Path(), "", self.ctx, self.rd, stage=stage, reporting=self.progress is not None).reporter(local)
+        return StageEnv(Path(), "", self.ctx, self.rd, stage=stage, reporting=self.reports).reporter(local)
 
     # -- publishing ------------------------------------------------------------------------
     @property

@@ -196,6 +196,8 @@ UNCHANGEABLE_HERE = {
     "name",  # rejected values aside, a name only names the run directory (checked below)
     # silver-first is refused where the seed search picks the student (kde+search); MUST has the others
     "bi_encoder.curriculum",
+    # a teacher used as given is refused where the seed search picks the teacher (kde+search)
+    "cross_encoder.train",
 }
 
 
@@ -267,6 +269,9 @@ MUST = [
     ("kde+search", "bi_encoder.objective=cosent-distill", {"gold_only", "eval_gold_only", "augsbert",
                                                            "eval_augsbert"}),
     ("ss", "auto.objective=[cosent]", set()),  # the autopilot is off: nothing reads it
+    # the teacher used as given: its model's content alone; labels and AugSBERT follow it, gold only does not
+    ("ss", "cross_encoder.train=false", {"cross_encoder", "eval_cross_encoder", "silver", "augsbert",
+                                         "eval_augsbert"}),
     ("ss", "training.length_grouping=0", {"cross_encoder", "eval_cross_encoder", "gold_only", "eval_gold_only",
                                           "silver", "augsbert", "eval_augsbert"}),
 ]
@@ -318,6 +323,30 @@ def test_a_setting_added_later_leaves_the_fingerprints_of_earlier_runs_at_its_de
     assert "curriculum" not in settings(tree) and "gold_repeat" in settings(tree)
     assert settings(_set(tree, "bi_encoder.curriculum", "silver-first"))["curriculum"] == "silver-first"
     assert settings(_set(tree, "bi_encoder.curriculum", "mixed")) == settings(tree)
+
+
+def test_a_teacher_used_as_given_is_fingerprinted_by_its_model_alone(world):
+    from augsbert_ray.stages import Teacher
+    from augsbert_ray.stages.base import fingerprint_settings
+
+    def settings(tree):
+        return fingerprint_settings(Teacher().declare(validate_tree(tree)).params, str)
+
+    tree = _base(world, "ss")
+    # cross_encoder.train came after runs were made: at true it is left out, so their teachers stay done
+    assert "train" not in settings(tree)["cross_encoder"]
+    given = _set(tree, "cross_encoder.train", False)
+    assert settings(given)["cross_encoder"]["train"] is False
+    for key, value in (("cross_encoder.epochs", 9), ("cross_encoder.lr", 1e-3), ("seed", 7),
+                       ("training.precision", "bf16")):  # nothing trains: the recipe changes nothing
+        assert settings(_set(given, key, value)) == settings(given), key
+        assert settings(_set(tree, key, value)) != settings(tree), key
+    assert settings(_set(given, "cross_encoder.model", world[2]["b"])) != settings(given)
+    # nor the gold pairs it would have trained on
+    root, f, _ = world
+    base = _plan(validate_tree(given), root / "given-a")
+    other = _plan(validate_tree(_set(given, "data.train.path", str(f["train-changed"]))), root / "given-b")
+    assert other["cross_encoder"] == base["cross_encoder"] and other["gold_only"] != base["gold_only"]
 
 
 def test_a_stages_variant_is_in_its_params_never_guessed_from_its_inputs(world):

@@ -859,6 +859,9 @@ GOOD_SETTINGS = [
     ("data.train.path", "${%s:-x.csv}" % UNSET_VAR, "x.csv"),
     ("bi_encoder.num_layers", None, None),
     ("data.dev", {"format": "jsonl", "path": "d.jsonl"}, ANY),
+    ("cross_encoder.train", False, False),
+    ("tracking.backend", "tensorboard", "tensorboard"),
+    ("tracking.experiment", "exp", "exp"),
 ]
 # (dotted key, value, the key the ConfigError must name, or ANY)
 BAD_SETTINGS = [
@@ -877,6 +880,8 @@ BAD_SETTINGS = [
     ("data.train.path", "${%s}" % UNSET_VAR, "data.train.path"),
     ("seed", "abc", "seed"),
     ("data.dev_fraction", 1.5, "data.dev_fraction"),
+    ("tracking.backend", "wandb", "tracking.backend"),
+    ("cross_encoder.train", "sometimes", "cross_encoder.train"),
 ]
 REQUIRED = [
     "name", "data", "data.train", "data.dev", "data.test", "data.train.path", "data.test.format",
@@ -1378,7 +1383,8 @@ BOOL_WORDS = ["true", "false", "yes", "no", "on", "off", "True", "YES"]
 GPU_SETTINGS = ["training.use_gpu=true", "labeling.num_gpus=1", "labeling.num_gpus=0.5",
                 "sampling.faiss.shard_gpus=1", "seed_search.gpus_per_trial=1"]
 PREFLIGHT_KINDS = ["weights", "layers", "length", "hub_offline", "gpu", "folds", "folds_without_pilot", "boolean",
-                   "compressed"]
+                   "compressed", "given_teacher", "tracking_module"]
+TRACKING_MODULES = {"mlflow": "mlflow", "tensorboard": "tensorboard"}  # backend -> the module it needs
 WEIGHT_DAMAGE = ["truncated", "random_bytes", "huge_header", "garbage_header", "wrong_shape"]
 
 
@@ -1444,6 +1450,12 @@ def preflight_cases(draw) -> PreflightCase:
     if kind == "boolean":
         key = draw(st.sampled_from(NUMBER_KEYS))
         return PreflightCase(kind, [f"{key}={draw(st.sampled_from(BOOL_WORDS))}"], key, {})
+    if kind == "given_teacher":  # the job's cross-encoder folder has no classification head
+        return PreflightCase(kind, ["cross_encoder.train=false"], "cross_encoder.model", {})
+    if kind == "tracking_module":  # the backend's module looks uninstalled
+        backend = draw(st.sampled_from(sorted(TRACKING_MODULES)))
+        return PreflightCase(kind, [f"tracking.backend={backend}"], "tracking.backend",
+                             {"missing_module": TRACKING_MODULES[backend]})
     split = draw(st.sampled_from(["train", "dev", "test"]))
     return PreflightCase(kind, [], f"data.{split}.path",
                          {"compressed": (split, draw(st.sampled_from(["gzip", "bz2", "xz", "zip"])))})
@@ -1503,12 +1515,19 @@ def test_mistakes_knowable_before_ray_fail_there_in_one_line(workdir, case):
 
     folder = _preflight_folder(workdir, case)
     env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"} | {"HF_HUB_OFFLINE": "1"}
+    import importlib.util
+
+    from augsbert_ray import tracking_checks
+
+    missing, find = case.damage.get("missing_module"), importlib.util.find_spec
     out, err = io.StringIO(), io.StringIO()
     FIGURES["preflight"]["tried"] += 1
     t0 = time.perf_counter()
     with mock.patch.object(runtime, "start_ray", side_effect=WouldStartRay), \
             mock.patch.object(resource_checks, "gpu_visible", return_value=False), \
             mock.patch.object(constants, "HF_HUB_CACHE", str(folder / "hub-cache")), \
+            mock.patch.object(tracking_checks.importlib.util, "find_spec",
+                              side_effect=lambda name, *a: None if name == missing else find(name, *a)), \
             mock.patch.dict(os.environ, env, clear=True), \
             contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
         try:

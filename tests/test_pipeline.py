@@ -406,3 +406,64 @@ def test_seed_search_decides_every_encoder_and_works_with_semantic_search(tmp_pa
         assert metrics.score(stage, "dev") == pytest.approx(rec["chosen_dev"], abs=1e-3)
     summary = (cfg.resolved_run_dir / "summary.md").read_text()
     assert summary.count("Seed search for") == 3 and "training steps against" in summary
+
+
+@pytest.mark.timeout(600)
+def test_a_teacher_used_as_given_labels_as_the_trained_one_did_and_the_run_is_tracked(finished_run, tmp_path):
+    """The job's own trained teacher given back with ``cross_encoder.train: false`` is not trained
+    again: scored, labelling and deciding with the same weights, the run ends where the first one did.
+    The run is tracked in MLflow (read back with its client): the stages reused from the first run
+    are marked, and only the training that ran now has its loss and learning rate."""
+    import os
+    import shutil
+
+    MlflowClient = pytest.importorskip("mlflow.tracking").MlflowClient  # the test extra installs it
+    cfg, _, metrics, _ = finished_run
+    rd = tmp_path / "run"
+    shutil.copytree(cfg.resolved_run_dir, rd)
+    teacher = shutil.copytree(rd / "models" / "cross-encoder", tmp_path / "teacher")
+    tree = cfg.model_dump(mode="json")
+    given = validate_tree({**tree, "run_dir": str(rd), "tracking": {"backend": "mlflow"},
+                           "cross_encoder": {**tree["cross_encoder"], "model": str(teacher), "train": False}})
+    again = run_job(given)
+    teacher_stage = again.stage("cross_encoder")
+    assert not teacher_stage.reused and teacher_stage.result.train == {"given": True}
+    assert {"eval_zero_shot", "gold_only", "eval_gold_only", "candidates"} <= set(again.stages_reused)
+    assert not {"cross_encoder", "eval_cross_encoder", "silver", "augsbert"} & set(again.stages_reused)
+    assert again.scores == metrics.scores  # the same weights: the same scores, labels and student
+    assert again.result("teacher_check") == metrics.result("teacher_check")
+    assert again.result("ship").shipped == metrics.result("ship").shipped
+    card = (rd / "models" / "cross-encoder" / "README.md").read_text(encoding="utf-8")
+    assert "used as given as its teacher (`cross_encoder.train: false`)" in card and "finetuned from" not in card
+    assert f"**{metrics.score('cross_encoder', 'test'):.2f}**" in card
+    student = (rd / "models" / "bi-encoder-augsbert" / "README.md").read_text(encoding="utf-8")
+    assert "used as given, not finetuned" in student
+    summary = (rd / "summary.md").read_text(encoding="utf-8")
+    uri = (rd / "mlruns").as_uri()
+    assert "cross_encoder.model used as given" in summary and f"mlflow ui --backend-store-uri {uri}" in summary
+
+    os.environ["MLFLOW_ALLOW_FILE_STORE"] = "true"
+    try:
+        client = MlflowClient(tracking_uri=uri)
+        (run,) = client.search_runs([client.get_experiment_by_name(cfg.name).experiment_id])
+        losses = client.get_metric_history(run.info.run_id, "train/bi-encoder-augsbert/loss")
+        lrs = client.get_metric_history(run.info.run_id, "train/bi-encoder-augsbert/lr")
+        models = {a.path for a in client.list_artifacts(run.info.run_id, "models")}
+    finally:
+        del os.environ["MLFLOW_ALLOW_FILE_STORE"]
+    p, m, t = run.data.params, run.data.metrics, run.data.tags
+    assert run.info.status == "FINISHED"
+    assert p["cross_encoder.train"] == "False" and p["cross_encoder.model"] == str(teacher)
+    # rank 0's log points of the one training that ran now, from its worker through the progress channel
+    total = again.stage("augsbert").result.train["steps"]
+    every = max(1, total // 10)
+    assert [h.step for h in losses] == [s for s in range(1, total + 1) if s % every == 0 or s == total]
+    assert len(lrs) == len(losses) and all(h.value > 0 for h in losses) and lrs[-1].value < lrs[0].value
+    assert not any(k.startswith(("train/cross-encoder", "train/bi-encoder-gold-only")) for k in m)  # nothing trained
+    assert t["stage.gold_only"] == "reused (earlier run)" and t["stage.augsbert"] == "ran"
+    assert "stage/gold_only/seconds" not in m and m["stage/augsbert/seconds"] > 0
+    assert t["teacher"] == "used as given (cross_encoder.train: false)"
+    assert t["shipped"] == metrics.result("ship").shipped
+    assert m["score/cross_encoder/test/spearman"] == metrics.score("cross_encoder", "test")
+    assert m["teacher_check/gap"] == pytest.approx(metrics.result("teacher_check").gap)
+    assert {"models/cross-encoder", "models/bi-encoder-augsbert", "models/bi-encoder"} <= models

@@ -417,3 +417,62 @@ def test_models_without_absolute_positions_have_no_token_limit(tmp_path):
     (model / "config.json").write_text(json.dumps({"model_type": "deberta-v2", "max_position_embeddings": 64,
                                                    "position_biased_input": False}))
     assert max_tokens(json.loads((model / "config.json").read_text())) is None
+
+
+# -- cross_encoder.train: false: the teacher labels as given -----------------------------------
+@pytest.mark.parametrize(("config", "message"), [
+    (None, r"the embedded MiniLM \(a sentence embedding model\) has no trained classification head"),
+    ({"architectures": ["BertModel"]}, r"has no trained classification head \(no \*ForSequenceClassification "
+                                       r"architecture in .*config.json\); cross_encoder.train is false"),
+    ({"architectures": ["BertForSequenceClassification"], "id2label": {"0": "a", "1": "b", "2": "c"}},
+     r"a classifier with 3 outputs .*cross_encoder.train is false"),
+])
+def test_a_teacher_used_as_given_needs_a_trained_one_output_head(tmp_path, config, message):
+    model = "embedded" if config is None else _tiny_config(tmp_path / "m", **config)
+    cfg = _with(job(tmp_path), "cross_encoder", model=model)
+    preflight.check_job(cfg)  # trained by the job: a new head is what step 1 trains
+    with pytest.raises(ConfigError, match=message) as info:
+        preflight.check_job(_with(cfg, "cross_encoder", train=False))
+    assert info.value.key == "cross_encoder.model" and not (tmp_path / "run").exists()
+
+
+def test_a_trained_cross_encoder_is_used_as_given(tmp_path):
+    model = _tiny_config(tmp_path / "m", architectures=["BertForSequenceClassification"], id2label={"0": "LABEL_0"})
+    preflight.check_job(_with(job(tmp_path), "cross_encoder", model=model, train=False))
+
+
+@pytest.mark.parametrize(("tree", "message"), [
+    ({"seed_search": {"enabled": True, "targets": ["cross_encoder"]}}, "no teacher training to seed"),
+    ({"auto": {"enabled": True}}, "no teacher recipe to choose"),
+])
+def test_a_teacher_used_as_given_refuses_what_would_train_it(tmp_path, tree, message):
+    base = job(tmp_path).model_dump(mode="json")
+    validate_tree({**base, **tree})  # trained: fine
+    with pytest.raises(ConfigError, match=message):
+        validate_tree({**base, **tree, "cross_encoder": {**base["cross_encoder"], "train": False}})
+
+
+def test_a_teacher_used_as_given_is_copied_from_a_folder_or_the_hub_cache_without_pickles(tmp_path, monkeypatch):
+    import json
+
+    from huggingface_hub import constants
+
+    from augsbert_ray.stages.teacher import copy_given_model
+
+    config = {"model_type": "bert", "architectures": ["BertForSequenceClassification"], "id2label": {"0": "S"}}
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path / "hub"))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    _hub_cache(tmp_path / "hub", "org/reranker", config, weights=b"weights")
+    snapshot = tmp_path / "hub" / "models--org--reranker" / "snapshots" / "abc123"
+    (snapshot / "pytorch_model.bin").write_bytes(b"a pickle")
+    folder = tmp_path / "folder"
+    fake_model(folder)
+    (folder / "config.json").write_text(json.dumps(config))
+    (folder / "optimizer.pt").write_bytes(b"a pickle")
+    for name, source in (("org/reranker", snapshot), (str(folder), folder)):
+        out = tmp_path / "out" / name.replace("/", "_") / "model"
+        out.parent.mkdir(parents=True)
+        copy_given_model(name, out)
+        kept = sorted(p.name for p in source.iterdir() if p.suffix not in (".bin", ".pt"))
+        assert sorted(p.name for p in out.iterdir()) == kept, name
+        assert (out / "model.safetensors").read_bytes() == (source / "model.safetensors").read_bytes()

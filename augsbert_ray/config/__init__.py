@@ -29,6 +29,7 @@ from augsbert_ray.config.labeling import LabelingConfig
 from augsbert_ray.config.loading import (apply_overrides, dump_job, load_job, parse_override, unknown_key_reason,
                                          validate_tree)
 from augsbert_ray.config.sampling import FaissConfig, KDEConfig, SamplingConfig, Strategy
+from augsbert_ray.config.tracking import TrackingConfig
 from augsbert_ray.config.training import SeedSearchConfig, TrainingConfig
 from augsbert_ray.errors import ConfigError
 from augsbert_ray.models import EMBEDDED_MODEL
@@ -37,7 +38,8 @@ __all__ = [
     "AutoConfig", "BiEncoderConfig", "ConfigError", "CorpusConfig", "CrossEncoderConfig", "DataConfig",
     "EMBEDDED_MODEL", "EnvReference", "EvaluationConfig", "FaissConfig", "JobConfig", "KDEConfig", "LabelingConfig",
     "OBJECTIVE_DOC", "Objective", "REGRESSION_OBJECTIVES", "RayConfig", "SamplingConfig", "Section",
-    "SeedSearchConfig", "Strategy", "TargetConfig", "TrainingConfig", "apply_overrides", "dump_job", "explain",
-    "load_job", "model_name", "parse_override", "placement", "resolved_objective", "unknown_key_reason",
+    "SeedSearchConfig", "Strategy", "TargetConfig", "TrackingConfig", "TrainingConfig", "apply_overrides",
+    "dump_job", "explain", "load_job", "model_name", "parse_override", "placement", "resolved_objective",
+    "unknown_key_reason",
     "validate_tree",
 ]

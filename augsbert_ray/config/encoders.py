@@ -9,10 +9,19 @@ from pydantic import Field
 from augsbert_ray.config.fields import Section, later_setting, model_name
 
 
+TRAIN_DOC = (
+    "true: fine-tune cross_encoder.model on the gold training pairs (the paper's step 1). false: label with "
+    "cross_encoder.model as it is (a ready reranker: a hub id, a folder, an earlier job's "
+    "runs/NAME/models/cross-encoder); it must have a trained one-output classification head (the embedded "
+    "MiniLM has none). It is still scored on dev and test, and the teacher check and the shipping decision are "
+    "made as usual; epochs, lr, batch_size and warmup_ratio are then unused")
+
+
 class CrossEncoderConfig(Section):
     """Step 1: the teacher. Sigmoid output in [0, 1], binary cross-entropy on gold labels."""
 
     model: str = model_name(description="embedded, a Hugging Face id, or a local path")
+    train: bool = later_setting(True, description=TRAIN_DOC)
     epochs: int = Field(4, gt=0, description="passes over the gold training pairs")
     lr: float = Field(2e-5, gt=0, description="peak learning rate (AdamW)")
     batch_size: int = Field(16, gt=0, description="pairs per optimizer step (the global batch)")

@@ -15,6 +15,7 @@ from augsbert_ray.config.evaluation import AutoConfig, EvaluationConfig
 from augsbert_ray.config.fields import Section, placement
 from augsbert_ray.config.labeling import LabelingConfig
 from augsbert_ray.config.sampling import SamplingConfig
+from augsbert_ray.config.tracking import TrackingConfig
 from augsbert_ray.config.training import SeedSearchConfig, TrainingConfig
 
 
@@ -54,6 +55,7 @@ class JobConfig(Section):
     seed_search: SeedSearchConfig = Field(SeedSearchConfig(), description="seed optimisation")
     auto: AutoConfig = Field(AutoConfig(), description="the autopilot")
     ray: RayConfig = Field(RayConfig(), description="the Ray cluster")
+    tracking: TrackingConfig = Field(TrackingConfig(), description="experiment tracking (MLflow, TensorBoard)")
     target: TargetConfig | None = Field(None, description="domain adaptation; null: in-domain AugSBERT, silver "
                                                           "pairs sampled from the gold sentences")
     # A permission, not a result (a model either needs its code or it does not): placement.
@@ -141,6 +143,18 @@ class JobConfig(Section):
             raise ValueError("bi_encoder.curriculum: silver-first trains the student twice (silver, then gold), and "
                              "the seed search scores one training's seeds: use curriculum mixed, or leave bi_encoder "
                              "out of seed_search.targets")
+        return self
+
+    @model_validator(mode="after")
+    def _check_given_teacher(self) -> "JobConfig":
+        if self.cross_encoder.train:
+            return self
+        if self.seed_search.enabled and "cross_encoder" in self.seed_search.targets:
+            raise ValueError("cross_encoder.train: false uses the teacher as given, so the seed search has no "
+                             "teacher training to seed: leave cross_encoder out of seed_search.targets")
+        if self.auto.enabled and len(self.auto.teacher_recipes) > 1:
+            raise ValueError("cross_encoder.train: false uses the teacher as given, so the autopilot has no teacher "
+                             "recipe to choose: give auto.teacher_recipes one recipe (it is not used)")
         return self
 
     @model_validator(mode="after")

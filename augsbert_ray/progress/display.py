@@ -63,6 +63,17 @@ class StageProgress:
         """An engine line, shown above the bars and kept in the job log."""
         self.target.message(line)
 
+    def point(self, point: dict) -> None:
+        """A training's loss and learning rate at a logged step (``tracking.points``): through a
+        progress channel to the driver, or handed over here for a display in this process."""
+        send = getattr(self.target, "point", None)
+        if send is not None:
+            send(self.name, point)
+            return
+        from augsbert_ray.tracking.points import deliver
+
+        deliver({**point, "stage": self.name})
+
     def flush(self) -> None:
         flush = getattr(self.target, "flush", None)
         if flush is not None:

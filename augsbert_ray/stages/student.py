@@ -218,6 +218,9 @@ class OffsetProgress:
     def message(self, line: str) -> None:
         self.inner.message(line)
 
+    def point(self, point: dict) -> None:
+        self.inner.point(point)
+
     def flush(self) -> None:
         self.inner.flush()
 

@@ -3,9 +3,19 @@
 Sigmoid output, binary cross-entropy on the gold labels scaled to [0, 1]. It reads the
 training pairs only (dev too when a seed search picks its seed): changing the test set
 never retrains it.
+
+With ``cross_encoder.train: false`` the stage trains nothing: it publishes
+``cross_encoder.model`` as it is (a ready reranker), and the stages after it score it and
+label with it as they would a trained teacher. Its fingerprint is then the model's content
+alone: it reads no gold pairs.
 """
 
 from __future__ import annotations
+
+import logging
+import os
+import shutil
+from pathlib import Path
 
 from augsbert_ray.config import CrossEncoderConfig, SeedSearchConfig, TrainingConfig
 from augsbert_ray.evaluation import PRIMARY_METRIC
@@ -13,10 +23,12 @@ from augsbert_ray.versions import versions
 from augsbert_ray.run_cards import training_facts, write_trained_card
 from augsbert_ray.graph import Demand
 from augsbert_ray.schema import PAIR_COLUMNS
-from augsbert_ray.stages.base import Declaration, Stage, StageParams, placement_field
+from augsbert_ray.stages.base import Declaration, Stage, StageParams, narrowed, placement_field
 from augsbert_ray.stages.training_result import TrainResult
 from augsbert_ray.training.fit import (fit_encoder, fixed_seconds, host_start_seconds, hparams, planned_steps,
                                        throughput)
+
+log = logging.getLogger(__name__)
 
 
 def training_demand(cfg, cluster, workers: int | None = None) -> Demand:
@@ -67,12 +79,16 @@ class Teacher(Stage):
         return training_demand(cfg, cluster)
 
     def work(self, params: TeacherParams, results):
-        if "gold" not in results or params.seed_search is not None:
+        if "gold" not in results or params.seed_search is not None or not params.cross_encoder.train:
             return None
         steps = planned_steps(params.cross_encoder, results["gold"].train, params.training)
         return steps, "steps", "cross_encoder step"
 
     def declare(self, cfg) -> Declaration:
+        if not cfg.cross_encoder.train:  # the model as given: its content is all the stage depends on
+            params = TeacherParams(seed=0, cross_encoder=narrowed(cfg.cross_encoder, ("model", "train")),
+                                   training=narrowed(cfg.training, ()))
+            return Declaration(params, outputs=("model",))
         search = searched(cfg, "cross_encoder")
         params = TeacherParams(seed=cfg.seed, cross_encoder=cfg.cross_encoder, training=cfg.training)
         inputs = {"train": "gold/train.parquet"}
@@ -84,6 +100,13 @@ class Teacher(Stage):
 
     def run(self, inputs, params: TeacherParams, env) -> TrainResult:
         c, search = params.cross_encoder, params.seed_search is not None
+        if not c.train:
+            copy_given_model(c.model, env.out / "model")
+            write_trained_card("cross_encoder", env.out / "model", c.model,
+                               training_facts(c, "bce", params.seed, params.training.precision, {}, None),
+                               versions=versions(), given=True)
+            log.info(f"[cross_encoder] {c.model} used as given (cross_encoder.train: false): not trained")
+            return TrainResult(train={"given": True})
         train = inputs.table("train").select(PAIR_COLUMNS)
         stats = fit_encoder(
             "cross_encoder", train,
@@ -100,3 +123,29 @@ class Teacher(Stage):
                            training_facts(c, "bce", params.seed, params.training.precision, stats, train.num_rows),
                            gold_train=train.num_rows, versions=versions())
         return TrainResult(train=stats)
+
+
+def copy_given_model(name: str, out: Path) -> None:
+    """Copies a ready cross-encoder's files into ``out`` (hard links where the file system allows):
+    the embedded model's folder, a local folder, or a hub model's snapshot (from the cache while the
+    hub is off). Pickled weights are left behind: the job never loads them (``models.ship_model``)."""
+    from augsbert_ray.models import PICKLE_SUFFIXES, resolve_model
+
+    source = resolve_model(name, sentence_transformers=False)
+    if not Path(source).is_dir():  # a hub id
+        from huggingface_hub import snapshot_download
+
+        source = snapshot_download(source, ignore_patterns=[f"*{s}" for s in PICKLE_SUFFIXES])
+    tmp = out.with_name(f".{out.name}.copying")
+    shutil.rmtree(tmp, ignore_errors=True)
+    shutil.copytree(source, tmp, copy_function=_link_or_copy,
+                    ignore=lambda folder, names: [n for n in names if n.endswith(PICKLE_SUFFIXES)])
+    shutil.rmtree(out, ignore_errors=True)
+    os.replace(tmp, out)
+
+
+def _link_or_copy(src, dst) -> None:
+    try:
+        os.link(src, dst)
+    except OSError:
+        shutil.copy2(src, dst)

@@ -20,7 +20,15 @@ class TrainResult(StageResult):
     def seed_search(self) -> dict | None:
         return self.train.get("seed_search")
 
+    @property
+    def given(self) -> bool:
+        """The stage used its model as given (``cross_encoder.train: false``), training nothing."""
+        return bool(self.train.get("given"))
+
     def section(self, ctx: SummaryContext) -> list[str]:
+        if self.given:
+            return ["Teacher: cross_encoder.model used as given (cross_encoder.train: false): not trained on the "
+                    "gold pairs."]
         return [] if self.seed_search is None else seed_search_markdown(ctx.stage, self.seed_search, ctx.metric)
 
     def view(self, stage: str) -> dict:

@@ -17,6 +17,7 @@ from typing import Callable
 import numpy as np
 import torch
 
+from augsbert_ray.tracking.points import POINT
 from augsbert_ray.training.batches import to_device
 from augsbert_ray.training.recipes import Recipe, unwrap
 from augsbert_ray.training.schedule import rank_batch_size, steps_per_epoch  # noqa: F401 - part of this module's API
@@ -180,6 +181,7 @@ class PairTrainer:
             loss.backward()
             torch.nn.utils.clip_grad_norm_(self.module.parameters(), hp.max_grad_norm)
             self.optimizer.step()
+            lr = self.optimizer.param_groups[0]["lr"]  # this step's, before the schedule moves on
             self.scheduler.step()
             self.step += 1
             if after_step is not None:
@@ -188,9 +190,13 @@ class PairTrainer:
             if self.step % self.log_every == 0 or self.step == self.total:
                 self._read_losses()
                 rate = (self.step - first) * self.rank_batch * self.world / (time.perf_counter() - started)
+                mean_loss = float(np.mean(self.losses))
+                # the point rides on the line: a tracking run records it on the driver (tracking.points)
                 log.info(
                     f"[{self.name}] epoch {epoch + 1}/{hp.epochs} step {self.step}/{self.total} "
-                    f"loss {np.mean(self.losses):.4f} ({rate:.1f} pairs/s{', bf16' * (self.precision == 'bf16')})"
+                    f"loss {mean_loss:.4f} ({rate:.1f} pairs/s{', bf16' * (self.precision == 'bf16')})",
+                    extra={POINT: {"model": self.name, "step": self.step, "epoch": epoch + 1, "loss": mean_loss,
+                                   "lr": float(lr)}},
                 )
         self.seconds += time.perf_counter() - started
 

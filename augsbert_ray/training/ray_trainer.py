@@ -35,7 +35,7 @@ import sys
 import tempfile
 import time
 import traceback
-from contextlib import nullcontext
+from contextlib import ExitStack, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -43,7 +43,7 @@ import pyarrow as pa
 
 from augsbert_ray import schema
 from augsbert_ray.errors import AugSBERTError, TrainingError
-from augsbert_ray.messages import lines_to
+from augsbert_ray.messages import handled_by, lines_to
 from augsbert_ray.training.executors import Executor, WorkerGroup
 
 log = logging.getLogger(__name__)
@@ -167,7 +167,15 @@ def _worker_lines(config: dict, rank: int):
     if rank != 0:
         return nullcontext()
     progress = config.get("progress")
-    return lines_to(progress.message if progress is not None else _stdout_line)
+    if progress is None:
+        return lines_to(_stdout_line)
+    from augsbert_ray.tracking.points import PointHandler
+
+    # the loop's loss and learning rate at each logged step travel beside its lines, for tracking
+    both = ExitStack()
+    both.enter_context(lines_to(progress.message))
+    both.enter_context(handled_by(PointHandler(progress)))
+    return both
 
 
 def _train(config: dict) -> None:

@@ -140,3 +140,23 @@ def test_st_features_equal_tokenize_without_its_deprecation_warning(tiny_model, 
             return {"n": len(texts)}
 
     assert st_features(Older(), ["a", "b"]) == {"n": 2}
+
+
+def test_each_logged_step_carries_its_loss_and_learning_rate_for_tracking(tiny_model, caplog):
+    import logging
+
+    from augsbert_ray.tracking.points import point_of
+
+    s1, s2, labels = _pairs(16)
+    hp = HParams(epochs=10, lr=1e-3, batch_size=4, warmup_ratio=0.0, seed=0)
+    trainer = PairTrainer(_recipe("cross", tiny_model), s1, s2, labels, hp, name="cross-encoder")
+    with caplog.at_level(logging.INFO, logger="augsbert_ray.training.loop"):
+        trainer.run(until=4)
+        losses = list(trainer.losses)
+        trainer.run(until=8)  # log points every 4 of the 40 steps
+    points = [p for p in map(point_of, caplog.records) if p is not None]
+    assert [(p["model"], p["step"], p["epoch"]) for p in points] == [("cross-encoder", 4, 1), ("cross-encoder", 8, 2)]
+    assert points[0]["loss"] == pytest.approx(np.mean(losses)) and points[1]["loss"] == pytest.approx(
+        np.mean(trainer.losses))
+    # the learning rate the step took: linear decay from 1e-3 without warmup (step s uses (40 - s + 1) / 40)
+    assert [p["lr"] for p in points] == pytest.approx([1e-3 * 37 / 40, 1e-3 * 33 / 40])
