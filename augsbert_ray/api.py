@@ -54,7 +54,7 @@ def load_job(path: str | os.PathLike, overrides: Sequence[str] = ()):
     from augsbert_ray.config import load_job as _load
 
     require("load_job", "path", path, PATH, "a job file's path (str or path)")
-    return _load(path, strings("load_job", "overrides", overrides, "key.sub=value strings"))
+    return _load(path, strings("load_job", "overrides", overrides, "key.sub=value strings", optional=True) or [])
 
 
 def run(job, fresh: bool = False, *, verbose: bool = False, address=None, until: str | None = None):
@@ -216,6 +216,10 @@ def label(model: str, pairs: str | Sequence[str], out: str | os.PathLike, *, col
         from augsbert_ray.errors import ConfigError
 
         raise ConfigError("--max-length", None, f"must be more than 8 tokens, got {max_length}")
+    if not score_column.strip():
+        from augsbert_ray.errors import ConfigError
+
+        raise ConfigError("--score-column", None, "an empty name; name the output's score column")
     check_local_gpu_request(num_gpus, "--num-gpus", where.address is None, "augsbert label")
     cols = label_files.parse_columns(columns)
     files = label_files.find_pair_files(patterns, format, exclude=out)

@@ -63,6 +63,9 @@ def check_label(model, pairs, out, columns, format, score_column, max_length, pr
     f = "label"
     require(f, "model", model, PATH, "a model name or folder (str or path)")
     files = strings(f, "pairs", pairs, "a pair file, folder or glob, or a list of them (str or path)", PATH)
+    if not files or any(not str(p).strip() for p in files):
+        raise ArgumentTypeError(f"augsbert_ray.label: argument 'pairs' takes a pair file, folder or glob, or a list "
+                                f"of them, got {_got(pairs)}")
     require(f, "out", out, PATH, "a folder (str or path)")
     require(f, "columns", columns, (str, dict), "'sentence1=NAME,sentence2=NAME' or a dict", optional=True)
     if isinstance(columns, dict):
