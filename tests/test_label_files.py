@@ -316,3 +316,27 @@ def test_an_output_folder_takes_only_the_same_labelling_unless_fresh(tmp_path):
     (tmp_path / "other" / "notes.txt").write_text("mine")
     with pytest.raises(AugSBERTError, match="holds other files"):
         check_output(tmp_path / "other", record, fresh=True)
+
+
+def test_a_folder_another_labelling_holds_or_an_unreachable_cluster_is_refused_at_once(tmp_path, monkeypatch):
+    import socket
+
+    import augsbert_ray
+    from augsbert_ray.cluster_address import ClusterAddressError
+    from augsbert_ray.run_lock import RunDirBusy, RunLock
+
+    path = write(tmp_path / "p.csv", "csv", _pairs())
+    out = tmp_path / "out"
+    with RunLock(out, what="--out"):  # as a labelling that is running holds it
+        for fresh in (False, True):  # --fresh would wipe the folder under it
+            with pytest.raises(RunDirBusy, match=rf"--out {out} is in use by run {os.getpid()} on host "
+                                                 rf"{socket.gethostname()}"):
+                augsbert_ray.label("embedded", str(path), out, columns=COLUMNS, fresh=fresh)
+    assert not out.exists()
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        closed = s.getsockname()[1]
+    monkeypatch.setenv("RAY_ADDRESS", f"127.0.0.1:{closed}")
+    with pytest.raises(ClusterAddressError, match="from the RAY_ADDRESS environment variable.*no Ray cluster answers"):
+        augsbert_ray.label("embedded", str(path), out, columns=COLUMNS)
+    assert not out.exists()
