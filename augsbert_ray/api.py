@@ -220,7 +220,9 @@ def label(model: str, pairs: str | Sequence[str], out: str | os.PathLike, *, col
         from augsbert_ray.errors import ConfigError
 
         raise ConfigError("--score-column", None, "an empty name; name the output's score column")
-    check_local_gpu_request(num_gpus, "--num-gpus", where.address is None, "augsbert label")
+    # a Ray this process joined already (a user's own ray.init) has the GPUs of its cluster
+    joined = "ray" in sys.modules and sys.modules["ray"].is_initialized()
+    check_local_gpu_request(num_gpus, "--num-gpus", where.address is None and not joined, "augsbert label")
     cols = label_files.parse_columns(columns)
     files = label_files.find_pair_files(patterns, format, exclude=out)
     trained = check_cross_encoder(model)

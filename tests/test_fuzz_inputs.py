@@ -1913,8 +1913,13 @@ def _snapshot(folder) -> dict:
         else {}
 
 
+CLEAN_LABEL = {"pairs": "csv", "rows": 3, "model": "embedded", "options": (), "out": "new"}
+
+
 @_fuzz(40)
 @given(case=label_cases())
+@example(case=CLEAN_LABEL)  # each run accepts one at least (the figures check that both outcomes occur)
+@example(case={**CLEAN_LABEL, "pairs": "mixed_jsonl"})
 def test_label_invocations_fail_in_one_line_or_reach_ray(workdir, listening_ports, case):
     import socket
     import tempfile
@@ -1988,8 +1993,13 @@ def bench_cases(draw) -> dict:
             "model": "embedded" if clean else draw(st.sampled_from(list(BENCH_MODELS)))}
 
 
+CLEAN_BENCH = {"parts": ("bm25",), "out": "new", "data": None, "address": None, "model": "embedded"}
+
+
 @_fuzz(30)
 @given(case=bench_cases())
+@example(case=CLEAN_BENCH)
+@example(case={**CLEAN_BENCH, "out": "foreign"})
 def test_bench_invocations_fail_in_one_line_or_reach_ray(workdir, listening_ports, case):
     import socket
     import tempfile
@@ -2065,8 +2075,10 @@ WRONG_VALUES = [1, 2.5, True, None, b"x", ["a", 1], {"a": 1}, object(), "", ("se
 
 
 @_fuzz(60)
-@given(function=st.sampled_from(list(API_CALLS)), data=st.data())
-def test_the_python_api_refuses_wrong_argument_types_naming_them(workdir, function, data):
+@given(function=st.sampled_from(list(API_CALLS)), argument=st.integers(0, 99), value=st.sampled_from(WRONG_VALUES))
+@example(function="label", argument=3, value=None)  # columns=None: the default, accepted
+@example(function="run", argument=1, value=1)  # fresh=1: refused
+def test_the_python_api_refuses_wrong_argument_types_naming_them(workdir, function, argument, value):
     import tempfile
     import time
     from pathlib import Path
@@ -2088,8 +2100,7 @@ def test_the_python_api_refuses_wrong_argument_types_naming_them(workdir, functi
     good = {"load_job": {"path": str(job)}, "run": {"job": str(job)},
             "label": {"model": "embedded", "pairs": str(pairs), "out": str(folder / "scored")},
             "bench": {"out": str(folder / "bench"), "parts": ["bm25"], "verbose": True, "log": lambda line: None}}
-    name = data.draw(st.sampled_from(API_CALLS[function]))
-    value = data.draw(st.sampled_from(WRONG_VALUES))
+    name = API_CALLS[function][argument % len(API_CALLS[function])]
     kwargs = {**good[function], name: value}
     FIGURES["api"]["tried"] += 1
     t0 = time.perf_counter()
