@@ -341,9 +341,7 @@ def bench(out: str | os.PathLike = "bench", *, quick: bool = False, model: str =
             of something else, or a model that cannot be loaded, before Ray starts; an argument
             of the wrong type (``ArgumentTypeError``, also a ``TypeError``).
     """
-    from augsbert_ray.api_arguments import check_bench
-    from augsbert_ray.bench.suite import PARTS, run_bench
+    from augsbert_ray.bench.suite import run_bench
 
-    parts = check_bench(out, quick, model, parts, address, data_dir, verbose, log, command)
-    return run_bench(out, quick=quick, model=model, parts=tuple(PARTS if parts is None else parts),
-                     address=address, data_dir=data_dir, verbose=verbose, log=log, command=command)
+    return run_bench(out, quick=quick, model=model, parts=parts, address=address, data_dir=data_dir,
+                     verbose=verbose, log=log, command=command)

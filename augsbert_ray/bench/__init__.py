@@ -9,7 +9,7 @@ Each part measures the engine and its in-process peer on the same hardware in th
     print(report.part("control-plane").data["ceiling"]["pairs_per_s"])
 
 ``augsbert_ray.bench`` is this package and the API's ``bench`` function at once: calling the
-package calls ``augsbert_ray.api.bench`` (its arguments checked, then ``run_bench``).
+package runs ``run_bench``, as ``augsbert_ray.api.bench`` does.
 """
 
 import sys
@@ -24,9 +24,7 @@ class _CallablePackage(types.ModuleType):
     # Importing this package binds ``augsbert_ray.bench`` to it, over any function of that name,
     # so the public ``augsbert_ray.bench(...)`` is the package itself, made callable.
     def __call__(self, *args, **kwargs):
-        from augsbert_ray.api import bench
-
-        return bench(*args, **kwargs)
+        return run_bench(*args, **kwargs)
 
 
 sys.modules[__name__].__class__ = _CallablePackage

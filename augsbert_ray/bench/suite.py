@@ -113,7 +113,7 @@ class Bench:
         return result
 
 
-def run_bench(out: str | Path, *, quick: bool = False, model: str = "embedded", parts=PARTS, address=None,
+def run_bench(out: str | Path = "bench", *, quick: bool = False, model: str = "embedded", parts=PARTS, address=None,
               data_dir=None, verbose: bool = False, log=None, command: str | None = None) -> BenchReport:
     """Measures the cluster part by part, each beside its in-process peer (see the module docstring).
 
@@ -123,7 +123,8 @@ def run_bench(out: str | Path, *, quick: bool = False, model: str = "embedded", 
             Ray's own messages and a failed part's traceback go to ``out/logs``.
         quick: small sizes, a few minutes on a small CPU.
         model: the encoder of every part: ``embedded``, a hub id or a local folder.
-        parts: which of ``PARTS`` to run (always in ``PARTS``' order).
+        parts: which of ``PARTS`` to run (always in ``PARTS``' order; one name, a list of them,
+            or None for all).
         address: a Ray cluster address (default: ``RAY_ADDRESS``, else a local Ray).
         data_dir: where the STS benchmark is (an error where it is not there); default:
             ``AUGSBERT_DATA_DIR``, synthetic sentences where it is absent.
@@ -140,12 +141,15 @@ def run_bench(out: str | Path, *, quick: bool = False, model: str = "embedded", 
             be written, holds files that are not a benchmark's or that another benchmark is
             writing, all before Ray starts.
     """
+    from augsbert_ray.api_arguments import check_bench
     from augsbert_ray.bench import data
     from augsbert_ray.cluster_address import check, choose
     from augsbert_ray.errors import ConfigError
     from augsbert_ray.models import check_cross_encoder
     from augsbert_ray.run_lock import RunLock
 
+    parts = check_bench(out, quick, model, parts, address, data_dir, verbose, log, command)
+    parts = PARTS if parts is None else tuple(parts)
     unknown = [p for p in parts if p not in PARTS]
     if unknown or not parts:
         raise ConfigError("--parts", None, f"unknown part(s) {', '.join(unknown) or '(none given)'}; valid: "
