@@ -198,7 +198,8 @@ def pool_actors(actor_class: str) -> list:
 
     out = []
     for obj in gc.get_objects():
-        if isinstance(obj, ActorHandle):
+        # the type, not isinstance: that would read __class__ of every object (lazy modules warn)
+        if issubclass(type(obj), ActorHandle):
             name = getattr(getattr(obj, "_ray_actor_creation_function_descriptor", None), "class_name", "")
             if name.startswith("MapWorker(") and f"MapBatches({actor_class})" in name:
                 out.append(obj)
