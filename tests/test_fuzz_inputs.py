@@ -21,6 +21,11 @@ Mistakes knowable before Ray starts (damaged weights, layers or positions a mode
 id offline, a GPU this machine lacks, folds past the pairs, booleans for numbers, compressed
 data) and ``augsbert report`` on damaged run files have their own section at the end.
 
+``augsbert label`` and ``augsbert bench`` invocations are fuzzed the same way, pair files,
+models, options, addresses and output folders for the one, parts, output and data folders,
+addresses and models for the other; the Python API's functions get arguments of wrong types
+(``test_label_invocations_...``, ``test_bench_invocations_...``, ``test_the_python_api_...``).
+
 The figures (inputs tried, accepted, refused with a typed error, tracebacks, hangs, late
 failures) are printed and checked by the ``_fuzz_figures`` fixture once the module's tests ran.
 """
