@@ -304,7 +304,7 @@ def _label(shards, done: dict | None, model_dir, cfg, max_length, cpus_per_actor
                          f"not committed (retry {attempt} of labeling.pool_retries={cfg.pool_retries})")
                 continue
             where = f"; the {len(finished)} committed shards in {store.root} are kept and a re-run resumes from them" \
-                if store is not None else ""
+                if store is not None and finished else ""
             raise LabelingError(
                 f"labelling failed with {len(pending)} of {len(digests)} shards not labelled (labeling.max_restarts="
                 f"{cfg.max_restarts}, max_task_retries={cfg.max_task_retries}, pool_retries={cfg.pool_retries})"
