@@ -41,17 +41,20 @@ def load_job(path: str | os.PathLike, overrides: Sequence[str] = ()):
 
     Args:
         path: a job YAML file (see ``jobs/``).
-        overrides: ``key.sub=value`` strings applied on top of the file.
+        overrides: ``key.sub=value`` strings applied on top of the file (one string is one override).
 
     Returns:
         The job's ``config.JobConfig``.
 
     Raises:
         ConfigError: unreadable YAML, unknown or invalid keys (naming the file and the key).
+        ArgumentTypeError: an argument of the wrong type (also a ``TypeError``).
     """
+    from augsbert_ray.api_arguments import PATH, require, strings
     from augsbert_ray.config import load_job as _load
 
-    return _load(path, list(overrides))
+    require("load_job", "path", path, PATH, "a job file's path (str or path)")
+    return _load(path, strings("load_job", "overrides", overrides, "key.sub=value strings", optional=True) or [])
 
 
 def run(job, fresh: bool = False, *, verbose: bool = False, address=None, until: str | None = None):
@@ -81,14 +84,17 @@ def run(job, fresh: bool = False, *, verbose: bool = False, address=None, until:
 
     Raises:
         AugSBERTError: anything the job can foresee (config, data, models, training that
-            cannot succeed), before Ray starts where it can be known then.
+            cannot succeed), before Ray starts where it can be known then; an argument of the
+            wrong type (``ArgumentTypeError``, also a ``TypeError``).
     """
+    from augsbert_ray.api_arguments import check_run
     from augsbert_ray.preflight import check_job
 
     from augsbert_ray.cluster_address import AddressChoice, check, choose
     from augsbert_ray.run_lock import RunLock
     from augsbert_ray.rundir import check_storage, is_uri, local_root
 
+    check_run(job, fresh, verbose, address, until)
     cfg = load_job(job) if isinstance(job, (str, os.PathLike)) else job
     if until is not None:
         job_stages(cfg, until)  # an unknown stage: a ConfigError before anything else
@@ -178,32 +184,68 @@ def label(model: str, pairs: str | Sequence[str], out: str | os.PathLike, *, col
     Returns:
         A ``label_output.LabelSummary``.
 
+    Before anything is read, the cluster address must answer (``cluster_address.check``); a
+    GPU asked for must be on this machine where a local Ray is started; the model must load,
+    its positions hold ``max_length`` tokens, and every input must be fit for the output
+    table. The output folder is then claimed (``run_lock.RunLock``): a second labelling into
+    it, or a ``fresh`` one, is refused while this one runs.
+
     Raises:
-        AugSBERTError: a bad option, a missing file, a glob that matches nothing, a missing
-            column, a bad row (named by file, line and field), a model that cannot be loaded,
-            an output folder that holds something else, all before Ray starts.
+        AugSBERTError: a bad option, an address where no cluster answers, a missing file, a glob
+            that matches nothing, a missing column, a bad row (named by file, line and field),
+            a model that cannot be loaded, an output folder that holds something else or that
+            another labelling is writing, all before Ray starts; an argument of the wrong type
+            (``ArgumentTypeError``, also a ``TypeError``).
     """
     from augsbert_ray import label_files, label_output
+    from augsbert_ray.api_arguments import check_label
+    from augsbert_ray.cluster_address import check, choose
+    from augsbert_ray.model_checks import check_label_length
     from augsbert_ray.models import check_cross_encoder, model_content_id
+    from augsbert_ray.resource_checks import check_local_gpu_request
+    from augsbert_ray.run_lock import RunLock
 
+    patterns = check_label(model, pairs, out, columns, format, score_column, max_length, precision, token_budget,
+                           num_gpus, actors, block_size, address, fresh, verbose)
+    model, out = str(model), str(out)
+    where = choose(None, None, address)
+    check(where)  # an address where no cluster answers: ray.init would retry for minutes
     cfg = _labeling_config(precision=precision, token_budget=token_budget, num_gpus=num_gpus, actors=actors,
                            block_size=block_size)
     if max_length <= 8:
         from augsbert_ray.errors import ConfigError
 
         raise ConfigError("--max-length", None, f"must be more than 8 tokens, got {max_length}")
+    if not score_column.strip():
+        from augsbert_ray.errors import ConfigError
+
+        raise ConfigError("--score-column", None, "an empty name; name the output's score column")
+    # a Ray this process joined already (a user's own ray.init) has the GPUs of its cluster
+    joined = "ray" in sys.modules and sys.modules["ray"].is_initialized()
+    check_local_gpu_request(num_gpus, "--num-gpus", where.address is None and not joined, "augsbert label")
     cols = label_files.parse_columns(columns)
-    files = label_files.find_pair_files([pairs] if isinstance(pairs, (str, os.PathLike)) else list(pairs), format)
+    files = label_files.find_pair_files(patterns, format, exclude=out)
     trained = check_cross_encoder(model)
+    check_label_length(model, max_length)
     record = {"model": model_content_id(model), "inputs": [[f.path, f.size, f.mtime_ns] for f in files],
               "columns": cols.model_dump(include={"sentence1", "sentence2"}), "score_column": score_column,
               "max_length": max_length, "precision": cfg.precision, "block_size": cfg.block_size}
-    label_output.check_output(out, record, fresh)
-    inputs = label_files.check_inputs(files, cols, score_column)
-    try:
-        return _label_checked(model, inputs, Path(out), record, cfg, max_length, trained, address, fresh, verbose)
-    finally:
-        inputs.close()
+    label_output.check_output(out, record, fresh)  # before the claim, which would write into a folder not ours
+    with RunLock(out, shown=out, what="--out",
+                 advice="one labelling at a time can write a folder: wait for it to end (or stop it), or name "
+                        "another --out"):
+        label_output.check_output(out, record, fresh)  # as it is now that no other labelling can change it
+        inputs = label_files.check_inputs(files, cols, score_column)
+        new = label_output.read_record(Path(out)) is None
+        try:
+            return _label_checked(model, inputs, Path(out), record, cfg, max_length, trained, where.address, fresh,
+                                  verbose)
+        except BaseException:
+            if new:  # a first labelling that committed nothing leaves no folder that looks like one
+                label_output.discard_if_empty(Path(out))
+            raise
+        finally:
+            inputs.close()
 
 
 def _labeling_config(**options):
@@ -283,8 +325,8 @@ def bench(out: str | os.PathLike = "bench", *, quick: bool = False, model: str =
         model: the encoder of every part: ``embedded``, a Hugging Face id or a local folder.
         parts: the parts to run (default: all).
         address: a Ray cluster address (default: ``RAY_ADDRESS``, else a local Ray).
-        data_dir: where the STS benchmark is (default: ``AUGSBERT_DATA_DIR``; synthetic
-            sentences without it).
+        data_dir: where the STS benchmark is (``<data_dir>/stsb/sts-*.csv``; one given without
+            it is an error). Default: ``AUGSBERT_DATA_DIR``; synthetic sentences without it.
         verbose: show Ray's own messages (else they go to ``out/logs/ray.log``).
         log: receives the progress lines (default: stderr).
         command: how the run was started, for the report (default: this call).
@@ -294,9 +336,12 @@ def bench(out: str | os.PathLike = "bench", *, quick: bool = False, model: str =
         ``status == "failed"`` and its ``error``.
 
     Raises:
-        AugSBERTError: an unknown part or a model that cannot be loaded, before Ray starts.
+        AugSBERTError: an unknown part, an address where no cluster answers, a ``data_dir``
+            without the STS benchmark, an ``out`` that cannot be written or that holds files
+            of something else, or a model that cannot be loaded, before Ray starts; an argument
+            of the wrong type (``ArgumentTypeError``, also a ``TypeError``).
     """
-    from augsbert_ray.bench.suite import PARTS, run_bench
+    from augsbert_ray.bench.suite import run_bench
 
-    return run_bench(out, quick=quick, model=model, parts=tuple(PARTS if parts is None else parts),
-                     address=address, data_dir=data_dir, verbose=verbose, log=log, command=command)
+    return run_bench(out, quick=quick, model=model, parts=parts, address=address, data_dir=data_dir,
+                     verbose=verbose, log=log, command=command)

@@ -43,6 +43,11 @@ class ConfigError(AugSBERTError):
         super().__init__(f"{where}:{what} {reason}")
 
 
+class ArgumentTypeError(AugSBERTError, TypeError):
+    """An argument of the Python API (``augsbert_ray.run``, ``label``, ``bench``, ``load_job``)
+    of the wrong type; the message names the argument, what it takes and what it got."""
+
+
 class ModelError(AugSBERTError):
     """A model directory cannot be loaded as configured (no config, no safetensors weights,
     pickled weights only); the message names the directory and what is missing."""

@@ -10,7 +10,11 @@ Every file is checked before Ray starts, with the gold loaders' own rules and me
 (``loaders.load_pairs``: a missing column, a malformed record, a value that is not a
 string, an empty sentence, each named by file, line and field); Parquet files are checked
 a column at a time, since they can be large and their types are known. A text file at a
-storage URI is copied to a local folder first, so that it is read the same way.
+storage URI is copied to a local folder first, so that it is read the same way. What the
+output table could not hold is refused there too: a compressed file, a header naming a
+column twice, a JSON lines column whose values are of types that do not go together (named
+by line), files whose columns differ (each output row has every column, so one file's
+columns would be null in another's rows), and inputs that hold no pairs at all.
 
 The shards the labelling pipeline takes are candidate tables (``schema.CANDIDATE_SCHEMA``):
 ``id1`` is the file's index among the inputs, ``id2`` the row's index in its file, so a
@@ -102,13 +106,21 @@ def parse_columns(text: str | dict | None) -> ColumnMap:
     return ColumnMap(label=None, **pairs)
 
 
-def find_pair_files(patterns: list[str], fmt: str | None = None) -> list[PairFile]:
+COMPRESSED = {".gz": "gzip", ".bz2": "bzip2", ".xz": "xz", ".zst": "zstd", ".zip": "zip"}
+
+
+def find_pair_files(patterns: list[str], fmt: str | None = None, exclude: str | os.PathLike | None = None
+                    ) -> list[PairFile]:
     """The files that ``patterns`` name (files, directories or globs, local or URIs), in the
     order given (a pattern's matches sorted by path), each once.
 
+    Args:
+        exclude: a local folder whose files are never inputs (the output folder: inside an
+            input folder, its parts would otherwise be read as inputs by the next run).
+
     Raises:
         DataError: a pattern that matches nothing, or a file whose format is unknown.
-        ConfigError: an unknown ``fmt``.
+        ConfigError: an unknown ``fmt``; ``exclude`` is an input folder or holds one.
     """
     from augsbert_ray.loaders.corpus import list_files
 
@@ -116,10 +128,15 @@ def find_pair_files(patterns: list[str], fmt: str | None = None) -> list[PairFil
         raise ConfigError("--format", None, f"unknown format {fmt!r}; valid formats: {', '.join(FORMATS)}")
     if not patterns:
         raise DataError("<pairs>", None, None, "no pair files given")
+    skip = os.path.realpath(os.path.expanduser(str(exclude))) if exclude is not None else None
     found: dict[str, PairFile] = {}
     for pattern in map(str, patterns):
         if "://" not in pattern:  # absolute, so that a re-run from another folder finds the same files
             pattern = os.path.abspath(os.path.expanduser(pattern))
+            if skip is not None and os.path.isdir(pattern) and _within(os.path.realpath(pattern), skip):
+                raise ConfigError("--out", None, f"{exclude} is the input folder {pattern} or holds it: its scored "
+                                                 "parts would be read as inputs; name a folder outside the inputs "
+                                                 "(or one inside an input folder)")
         try:
             matches = list_files(pattern)
         except DataError:
@@ -127,12 +144,25 @@ def find_pair_files(patterns: list[str], fmt: str | None = None) -> list[PairFil
         except (OSError, pa.ArrowException) as e:
             raise DataError(pattern, None, None, f"cannot list: {e}") from None
         for path, size, mtime in matches:
-            kind = fmt or EXTENSIONS.get(os.path.splitext(path)[1].lower())
+            if skip is not None and "://" not in path and _within(os.path.realpath(path), skip):
+                continue
+            stem, ext = os.path.splitext(path.lower())
+            kind = fmt or EXTENSIONS.get(ext)
+            if kind is None and ext in COMPRESSED:
+                raise DataError(path, None, None, f"a {COMPRESSED[ext]}-compressed file: decompress it first and give "
+                                                  f"the decompressed file (pair files are read as they are)")
             if kind is None:
                 raise DataError(path, None, None, "unknown pair file format (by its extension); name it with "
                                                   f"--format ({', '.join(FORMATS)})")
             found.setdefault(path, PairFile(path, kind, size, mtime))
+    if not found:
+        raise DataError(str(patterns[0]) if len(patterns) == 1 else "<pairs>", None, None,
+                        "no pair files found there besides the output folder")
     return list(found.values())
+
+
+def _within(path: str, folder: str) -> bool:
+    return path == folder or path.startswith(folder.rstrip(os.sep) + os.sep)
 
 
 def check_inputs(files: list[PairFile], columns: ColumnMap, score_column: str = "score") -> PairInputs:
@@ -144,7 +174,8 @@ def check_inputs(files: list[PairFile], columns: ColumnMap, score_column: str = 
 
     Raises:
         DataError: the first bad file or row, named by file, line (or row) and field; a
-            file that already has the score column; files whose columns cannot share one table.
+            file that already has the score column; a compressed file; a column named twice;
+            files whose columns differ or cannot share one table; no pairs in any file.
     """
     staging = None
     checked, rows, schemas = [], [], []
@@ -157,7 +188,13 @@ def check_inputs(files: list[PairFile], columns: ColumnMap, score_column: str = 
 
                     staging = inputs.staging = tempfile.mkdtemp(prefix="augsbert-label-")
                 f = PairFile(f.path, f.format, f.size, f.mtime_ns, _copy_local(f.path, staging, len(checked)))
+            packed = _compression(f)
+            if packed is not None:
+                raise DataError(f.path, None, None, f"is {packed}-compressed, not {f.format}: decompress it first and "
+                                                    "give the decompressed file")
             n, file_schema = _check_file(f, columns)
+            if checked:
+                _same_columns(checked[0], schemas[0][1], f, file_schema)
             if score_column in file_schema.names:
                 raise DataError(f.path, None if f.format in ("parquet", "jsonl") else 1, score_column,
                                 "the input already has this column; name the score column otherwise (--score-column)")
@@ -166,12 +203,38 @@ def check_inputs(files: list[PairFile], columns: ColumnMap, score_column: str = 
             checked.append(f)
             rows.append(n)
             schemas.append((f, file_schema))
+        if files and not sum(rows):
+            if len(files) == 1:
+                raise DataError(files[0].path, None, None, "no pairs to score: the file holds no rows (a header at most)")
+            named = ", ".join(f.path for f in files[:3]) + (f" and {len(files) - 3} more" if len(files) > 3 else "")
+            raise DataError("<pairs>", None, None, f"no pairs to score: none of {named} holds a row (a header at most)")
         inputs.files, inputs.rows = checked, rows
         inputs.schema = _output_schema(schemas, columns, score_column)
     except BaseException:
         inputs.close()
         raise
     return inputs
+
+
+def _compression(f: PairFile) -> str | None:
+    """The compression a local file's first bytes show (``preflight.compression``), or None."""
+    if "://" in f.readable:
+        return None
+    from augsbert_ray.preflight import compression
+
+    return compression(Path(f.readable))
+
+
+def _same_columns(first: PairFile, first_schema: pa.Schema, f: PairFile, file_schema: pa.Schema) -> None:
+    """Files labelled together have the same columns (in any order)."""
+    lacks = [n for n in first_schema.names if n not in file_schema.names]
+    extra = [n for n in file_schema.names if n not in first_schema.names]
+    if lacks or extra:
+        what = "; ".join(part for part in (f"it has {', '.join(extra)}" if extra else "",
+                                           f"it lacks {', '.join(lacks)}" if lacks else "") if part)
+        raise DataError(f.path, None, None, f"its columns differ from those of {first.path} ({what}): each output row "
+                                            "has every column, so label files of one layout together (another "
+                                            "--out for each layout)")
 
 
 def _copy_local(uri: str, folder: str, index: int) -> str:
@@ -200,8 +263,19 @@ def _check_file(f: PairFile, columns: ColumnMap) -> tuple[int, pa.Schema]:
     if f.format == "jsonl":
         file_schema = _jsonl_schema(f)
     else:
-        file_schema = pa.schema([(name, pa.string()) for name in _csv_header(f)])
+        header = _csv_header(f)
+        _unique_names(f, header, line=1)
+        file_schema = pa.schema([(name, pa.string()) for name in header])
     return result.rows_read, file_schema
+
+
+def _unique_names(f: PairFile, names: list[str], line: int | None) -> None:
+    seen = set()
+    for name in names:
+        if name in seen:
+            raise DataError(f.path, line, name, "this column name is given twice: every column of the output needs "
+                                                "a name of its own")
+        seen.add(name)
 
 
 def _check_parquet(f: PairFile, columns: ColumnMap) -> tuple[int, pa.Schema]:
@@ -212,6 +286,7 @@ def _check_parquet(f: PairFile, columns: ColumnMap) -> tuple[int, pa.Schema]:
     except (OSError, pa.ArrowException) as e:
         raise DataError(f.path, None, None, f"cannot read Parquet: {e}") from None
     file_schema = pf.schema_arrow
+    _unique_names(f, file_schema.names, line=None)
     require_columns(f.path, file_schema.names, columns, line=None)
     first = 1
     for batch in pf.iter_batches(batch_size=READ_ROWS, columns=required_columns(columns)):
@@ -258,17 +333,57 @@ def _csv_header(f: PairFile) -> list[str]:
 
 
 def _jsonl_records(f: PairFile) -> Iterator[dict]:
+    for _, record in _jsonl_numbered(f):
+        yield record
+
+
+def _jsonl_numbered(f: PairFile) -> Iterator[tuple[int, dict]]:
+    """(line number, record) of each non-blank line."""
     with open(f.readable, "rb") as stream:
-        for raw in stream:
+        for number, raw in enumerate(stream, 1):
             text = raw.decode("utf-8-sig" if raw.startswith(b"\xef\xbb\xbf") else "utf-8").strip()
             if text:
-                yield json.loads(text)
+                yield number, json.loads(text)
 
 
 def _jsonl_schema(f: PairFile) -> pa.Schema:
-    """One schema for every line of a JSON lines file (a field's types across lines unified)."""
-    schemas = [pa.Table.from_pylist(chunk).schema for chunk in _chunks(_jsonl_records(f), READ_ROWS)]
+    """One schema for every line of a JSON lines file (a field's types across lines unified).
+
+    Raises:
+        DataError: a field whose values cannot share one column, naming its first line that
+            does not fit the lines before it.
+    """
+    schemas = []
+    for chunk in _chunks(_jsonl_numbered(f), READ_ROWS):
+        try:
+            schemas.append(pa.Table.from_pylist([record for _, record in chunk]).schema)
+        except (pa.ArrowException, TypeError, ValueError, OverflowError):
+            raise _mixed_types(f, chunk) from None
     return _unify(schemas, f.path)
+
+
+def _mixed_types(f: PairFile, chunk: list[tuple[int, dict]]) -> DataError:
+    """The first line of ``chunk`` whose value of some field cannot join the same field's values
+    on the lines before it."""
+    fields = list(dict.fromkeys(key for _, record in chunk for key in record))
+    for name in fields:
+        values: list = []
+        for number, record in chunk:
+            values.append(record.get(name))
+            try:
+                pa.array(values)
+            except (pa.ArrowException, TypeError, ValueError, OverflowError) as e:
+                first = next((v for v in values[:-1] if v is not None), None)
+                kinds = f"a {_json_kind(values[-1])} where the lines before hold {_json_kind(first)}s" \
+                    if first is not None and _json_kind(first) != _json_kind(values[-1]) else f"cannot be stored ({e})"
+                return DataError(f.path, number, name, f"{kinds}: the values of a column must be of one type "
+                                                       "(quote them all as strings, say)")
+    return DataError(f.path, None, None, "its records cannot be stored as one table")
+
+
+def _json_kind(value) -> str:
+    return {bool: "boolean", int: "number", float: "number", str: "string", list: "list",
+            dict: "object"}.get(type(value), type(value).__name__)
 
 
 def _unify(schemas: list[pa.Schema], where: str) -> pa.Schema:

@@ -5,6 +5,7 @@
                                   and once every shard is in, the summary
     OUT/_manifests/part-*.json    each shard's commit record (``labeling.ShardStore``)
     OUT/_logs/                    the progress lines (label.log) and Ray's own messages (ray.log)
+    OUT/.augsbert.lock            claimed by the run that writes the folder (``run_lock.RunLock``)
     OUT/_staging/                 while a run lasts: the shards not yet committed, their pairs and
                                   their input rows (``labeling.spool``), each removed at its commit;
                                   what a killed run left is cleared by the next
@@ -138,7 +139,9 @@ def check_output(out: str | os.PathLike, record: dict, fresh: bool) -> None:
     root = Path(out)
     if root.exists() and not root.is_dir():
         raise AugSBERTError(f"--out {out}: is a file, not a folder")
-    if not root.is_dir() or not any(root.iterdir()):
+    from augsbert_ray.run_lock import LOCK_NAME
+
+    if not root.is_dir() or not [p for p in root.iterdir() if p.name != LOCK_NAME]:
         return
     before = read_record(root)
     if before is None:
@@ -179,6 +182,15 @@ def write_record(root: Path, record: dict) -> None:
     tmp = root / f".{RECORD}.tmp"
     tmp.write_text(json.dumps(record, indent=2, default=str), encoding="utf-8")
     os.replace(tmp, root / RECORD)
+
+
+def discard_if_empty(root: Path) -> None:
+    """Removes what ``open_output`` and a run wrote into ``root`` where no shard was committed."""
+    if any(root.glob("part-*.parquet")):
+        return
+    (root / RECORD).unlink(missing_ok=True)
+    for folder in (MANIFESTS, LOGS, STAGING):
+        shutil.rmtree(root / folder, ignore_errors=True)
 
 
 def finish_output(root: Path, summary: LabelSummary) -> None:

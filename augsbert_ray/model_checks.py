@@ -198,17 +198,54 @@ def check_limits(cfg: JobConfig, encoder: str, config: dict, path: Path) -> None
         ConfigError: naming the key, the model's ``config.json`` and the limit.
     """
     settings = getattr(cfg, encoder)
-    positions = max_tokens(config)
-    if positions is not None and settings.max_length > positions:
-        raise ConfigError(cfg.source, f"{encoder}.max_length",
-                          f"{settings.max_length} tokens is more than the model's {positions} positions "
-                          f"(max_position_embeddings in {path}): give at most {positions}")
+    too_long = length_problem(settings.max_length, config, path)
+    if too_long:
+        raise ConfigError(cfg.source, f"{encoder}.max_length", too_long)
     layers = config.get("num_hidden_layers")
     asked = getattr(settings, "num_layers", None)
     if asked is not None and isinstance(layers, int) and asked > layers:
         raise ConfigError(cfg.source, f"{encoder}.num_layers",
                           f"{asked} layers asked for, but the model has {layers} (num_hidden_layers in {path}): "
                           f"give at most {layers}, or null for all")
+
+
+def length_problem(max_length: int, config: dict, path) -> str | None:
+    """Why ``max_length`` tokens do not fit a model's positions (None: they do, or it is not known)."""
+    positions = max_tokens(config)
+    if positions is not None and max_length > positions:
+        return (f"{max_length} tokens is more than the model's {positions} positions (max_position_embeddings in "
+                f"{path}): give at most {positions}")
+    return None
+
+
+def check_label_length(name: str, max_length: int, key: str = "--max-length") -> None:
+    """``augsbert label``'s token limit fits its cross-encoder's positions, as ``check_limits`` checks
+    a job's: a longer pair would fail in every labelling actor, after Ray started. Call it after
+    ``models.check_cross_encoder`` has found the model.
+
+    Raises:
+        ConfigError: naming ``key``, the model's ``config.json`` and the limit.
+    """
+    from augsbert_ray.models import embedded_model_dir
+
+    if name == EMBEDDED_MODEL:
+        found = read_config(embedded_model_dir(verify=False))
+    elif Path(name).expanduser().is_dir():
+        found = read_config(Path(name).expanduser())
+    elif hub_offline():
+        found = cached_hub_model(name)
+    else:
+        from transformers import AutoConfig
+
+        from augsbert_ray.models import trust_remote_code
+
+        try:  # from the hub's cache, where check_cross_encoder put it
+            found = AutoConfig.from_pretrained(name, trust_remote_code=trust_remote_code()).to_dict(), f"{name}'s config"
+        except (OSError, ValueError):
+            found = None
+    too_long = length_problem(max_length, *found) if found is not None else None
+    if too_long:
+        raise ConfigError(key, None, too_long)
 
 
 def max_tokens(config: dict) -> int | None:

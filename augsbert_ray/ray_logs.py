@@ -39,7 +39,7 @@ import time
 from pathlib import Path
 from typing import Callable
 
-__all__ = ["RayOutput", "translate", "engine_line"]
+__all__ = ["RayOutput", "translate", "engine_line", "describe_error"]
 
 log = logging.getLogger(__name__)
 
@@ -82,6 +82,30 @@ def engine_line(line: str) -> str | None:
     """The engine line in a line of Ray's output (Ray's prefix removed), or None."""
     text = _strip(line)
     return text if _ENGINE.match(text) else None
+
+
+# A line of a Python traceback that names an exception: "RuntimeError: ...", "torch.OutOfMemoryError: ...".
+_RAISED = re.compile(r"^(?:[A-Za-z_][\w]*\.)*[A-Za-z_]\w*(?:Error|Exception|Exit|Interrupt|Warning)(?::|$)")
+_WRAPPERS = ("ray.exceptions.", "RayTaskError", "RayActorError", "UserCodeException")
+
+
+def describe_error(error: BaseException) -> str:
+    """An error as one plain line that names its cause.
+
+    Ray wraps what failed in a worker (``RayTaskError(UserCodeException)``) in a message
+    that begins with the worker's name in terminal colours and holds the worker's traceback;
+    the exception that started it ("RuntimeError: The size of tensor a (2056) must match
+    ...") is deep inside. This returns that exception's line, colour codes removed, or the
+    error's own first line where no traceback is inside.
+    """
+    text = _ANSI.sub("", str(error)).strip()
+    lines = [line.strip() for line in text.splitlines()]
+    # In a chained traceback the first exception printed is the one that started it.
+    causes = [line for line in lines if _RAISED.match(line) and not line.startswith(_WRAPPERS)]
+    if causes:
+        return causes[0]
+    first = lines[0] if lines else ""
+    return f"{type(error).__name__}: {first}" if first else type(error).__name__
 
 
 def translate(line: str) -> tuple[str, str] | None:

@@ -60,6 +60,21 @@ def check_local_gpus(cfg: JobConfig, cuda_available=None) -> None:
                                            "its own Ray here: set it to false / 0, or give a cluster's address")
 
 
+def check_local_gpu_request(num_gpus: float, key: str, local: bool, command: str, cuda_available=None) -> None:
+    """A command that starts its own Ray here (``local``) and asks ``num_gpus`` GPUs per actor
+    runs on a machine that has one: Ray would otherwise queue its actors for ever.
+
+    Raises:
+        ConfigError: naming ``key``.
+    """
+    if not num_gpus or not local:
+        return
+    if not (cuda_available or gpu_visible)():
+        raise ConfigError(key, None, f"{num_gpus:g} asks for a GPU, but this machine has no GPU that torch can use, "
+                                     f"and {command} starts its own Ray here: leave it at 0, or give a cluster's "
+                                     "address (--address)")
+
+
 def gpu_visible() -> bool:
     """Whether torch can use a GPU here. On Linux, a machine with no NVIDIA device node, no ROCm
     one and no WSL2 GPU bridge has none, which is known without importing torch (seconds on a

@@ -7,6 +7,9 @@ same directory is refused at once, naming them. The operating system releases th
 the process ends, however it ends, so a run that was killed leaves no stale lock: the next
 run takes it over.
 
+``augsbert label`` and ``augsbert bench`` claim their output folder the same way, so that two of
+them never write one folder at once.
+
 The lock covers the processes of one host (and of hosts sharing the run root on a file
 system with working ``flock``). Two hosts staging the same storage URI each have their own
 staging copy, so each its own lock.
@@ -66,15 +69,20 @@ class RunLock:
     Args:
         root: the run directory's local root (``rundir.local_root``).
         shown: how to name the run directory in messages (its URI, or the path as given).
+        what: what the folder is, for messages (``augsbert label`` claims its ``--out`` the same way).
+        advice: what to do when another run holds it.
 
     Raises (on enter):
         RunDirBusy: a live run holds it (naming its host and process id).
         RunDirUnusable: it cannot be created or written (naming the path and why).
     """
 
-    def __init__(self, root: str | os.PathLike, shown: str | None = None):
+    def __init__(self, root: str | os.PathLike, shown: str | None = None, what: str = "run directory",
+                 advice: str = "one run at a time can use a run directory: wait for it to end (or stop it), or give "
+                               "this job another run_dir or name"):
         self.root = Path(root)
         self.shown = shown or str(root)
+        self.what, self.advice = what, advice
         self._fd: int | None = None
         self._created: list[Path] = []
 
@@ -86,7 +94,7 @@ class RunLock:
                 fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
             except OSError as e:
                 self._remove_created()
-                raise RunDirUnusable(f"run directory {self.shown}: cannot write in {self.root}: "
+                raise RunDirUnusable(f"{self.what} {self.shown}: cannot write in {self.root}: "
                                      f"{e.strerror or e}") from None
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -133,8 +141,7 @@ class RunLock:
                 f", started {who['started']}" if who.get("started") else "")
         else:
             by = "another run (just starting)"
-        return (f"run directory {self.shown} is in use by {by}; one run at a time can use a run directory: wait for "
-                "it to end (or stop it), or give this job another run_dir or name")
+        return f"{self.what} {self.shown} is in use by {by}; {self.advice}"
 
     def _make_root(self) -> None:
         missing = []
@@ -143,17 +150,17 @@ class RunLock:
             missing.append(folder)
             folder = folder.parent
         if _exists(folder) and not folder.is_dir():
-            raise RunDirUnusable(f"run directory {self.shown}: {folder} is a file, not a directory")
+            raise RunDirUnusable(f"{self.what} {self.shown}: {folder} is a file, not a directory")
         for path in reversed(missing):
             try:
                 path.mkdir()
             except FileExistsError:
                 if not path.is_dir():
                     self._remove_created()
-                    raise RunDirUnusable(f"run directory {self.shown}: {path} is a file, not a directory") from None
+                    raise RunDirUnusable(f"{self.what} {self.shown}: {path} is a file, not a directory") from None
             except OSError as e:
                 self._remove_created()
-                raise RunDirUnusable(f"run directory {self.shown}: cannot create {path}: {e.strerror or e}") from None
+                raise RunDirUnusable(f"{self.what} {self.shown}: cannot create {path}: {e.strerror or e}") from None
             else:
                 self._created.append(path)
 

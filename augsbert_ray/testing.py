@@ -50,6 +50,22 @@ def dying_scorer(after_batches: int, flag: str | os.PathLike) -> type[PairScorer
     return DyingPairScorer
 
 
+def failing_scorer(flag: str | os.PathLike, message: str) -> type[PairScorer]:
+    """A ``PairScorer`` whose first batch raises ``RuntimeError(message)``, once across actors (the
+    ``flag`` file records it), as a model given a pair it cannot take would: the pool fails, and
+    its actor stays up, holding its CPUs, until it is ended."""
+    flag = str(flag)
+
+    class FailingPairScorer(PairScorer):
+        def score(self, batch):
+            if not os.path.exists(flag):
+                Path(flag).write_text(f"actor pid {os.getpid()} raised\n")
+                raise RuntimeError(message)
+            return super().score(batch)
+
+    return FailingPairScorer
+
+
 @dataclass(frozen=True)
 class CrashAt:
     """The worker of ``rank`` exits hard after ``step``, once: the ``flag`` file records that

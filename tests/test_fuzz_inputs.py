@@ -21,6 +21,11 @@ Mistakes knowable before Ray starts (damaged weights, layers or positions a mode
 id offline, a GPU this machine lacks, folds past the pairs, booleans for numbers, compressed
 data) and ``augsbert report`` on damaged run files have their own section at the end.
 
+``augsbert label`` and ``augsbert bench`` invocations are fuzzed the same way, pair files,
+models, options, addresses and output folders for the one, parts, output and data folders,
+addresses and models for the other; the Python API's functions get arguments of wrong types
+(``test_label_invocations_...``, ``test_bench_invocations_...``, ``test_the_python_api_...``).
+
 The figures (inputs tried, accepted, refused with a typed error, tracebacks, hangs, late
 failures) are printed and checked by the ``_fuzz_figures`` fixture once the module's tests ran.
 """
@@ -1808,6 +1813,362 @@ def test_run_directories_and_addresses_fail_in_one_line_or_reach_ray(workdir, li
 
 
 # ----------------------------------------------------------------------------------------
+# Whole `augsbert label` and `augsbert bench` invocations, and the Python API
+# ----------------------------------------------------------------------------------------
+# Each `augsbert label` below gets pair files, a model, options and an output folder, each
+# good or wrong; each `augsbert bench` its parts, output folder, data folder, address and
+# model. Run through the CLI in-process up to the point where Ray would start, each reaches it
+# or is refused within HANG_S seconds with exit status 2 and one `augsbert: error:` line
+# naming a file, the option or the address, leaving the output folder as it was (a labelling
+# that reached Ray and committed nothing leaves none either). The Python API's functions get
+# arguments of wrong types: each is refused with an ArgumentTypeError naming the argument, or
+# reaches Ray.
+
+FIGURES["label"] = collections.Counter()
+FIGURES["bench"] = collections.Counter()
+FIGURES["api"] = collections.Counter()
+
+# pair file kinds -> whether they doom the labelling
+PAIR_KINDS = {
+    "csv": False, "tsv": False, "jsonl": False, "parquet": False, "mixed_jsonl": True, "repeated_header": True,
+    "header_only": True, "gzip_name": True, "gzip_inside": True, "other_columns": True, "empty_sentence": True,
+    "missing": True, "unknown_extension": True, "score_taken": True,
+}
+LABEL_MODELS = {"embedded": False, "folder": False, "pickled": True, "missing_path": True}
+# options -> whether they doom it ({GPU}: a GPU asked for, which dooms where this machine has none)
+LABEL_OPTIONS = {
+    (): False, ("--max-length", "64"): False, ("--max-length", "100000"): "positions", ("--max-length", "8"): True,
+    ("--num-gpus", "1"): "{GPU}", ("--block-size", "-1"): True, ("--actors", "0"): True,
+    ("--columns", "sentence1:q"): True, ("--columns", "label=x"): True, ("--address", "127.0.0.1:{CLOSED}"): True,
+    ("--address", "nonsense"): True, ("--fresh",): False, ("--format", "csv"): False,
+}
+# output folders -> whether they doom it
+LABEL_OUTS = {"new": False, "nested_new": False, "inside_input": False, "input_folder": True, "file": True,
+              "proc": True, "held": True, "foreign": True, "uri": True}
+
+
+def _pair_rows(n: int) -> list[tuple[str, str, str]]:
+    return [(f"k{i}", f"A man is playing {i}.", f"A woman is eating {i}.") for i in range(n)]
+
+
+def _pair_file(folder, kind: str, n: int) -> str:
+    """A pair file of ``kind`` in ``folder`` (columns key, sentence1, sentence2); returns its path."""
+    import gzip
+
+    rows = _pair_rows(n)
+    names = ["key", "sentence1", "sentence2"]
+    if kind in ("csv", "tsv", "repeated_header", "header_only", "gzip_name", "gzip_inside", "other_columns",
+                "empty_sentence", "score_taken", "unknown_extension"):
+        sep = "\t" if kind == "tsv" else ","
+        head = {"repeated_header": ["key", "sentence1", "sentence2", "key"], "other_columns": ["id", *names[1:]],
+                "score_taken": ["score", *names[1:]]}.get(kind, names)
+        body = [] if kind == "header_only" else [list(r) + (["x"] if kind == "repeated_header" else []) for r in rows]
+        if kind == "empty_sentence":
+            body[-1][2] = " "
+        text = "".join(sep.join(r) + "\n" for r in [head, *body])
+        ext = {"tsv": "tsv", "gzip_name": "csv.gz", "unknown_extension": "txt"}.get(kind, "csv")
+        path = folder / f"pairs-{kind}.{ext}"
+        data = text.encode()
+        path.write_bytes(gzip.compress(data) if kind.startswith("gzip") else data)
+        if kind == "other_columns":  # beside a file of the usual columns
+            (folder / "pairs-a.csv").write_text("".join(",".join(r) + "\n" for r in [names, *rows]))
+            return str(folder)
+        return str(path)
+    if kind in ("jsonl", "mixed_jsonl"):
+        lines = [dict(zip(names, r), n=i) for i, r in enumerate(rows)]
+        if kind == "mixed_jsonl":
+            lines[-1]["n"] = "many"
+        path = folder / "pairs.jsonl"
+        path.write_text("".join(json.dumps(line) + "\n" for line in lines))
+        return str(path)
+    if kind == "parquet":
+        path = folder / "pairs.parquet"
+        pq.write_table(pa.table({k: [r[j] for r in rows] for j, k in enumerate(names)}), path)
+        return str(path)
+    return str(folder / "no-such-pairs.csv")  # missing
+
+
+@st.composite
+def label_cases(draw) -> dict:
+    clean = _rarely(draw, 3)
+    return {"pairs": "csv" if clean else draw(st.sampled_from(list(PAIR_KINDS))),
+            "rows": draw(st.integers(1, 5)),
+            "model": "embedded" if clean else draw(st.sampled_from(list(LABEL_MODELS))),
+            "options": () if clean else draw(st.sampled_from(list(LABEL_OPTIONS))),
+            "out": "new" if clean else draw(st.sampled_from(list(LABEL_OUTS)))}
+
+
+def _quiet_cli(args: list[str], suite: str):
+    """Runs the CLI in-process until Ray would start: (rc or None, stdout, stderr, seconds)."""
+    import time
+    from unittest import mock
+
+    from augsbert_ray import runtime
+    from augsbert_ray.cli import main
+
+    out, err = io.StringIO(), io.StringIO()
+    FIGURES[suite]["tried"] += 1
+    t0 = time.perf_counter()
+    with mock.patch.object(runtime, "start_ray", side_effect=WouldStartRay), \
+            contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            rc = main(args)
+        except WouldStartRay:
+            rc = None
+        except BaseException:
+            FIGURES[suite]["untyped"] += 1
+            raise
+    seconds = time.perf_counter() - t0
+    FIGURES[suite]["hangs"] += seconds > HANG_S
+    assert seconds <= HANG_S, f"{seconds:.0f} s for {args}"
+    assert "Traceback" not in out.getvalue() + err.getvalue()
+    return rc, out.getvalue(), err.getvalue()
+
+
+def _one_error_line(suite: str, rc, err: str) -> str:
+    FIGURES[suite]["rejected" if rc == 2 else "untyped"] += 1
+    assert rc == 2, (rc, err)
+    lines = err.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("augsbert: error: "), err
+    return lines[0]
+
+
+def _snapshot(folder) -> dict:
+    from pathlib import Path
+
+    return {str(p.relative_to(folder)): p.stat().st_size for p in Path(folder).rglob("*")} if os.path.isdir(folder) \
+        else {}
+
+
+CLEAN_LABEL = {"pairs": "csv", "rows": 3, "model": "embedded", "options": (), "out": "new"}
+
+
+@_fuzz(40)
+@given(case=label_cases())
+@example(case=CLEAN_LABEL)  # each run accepts one at least (the figures check that both outcomes occur)
+@example(case={**CLEAN_LABEL, "pairs": "mixed_jsonl"})
+def test_label_invocations_fail_in_one_line_or_reach_ray(workdir, listening_ports, case):
+    import socket
+    import tempfile
+    from pathlib import Path
+
+    from augsbert_ray.resource_checks import gpu_visible
+    from augsbert_ray.run_lock import RunLock
+
+    folder = Path(tempfile.mkdtemp(dir=workdir, prefix="label-"))
+    _model_folders(folder / "models")
+    inputs = folder / "in"
+    inputs.mkdir()
+    pairs = _pair_file(inputs, case["pairs"], case["rows"])
+    model = MODEL_PATHS[case["model"]].replace("{DIR}", str(folder))
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        closed = sock.getsockname()[1]
+    options = [o.replace("{CLOSED}", str(closed)) for o in case["options"]]
+    out = {"new": folder / "scored", "nested_new": folder / "a" / "b" / "scored", "inside_input": inputs / "scored",
+           "input_folder": inputs, "file": folder / "afile", "proc": Path("/proc/augsbert/scored"),
+           "held": folder / "held", "foreign": folder / "foreign", "uri": "s3://bucket/scored"}[case["out"]]
+    (folder / "afile").write_text("not a folder")
+    (folder / "foreign").mkdir()
+    (folder / "foreign" / "notes.txt").write_text("a user's file")
+    held = RunLock(folder / "held").__enter__() if case["out"] == "held" else None
+    pairs_doom = PAIR_KINDS[case["pairs"]]
+    if case["options"] == ("--format", "csv"):  # every file read as CSV
+        pairs_doom = {"jsonl": True, "parquet": True, "tsv": True, "unknown_extension": False}.get(case["pairs"],
+                                                                                                  pairs_doom)
+    dooms = [pairs_doom, LABEL_MODELS[case["model"]], LABEL_OUTS[case["out"]]]
+    doom = LABEL_OPTIONS[case["options"]]
+    dooms.append({"positions": case["model"] == "embedded", "{GPU}": not gpu_visible()}.get(doom, doom))
+    before = {p: _snapshot(p) for p in (folder / "held", folder / "foreign", inputs)}
+    try:
+        rc, _, err = _quiet_cli(["label", model, pairs, "--out", str(out), *options], "label")
+        after = {p: _snapshot(p) for p in before}
+    finally:
+        if held is not None:
+            held.release()
+    assert not (folder / "scored").exists() and not (folder / "a").exists(), "a labelling left its folder behind"
+    assert after == before, "a labelling changed a folder it was refused"
+    if rc is None:
+        FIGURES["label"]["accepted"] += 1
+        FIGURES["label"]["late"] += True in dooms
+        assert True not in dooms, f"accepted a doomed labelling: {case}"
+        return
+    line = _one_error_line("label", rc, err)
+    assert any(d is not False for d in dooms), f"refused a good labelling: {line}"
+    named = [pairs, model, str(out), "--max-length", "--num-gpus", "--block-size", "--actors", "--columns",
+             "--out", "Ray address", str(inputs)]
+    assert any(n in line for n in named), line
+    if case["out"] == "held" and f"--out {out}" in line:
+        assert f"is in use by run {os.getpid()} on host {socket.gethostname()}" in line
+
+
+BENCH_PARTS = {("bm25",): False, ("bm25", "semantic"): False, ("gpu-melting",): True, (): None}
+BENCH_OUTS = {"new": False, "empty": False, "own": False, "file": True, "proc": True, "sys": True, "foreign": True,
+              "held": True, "damaged_own": True}
+BENCH_DATA = {None: False, "stsb": False, "missing": True, "no_stsb": True}
+BENCH_ADDRESSES = {None: False, "127.0.0.1:{CLOSED}": True, "nonsense": True, "127.0.0.1:{PLAIN}": True}
+BENCH_MODELS = {"embedded": False, "missing_path": True, "pickled": True}
+
+
+@st.composite
+def bench_cases(draw) -> dict:
+    clean = _rarely(draw, 3)
+    return {"parts": ("bm25",) if clean else draw(st.sampled_from(list(BENCH_PARTS))),
+            "out": "new" if clean else draw(st.sampled_from(list(BENCH_OUTS))),
+            "data": None if clean else draw(st.sampled_from(list(BENCH_DATA))),
+            "address": None if clean else draw(st.sampled_from(list(BENCH_ADDRESSES))),
+            "model": "embedded" if clean else draw(st.sampled_from(list(BENCH_MODELS)))}
+
+
+CLEAN_BENCH = {"parts": ("bm25",), "out": "new", "data": None, "address": None, "model": "embedded"}
+
+
+@_fuzz(30)
+@given(case=bench_cases())
+@example(case=CLEAN_BENCH)
+@example(case={**CLEAN_BENCH, "out": "foreign"})
+def test_bench_invocations_fail_in_one_line_or_reach_ray(workdir, listening_ports, case):
+    import socket
+    import tempfile
+    from pathlib import Path
+    from unittest import mock
+
+    from augsbert_ray import cluster_address
+    from augsbert_ray.bench.records import BenchReport
+    from augsbert_ray.run_lock import RunLock
+
+    folder = Path(tempfile.mkdtemp(dir=workdir, prefix="bench-"))
+    _model_folders(folder / "models")
+    for name in ("empty", "own", "foreign", "held", "damaged_own"):
+        (folder / name).mkdir()
+    (folder / "afile").write_text("not a folder")
+    (folder / "own" / "report.json").write_text(json.dumps(BenchReport("quick", "augsbert bench", "now").to_dict()))
+    (folder / "own" / "report.md").write_text("# augsbert bench (quick)\n")
+    (folder / "damaged_own" / "report.json").write_text("{not json")
+    (folder / "foreign" / "report.md").write_text("a user's report\n")
+    (folder / "stsb" / "stsb").mkdir(parents=True)
+    for split in ("train", "dev", "test"):
+        (folder / "stsb" / "stsb" / f"sts-{split}.csv").write_text("")
+    (folder / "no_stsb").mkdir()
+    out = {"new": folder / "bench-out", "empty": folder / "empty", "own": folder / "own", "file": folder / "afile",
+           "proc": Path("/proc/augsbert/bench"), "sys": Path("/sys/augsbert-bench"), "foreign": folder / "foreign",
+           "held": folder / "held", "damaged_own": folder / "damaged_own"}[case["out"]]
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        closed = sock.getsockname()[1]
+    args = ["bench", "--quick", "--verbose", "--out", str(out), "--model",
+            MODEL_PATHS[case["model"]].replace("{DIR}", str(folder))]
+    if case["parts"]:
+        args += ["--parts", *case["parts"]]
+    if case["data"] is not None:
+        args += ["--data-dir", {"stsb": str(folder / "stsb"), "missing": str(folder / "nowhere"),
+                                "no_stsb": str(folder / "no_stsb")}[case["data"]]]
+    if case["address"] is not None:
+        args += ["--address", case["address"].replace("{CLOSED}", str(closed))
+                 .replace("{PLAIN}", str(listening_ports[1]))]
+    dooms = [BENCH_PARTS[case["parts"]], BENCH_OUTS[case["out"]], BENCH_DATA[case["data"]],
+             BENCH_ADDRESSES[case["address"]], BENCH_MODELS[case["model"]]]
+    held = RunLock(folder / "held").__enter__() if case["out"] == "held" else None
+    before = {p.name: _snapshot(p) for p in folder.iterdir() if p.is_dir() and p.name != "bench-out"}
+    try:
+        with mock.patch.object(cluster_address, "PROBE_TIMEOUT_S", 0.5):
+            rc, _, err = _quiet_cli(args, "bench")
+        after = {p.name: _snapshot(p) for p in folder.iterdir() if p.is_dir() and p.name != "bench-out"}
+    finally:
+        if held is not None:
+            held.release()
+    if rc is None:
+        FIGURES["bench"]["accepted"] += 1
+        FIGURES["bench"]["late"] += True in dooms
+        assert True not in dooms, f"accepted a doomed benchmark: {case}"
+        assert (out / "report.json").is_file()
+        return
+    line = _one_error_line("bench", rc, err)
+    assert any(d is not False for d in dooms), f"refused a good benchmark: {line}"
+    assert any(n in line for n in ("--parts", "--out", "--data-dir", "Ray address", "--model", str(folder / "models"),
+                                   "./no/such/model")), line
+    assert after == before and not (folder / "bench-out").exists(), "a refused benchmark wrote something"
+
+
+# The API's functions, their arguments and a good value of each (None: the default is used).
+API_CALLS = {
+    "load_job": ["path", "overrides"],
+    "run": ["job", "fresh", "verbose", "address", "until"],
+    "label": ["model", "pairs", "out", "columns", "format", "score_column", "max_length", "precision",
+              "token_budget", "num_gpus", "actors", "block_size", "address", "fresh", "verbose"],
+    "bench": ["out", "quick", "model", "parts", "address", "data_dir", "verbose", "log", "command"],
+}
+WRONG_VALUES = [1, 2.5, True, None, b"x", ["a", 1], {"a": 1}, object(), "", ("seed=3",)]
+
+
+@_fuzz(60)
+@given(function=st.sampled_from(list(API_CALLS)), argument=st.integers(0, 99), value=st.sampled_from(WRONG_VALUES))
+@example(function="label", argument=3, value=None)  # columns=None: the default, accepted
+@example(function="run", argument=1, value=1)  # fresh=1: refused
+def test_the_python_api_refuses_wrong_argument_types_naming_them(workdir, function, argument, value):
+    import tempfile
+    import time
+    from pathlib import Path
+    from unittest import mock
+
+    import augsbert_ray
+    from augsbert_ray import runtime
+    from augsbert_ray.errors import AugSBERTError
+
+    folder = Path(tempfile.mkdtemp(dir=workdir, prefix="api-"))
+    pairs = folder / "pairs.csv"
+    pairs.write_text("sentence1,sentence2\nA man.,A dog.\n")
+    stsb = folder / "data.csv"
+    stsb.write_text("".join(f"main-captions\tMSRvid\t2012test\t{i:04d}\t{i * 1.1:.1f}\tA man {i}.\tA dog {i}.\n"
+                            for i in range(4)))
+    job = folder / "job.yaml"
+    job.write_text(f"name: api\nrun_dir: '{folder}/run'\ndata:\n"
+                   + "".join(f"  {s}: {{format: stsb, path: '{stsb}'}}\n" for s in ("train", "dev", "test")))
+    good = {"load_job": {"path": str(job)}, "run": {"job": str(job)},
+            "label": {"model": "embedded", "pairs": str(pairs), "out": str(folder / "scored")},
+            "bench": {"out": str(folder / "bench"), "parts": ["bm25"], "verbose": True, "log": lambda line: None}}
+    name = API_CALLS[function][argument % len(API_CALLS[function])]
+    kwargs = {**good[function], name: value}
+    FIGURES["api"]["tried"] += 1
+    t0 = time.perf_counter()
+    with mock.patch.object(runtime, "start_ray", side_effect=WouldStartRay), \
+            contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+        try:
+            getattr(augsbert_ray, function)(**kwargs)
+            outcome = None
+        except WouldStartRay:
+            outcome = None
+        except (AugSBERTError, TypeError) as e:
+            outcome = e
+        except BaseException:
+            FIGURES["api"]["untyped"] += 1
+            raise
+    FIGURES["api"]["hangs"] += time.perf_counter() - t0 > HANG_S
+    if outcome is None:
+        FIGURES["api"]["accepted"] += 1
+        return
+    FIGURES["api"]["rejected"] += 1
+    assert isinstance(outcome, AugSBERTError), f"{function}({name}={value!r}): {type(outcome).__name__}: {outcome}"
+    if isinstance(outcome, TypeError):  # an ArgumentTypeError names the function and the argument
+        assert f"augsbert_ray.{function}: argument {name!r}" in str(outcome), str(outcome)
+
+
+def test_a_string_of_overrides_is_one_override_not_its_characters(tmp_path):
+    import augsbert_ray
+    from augsbert_ray.errors import ArgumentTypeError
+
+    data = tmp_path / "data.csv"
+    data.write_text("main-captions\tMSRvid\t2012test\t0000\t1.0\tA man.\tA dog.\n")
+    job = tmp_path / "job.yaml"
+    job.write_text("name: api\ndata:\n" + "".join(f"  {s}: {{format: stsb, path: '{data}'}}\n"
+                                                  for s in ("train", "dev", "test")))
+    assert augsbert_ray.load_job(job, "seed=3").seed == 3
+    assert augsbert_ray.load_job(str(job), ("seed=4", "sampling.top_k=2")).seed == 4
+    with pytest.raises(ArgumentTypeError, match=r"argument 'overrides' takes key.sub=value strings; item 1 is int"):
+        augsbert_ray.load_job(job, ["seed=3", 5])
+
+
+# ----------------------------------------------------------------------------------------
 # The figures, checked once the module's tests have run (whatever their order)
 # ----------------------------------------------------------------------------------------
 
@@ -1820,7 +2181,7 @@ def _fuzz_figures(request):
     yield
     lines = ["", "fuzz figures (inputs tried / accepted / refused in one typed line / tracebacks / hangs over "
              f"{HANG_S} s / doomed inputs that would have started Ray):"]
-    timed = {"run": "late", "preflight": "late", "report": ""}  # suites that time each input (and count late ones)
+    timed = {"run": "late", "preflight": "late", "report": "", "label": "late", "bench": "late", "api": ""}  # suites that time each input (and count late ones)
     for suite, f in FIGURES.items():
         if f["tried"]:
             lines.append(f"  {suite:9s} tried {f['tried']:5d}  accepted {f['accepted']:5d}  refused {f['rejected']:5d}  "

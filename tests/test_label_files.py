@@ -3,6 +3,7 @@ the one-line errors, and the store that commits scored shards."""
 
 from __future__ import annotations
 
+import gzip
 import json
 import os
 import random
@@ -65,17 +66,22 @@ def test_every_format_gives_its_columns_and_the_mapped_sentences_in_order(tmp_pa
 def test_globs_and_folders_find_every_file_once_and_shards_never_span_two(tmp_path):
     (tmp_path / "in" / "sub").mkdir(parents=True)
     write(tmp_path / "in" / "a.csv", "csv", _pairs(1))
-    write(tmp_path / "in" / "sub" / "b.jsonl", "jsonl", [r[:3] for r in _pairs(2)[:5]],
-          names=("id", "question", "answer"))
+    # the same columns in another order
+    write(tmp_path / "in" / "sub" / "b.jsonl", "jsonl", [(r[1], r[0], r[2], str(r[3])) for r in _pairs(2)[:5]],
+          names=("question", "id", "answer", "n"))
     write(tmp_path / "in" / "c.parquet", "parquet", [(*r[:3], str(r[3])) for r in _pairs(3)[:3]])
-    found = find_pair_files([str(tmp_path / "in" / "*.csv"), str(tmp_path / "in")])
+    (tmp_path / "in" / "scored").mkdir()  # the output folder, inside the inputs: never read as one
+    write(tmp_path / "in" / "scored" / "part-000000.parquet", "parquet", _pairs(4))
+    (tmp_path / "in" / "scored" / "_label.json").write_text("{}")
+    found = find_pair_files([str(tmp_path / "in" / "*.csv"), str(tmp_path / "in")], exclude=tmp_path / "in" / "scored")
     assert [f.path.split("/in/")[1] for f in found] == ["a.csv", "c.parquet", "sub/b.jsonl"]
     assert [f.format for f in found] == ["csv", "parquet", "jsonl"]
     inputs = check_inputs(found, parse_columns(COLUMNS))
-    # One output schema for all (a column missing from a file is null there).
-    assert inputs.rows == [N, 3, 5] and inputs.schema.field("n").type == pa.string()
+    # One output schema for all, in the first file's order.
+    assert inputs.rows == [N, 3, 5] and inputs.schema.names == ["id", "question", "answer", "n", "score"]
+    assert inputs.schema.field("n").type == pa.string()
     got = list(shards(inputs, 4))
-    assert got[-1].rows.column("n").to_pylist() == [None]
+    assert got[-1].rows.column("n").to_pylist() == ["4"] and got[-1].rows.column("id").to_pylist() == ["q004"]
     assert [(s.candidates.column(schema.ID1)[0].as_py(), s.rows.num_rows) for s in got] == \
         [(0, 4), (0, 4), (0, 3), (1, 3), (2, 4), (2, 1)]
 
@@ -131,6 +137,29 @@ def _error(tmp_path, case):
         paths = [str(write(tmp_path / "p.csv", "csv", rows, names=("id", "question", "answer", "score")))]
     elif case == "columns of two types":
         paths = [str(write(tmp_path / "a.csv", "csv", rows)), str(write(tmp_path / "b.parquet", "parquet", rows))]
+    elif case == "jsonl column of mixed types":
+        rows[7] = (*rows[7][:3], "seven")
+        paths = [str(write(tmp_path / "p.jsonl", "jsonl", rows))]
+    elif case == "csv header repeats a name":
+        paths = [str(write(tmp_path / "p.csv", "csv", rows, names=("id", "question", "answer", "id")))]
+    elif case == "parquet repeats a name":
+        table = pa.table({"question": [r[1] for r in rows], "answer": [r[2] for r in rows]})
+        pq.write_table(table.append_column("answer", table.column("question")), tmp_path / "p.parquet")
+        paths = [str(tmp_path / "p.parquet")]
+    elif case == "header only":
+        paths = [str(write(tmp_path / "p.csv", "csv", []))]
+    elif case == "header-only files":
+        paths = [str(write(tmp_path / "a.csv", "csv", [])), str(write(tmp_path / "b.csv", "csv", []))]
+    elif case == "gzip by its name":
+        (tmp_path / "p.csv.gz").write_bytes(gzip.compress(write(tmp_path / "p.csv", "csv", rows).read_bytes()))
+        paths = [str(tmp_path / "p.csv.gz")]
+    elif case == "gzip inside":
+        data = gzip.compress(write(tmp_path / "p.csv", "csv", rows).read_bytes())
+        (tmp_path / "p.csv").write_bytes(data)
+        paths = [str(tmp_path / "p.csv")]
+    elif case == "files with other columns":
+        paths = [str(write(tmp_path / "a.csv", "csv", rows)),
+                 str(write(tmp_path / "b.csv", "csv", rows, names=("key", "question", "answer", "n")))]
     elif case == "bad --columns":
         paths, cols = [], "sentence1:question"
     elif case == "unknown --columns field":
@@ -160,6 +189,15 @@ ERRORS = {  # case: (type, what the message holds)
                                        "--score-column"]),
     "columns of two types": (DataError, ["b.parquet: its columns cannot share one output table with", "a.csv",
                                          "Field n has incompatible types: string vs int64"]),
+    "jsonl column of mixed types": (DataError, ["p.jsonl:8: field 'n' a string where the lines before hold numbers"]),
+    "csv header repeats a name": (DataError, ["p.csv:1: field 'id' this column name is given twice"]),
+    "parquet repeats a name": (DataError, ["p.parquet: field 'answer' this column name is given twice"]),
+    "header only": (DataError, ["p.csv: no pairs to score: the file holds no rows"]),
+    "header-only files": (DataError, ["<pairs>: no pairs to score: none of", "a.csv", "b.csv"]),
+    "gzip by its name": (DataError, ["p.csv.gz: a gzip-compressed file: decompress it first"]),
+    "gzip inside": (DataError, ["p.csv: is gzip-compressed, not csv: decompress it first"]),
+    "files with other columns": (DataError, ["b.csv: its columns differ from those of", "a.csv",
+                                             "(it has key; it lacks id)"]),
     "bad --columns": (ConfigError, ["--columns: 'sentence1:question' is not FIELD=COLUMN"]),
     "unknown --columns field": (ConfigError, ["--columns: unknown field 'label'"]),
 }
@@ -278,3 +316,27 @@ def test_an_output_folder_takes_only_the_same_labelling_unless_fresh(tmp_path):
     (tmp_path / "other" / "notes.txt").write_text("mine")
     with pytest.raises(AugSBERTError, match="holds other files"):
         check_output(tmp_path / "other", record, fresh=True)
+
+
+def test_a_folder_another_labelling_holds_or_an_unreachable_cluster_is_refused_at_once(tmp_path, monkeypatch):
+    import socket
+
+    import augsbert_ray
+    from augsbert_ray.cluster_address import ClusterAddressError
+    from augsbert_ray.run_lock import RunDirBusy, RunLock
+
+    path = write(tmp_path / "p.csv", "csv", _pairs())
+    out = tmp_path / "out"
+    with RunLock(out, what="--out"):  # as a labelling that is running holds it
+        for fresh in (False, True):  # --fresh would wipe the folder under it
+            with pytest.raises(RunDirBusy, match=rf"--out {out} is in use by run {os.getpid()} on host "
+                                                 rf"{socket.gethostname()}"):
+                augsbert_ray.label("embedded", str(path), out, columns=COLUMNS, fresh=fresh)
+    assert not out.exists()
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        closed = s.getsockname()[1]
+    monkeypatch.setenv("RAY_ADDRESS", f"127.0.0.1:{closed}")
+    with pytest.raises(ClusterAddressError, match="from the RAY_ADDRESS environment variable.*no Ray cluster answers"):
+        augsbert_ray.label("embedded", str(path), out, columns=COLUMNS)
+    assert not out.exists()

@@ -92,3 +92,18 @@ def test_quiet_ray_keeps_ray_data_progress_off_the_terminal(ray_local, tmp_path,
                   "Progress bars disabled"):
         assert noise not in terminal.out + terminal.err
     assert "execution finished" in (tmp_path / "logs" / "ray.log").read_text()
+
+
+def test_a_ray_error_is_described_by_its_cause_without_terminal_colours():
+    from augsbert_ray.ray_logs import describe_error
+
+    text = ("\x1b[36mray::MapWorker(MapBatches(PairScorer)).submit()\x1b[39m (pid=13075, ip=127.0.0.1, repr=x)\n"
+            '  File "scoring.py", line 447, in _score_chunks\n    logits.append(model(**kwargs))\n'
+            "RuntimeError: The size of tensor a (2056) must match the size of tensor b (512)\n\n"
+            "The above exception was the direct cause of the following exception:\n\n"
+            "\x1b[36mray::MapWorker(MapBatches(PairScorer)).submit()\x1b[39m (pid=13075)\n"
+            "ray.exceptions.UserCodeException: UDF failed to process a data block.")
+    assert describe_error(Exception(text)) == "RuntimeError: The size of tensor a (2056) must match the size of " \
+                                              "tensor b (512)"
+    assert describe_error(ValueError("\x1b[1mbad\x1b[0m value\nmore")) == "ValueError: bad value"
+    assert describe_error(KeyError()) == "KeyError"

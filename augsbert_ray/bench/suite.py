@@ -20,6 +20,7 @@ from pathlib import Path
 
 from augsbert_ray.bench import hardware, render
 from augsbert_ray.bench.records import BenchReport, PartResult
+from augsbert_ray.ray_logs import describe_error
 
 PARTS = ("labelling", "bm25", "semantic", "training", "control-plane")
 TITLES = {"labelling": "Labelling: the Ray pipeline against CrossEncoder.predict",
@@ -99,7 +100,7 @@ class Bench:
             raise
         except Exception as e:  # noqa: BLE001 - one part's failure must not stop the others
             result.status = "failed"
-            result.error = f"{type(e).__name__}: {str(e).strip().splitlines()[0] if str(e).strip() else ''}"[:500]
+            result.error = describe_error(e)[:500]
             logs = self.out / "logs"
             logs.mkdir(parents=True, exist_ok=True)
             (logs / f"{name}.traceback.txt").write_text(traceback.format_exc(), encoding="utf-8")
@@ -112,19 +113,21 @@ class Bench:
         return result
 
 
-def run_bench(out: str | Path, *, quick: bool = False, model: str = "embedded", parts=PARTS, address=None,
+def run_bench(out: str | Path = "bench", *, quick: bool = False, model: str = "embedded", parts=PARTS, address=None,
               data_dir=None, verbose: bool = False, log=None, command: str | None = None) -> BenchReport:
     """Measures the cluster part by part, each beside its in-process peer (see the module docstring).
 
     Args:
-        out: the folder for ``report.md``, ``report.json`` and the plot (created); Ray's own
-            messages and a failed part's traceback go to ``out/logs``.
+        out: the folder for ``report.md``, ``report.json`` and the plot (created): new, empty
+            or an earlier benchmark's, claimed while the benchmark runs (``run_lock.RunLock``);
+            Ray's own messages and a failed part's traceback go to ``out/logs``.
         quick: small sizes, a few minutes on a small CPU.
         model: the encoder of every part: ``embedded``, a hub id or a local folder.
-        parts: which of ``PARTS`` to run (always in ``PARTS``' order).
+        parts: which of ``PARTS`` to run (always in ``PARTS``' order; one name, a list of them,
+            or None for all).
         address: a Ray cluster address (default: ``RAY_ADDRESS``, else a local Ray).
-        data_dir: where the STS benchmark is (default: ``AUGSBERT_DATA_DIR``); synthetic
-            sentences where it is absent.
+        data_dir: where the STS benchmark is (an error where it is not there); default:
+            ``AUGSBERT_DATA_DIR``, synthetic sentences where it is absent.
         verbose: show Ray's own messages.
         log: receives progress lines (default: the terminal).
         command: how the run was started, for the report (default: this call).
@@ -134,22 +137,80 @@ def run_bench(out: str | Path, *, quick: bool = False, model: str = "embedded", 
 
     Raises:
         AugSBERTError: an unknown part, a module a part needs that is not installed (the
-            ``bench`` extra's peers, faiss), a model that cannot be loaded, before Ray starts.
+            ``bench`` extra's peers, faiss), an address where no cluster answers, a
+            ``data_dir`` without the STS benchmark, a model that cannot be loaded, an ``out``
+            that cannot be written, holds files that are not a benchmark's or that another
+            benchmark is writing, all before Ray starts.
     """
+    from augsbert_ray.api_arguments import check_bench
     from augsbert_ray.bench import data
+    from augsbert_ray.cluster_address import check, choose
     from augsbert_ray.errors import ConfigError
     from augsbert_ray.models import check_cross_encoder
     from augsbert_ray.optional_modules import bench_needs, require
-    from augsbert_ray.ray_logs import RayOutput
-    from augsbert_ray.runtime import start_ray, stop_ray
+    from augsbert_ray.run_lock import RunLock
 
+    parts = check_bench(out, quick, model, parts, address, data_dir, verbose, log, command)
+    parts = PARTS if parts is None else tuple(parts)
     unknown = [p for p in parts if p not in PARTS]
     if unknown or not parts:
         raise ConfigError("--parts", None, f"unknown part(s) {', '.join(unknown) or '(none given)'}; valid: "
                                            f"{', '.join(PARTS)}")
     require(bench_needs(parts), None)  # a peer not installed: refused now, not recorded as a failed part
+    check(choose(None, None, address))  # an address where no cluster answers: ray.init would retry for minutes
+    if data_dir is not None and not data.has_stsb(Path(data_dir)):
+        raise ConfigError("--data-dir", None, f"{Path(data_dir).absolute()} holds no STS benchmark "
+                                              "(stsb/sts-train.csv, sts-dev.csv and sts-test.csv): give the folder "
+                                              "that holds stsb/, or leave --data-dir out")
     check_cross_encoder(model)  # a model that cannot load fails here, once, not in every part
     out = Path(out)
+    check_output(out)
+    with RunLock(out, shown=str(out), what="--out",
+                 advice="one benchmark at a time can write a folder: wait for it to end, or name another --out"):
+        check_output(out)  # as it is now that no other benchmark can change it
+        return _run_bench(out, quick, model, parts, address, data_dir, verbose, log, command)
+
+
+OWN_FILES = ("report.json", "report.md", "logs")  # and the plot, and the files written under temporary names
+
+
+def check_output(out: Path) -> None:
+    """``out`` can take the report: a folder that is new, empty, or a benchmark's own (its
+    ``report.json`` is a benchmark report), so that no file of someone else's is overwritten.
+
+    Raises:
+        AugSBERTError: naming ``out`` and what is in the way.
+    """
+    from augsbert_ray.errors import AugSBERTError
+    from augsbert_ray.run_lock import LOCK_NAME
+
+    try:
+        if not out.exists():
+            return
+        if not out.is_dir():
+            raise AugSBERTError(f"--out {out}: is a file, not a folder; name a new or empty folder")
+        names = sorted(p.name for p in out.iterdir() if p.name != LOCK_NAME)
+    except OSError as e:
+        raise AugSBERTError(f"--out {out}: cannot be read: {e.strerror or e}") from None
+    if not names:
+        return
+    try:
+        own = json.loads((out / "report.json").read_text(encoding="utf-8"))
+        BenchReport.from_dict(own)
+    except (OSError, ValueError, TypeError, AttributeError):
+        own = None
+    if not isinstance(own, dict):
+        raise AugSBERTError(f"--out {out}: holds files that are not a benchmark's report ({', '.join(names[:5])}"
+                            f"{', ...' if len(names) > 5 else ''}), which the report would overwrite; name a new or "
+                            "empty folder")
+
+
+def _run_bench(out: Path, quick: bool, model: str, parts, address, data_dir, verbose: bool, log,
+               command: str | None) -> BenchReport:
+    from augsbert_ray.bench import data
+    from augsbert_ray.ray_logs import RayOutput
+    from augsbert_ray.runtime import start_ray, stop_ray
+
     sink = [log or (lambda line: print(line, file=sys.stderr, flush=True))]
 
     def say(line: str) -> None:

@@ -23,6 +23,7 @@ from augsbert_ray.errors import LabelingError
 from augsbert_ray.labeling.pool import FileSource, release_failed_pool, run_pool
 from augsbert_ray.labeling.shards import SHARD, ShardStore, file_shards, keys_digest, pairs_digest, table_shards
 from augsbert_ray.labeling.spool import ShardSpool, SpoolSource
+from augsbert_ray.ray_logs import describe_error
 
 log = logging.getLogger(__name__)
 
@@ -176,6 +177,13 @@ def _run_attempt(pending, finished, commit, model_dir, cfg, max_length, cpus_per
         run_pool(pending, finished, commit, model_dir, cfg, max_length, cpus_per_actor, actors, scorer)
 
 
+def _actor_class(scorer) -> str:
+    """The class name of the pool's actors (``PairScorer`` looked up at each call, as the pool does)."""
+    from augsbert_ray.labeling import pool as actor_pool
+
+    return (scorer.cls if scorer is not None else actor_pool.PairScorer).__name__
+
+
 def file_source(path, cfg) -> FileSource | None:
     """Where the pool's tasks can read the candidates file's shards themselves: on the driver's
     node. None with Ray Client, whose driver (and file) is on no node of the cluster."""
@@ -290,15 +298,15 @@ def _label(shards, done: dict | None, model_dir, cfg, max_length, cpus_per_actor
         except Exception as e:  # actor restarts or task retries exhausted, a lost actor, the pool failed
             failure = e
         if failure is not None:  # handled out here: within the except clause, see release_failed_pool
-            release_failed_pool(failure)
-            why = f"{type(failure).__name__}: {str(failure).splitlines()[0] if str(failure) else ''}"
+            release_failed_pool(failure, _actor_class(scorer))
+            why = describe_error(failure)
             if attempt < cfg.pool_retries:
                 attempt += 1
                 log.info(f"[silver] the actor pool failed ({why[:300]}); a new pool labels the {len(pending)} shards "
                          f"not committed (retry {attempt} of labeling.pool_retries={cfg.pool_retries})")
                 continue
             where = f"; the {len(finished)} committed shards in {store.root} are kept and a re-run resumes from them" \
-                if store is not None else ""
+                if store is not None and finished else ""
             raise LabelingError(
                 f"labelling failed with {len(pending)} of {len(digests)} shards not labelled (labeling.max_restarts="
                 f"{cfg.max_restarts}, max_task_retries={cfg.max_task_retries}, pool_retries={cfg.pool_retries})"

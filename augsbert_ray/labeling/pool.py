@@ -159,14 +159,20 @@ def checked_shard(i: int, labelled: pa.Table, pairs: str) -> pa.Table:
     return labelled.cast(schema.SILVER_SCHEMA)
 
 
-def release_failed_pool(error: BaseException) -> None:
-    """Lets Ray end a failed pool's surviving actors now. The error's traceback holds, in its
-    frames' local variables and in reference cycles, handles to the pool's actors, and an actor
-    lives (holding its CPUs or GPU) while a handle does: until the next full garbage collection,
-    which an idle driver may not run for minutes. A new pool would find those CPUs taken.
-    Clearing the frames' locals and collecting the cycles drops the handles; the error keeps
-    its message and where it was raised. Call it after the except clause that caught the error
-    has ended: while the error is being handled, its frames are not released."""
+def release_failed_pool(error: BaseException, actor_class: str | None = None) -> None:
+    """Ends a failed pool's surviving actors now, so that a new pool finds their CPUs and GPUs free.
+
+    Ray Data lets a failed pool's actors go by dropping its handles to them, and an actor
+    lives (holding its CPUs or GPU) while a handle does. The error's traceback holds such
+    handles, in its frames' local variables and in reference cycles, until the next full
+    garbage collection, which an idle driver may not run for minutes: its frames' locals are
+    cleared and the cycles collected (the error keeps its message and where it was raised).
+    Callbacks that Ray's core still holds for the pool's last tasks keep other handles, out of
+    the collector's reach: the actors of ``actor_class`` that this process still has handles to
+    are killed. Call it after the except clause that caught the error has ended (while the
+    error is being handled, its frames are not released), and only between pools: one pool of
+    ``actor_class`` at a time runs in a driver.
+    """
     import gc
     import traceback
 
@@ -176,6 +182,28 @@ def release_failed_pool(error: BaseException) -> None:
         traceback.clear_frames(error.__traceback__)
         error = error.__cause__ or error.__context__
     gc.collect()
+    if actor_class is not None:
+        import ray
+
+        for actor in pool_actors(actor_class):
+            ray.kill(actor, no_restart=True)
+
+
+def pool_actors(actor_class: str) -> list:
+    """The handles this process holds to actor-pool actors of ``actor_class`` (Ray Data names
+    each ``MapWorker(MapBatches(<class>))``, with the operators fused into it)."""
+    import gc
+
+    from ray.actor import ActorHandle
+
+    out = []
+    for obj in gc.get_objects():
+        # the type, not isinstance: that would read __class__ of every object (lazy modules warn)
+        if issubclass(type(obj), ActorHandle):
+            name = getattr(getattr(obj, "_ray_actor_creation_function_descriptor", None), "class_name", "")
+            if name.startswith("MapWorker(") and f"MapBatches({actor_class})" in name:
+                out.append(obj)
+    return out
 
 
 def labelled_dataset(inputs, model_dir: str, cfg, max_length: int, cpus_per_actor: float,

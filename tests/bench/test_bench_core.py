@@ -167,3 +167,25 @@ def test_a_timed_search_keeps_each_querys_top_k_others_and_the_peer_matches_fais
                         lambda ix, q: ix.search(q, 4), queries, q_ids, 3)
     assert np.array_equal(peer.hits, brute) and recall(flat.hits, peer.hits) == 1.0
     assert peer.queries_per_s > 0 and all(q not in row for q, row in zip(q_ids, flat.hits))
+
+
+def test_the_steady_labelling_rates_are_compared_with_the_tuned_peer_and_say_so(monkeypatch):
+    from types import SimpleNamespace
+
+    from augsbert_ray.bench import labelling
+    from augsbert_ray.bench.suite import plan_for
+
+    monkeypatch.setattr(labelling, "peer_rate", lambda model, s1, s2, device, batch=32, bf16=False:
+                        200.0 if batch > 32 else 100.0)
+    monkeypatch.setattr(labelling, "bf16_supported", lambda device: True)
+    monkeypatch.setattr(labelling, "pipeline_rate", lambda *a: {"start_included": 150.0, "steady": 400.0,
+                                                               "first_shard_s": 2.0, "shards": 8, "seconds": 3.0})
+    lab = PartResult("labelling", "Labelling")
+    plan = plan_for(quick=True, gpu=False, cpus=1)
+    labelling.run(lab, "model", lambda n: (["a"] * n, ["b"] * n), SimpleNamespace(gpus=0, cpus=1), plan, "cpu",
+                  lambda line: None, lambda: None)
+    steady = lab.get("engine: Ray pipeline, 1 CPU actor(s), steady")
+    assert lab.ratio(steady) == pytest.approx(2.0)  # 400 against the tuned 200, not the defaults' 100
+    assert f"against the tuned peer (batch {plan.peer_batch}, bf16 weights)" in steady.note
+    start = lab.get("engine: Ray pipeline, 1 CPU actor(s), start included")
+    assert lab.ratio(start) == pytest.approx(1.5) and "against its defaults" in start.note

@@ -16,7 +16,7 @@ from augsbert_ray.config import LabelingConfig
 from augsbert_ray.errors import LabelingError
 from augsbert_ray.labeling import LabelingReport, PairScorer, ShardStore, label_candidates, pool
 from augsbert_ray.messages import lines_to
-from augsbert_ray.testing import dying_scorer
+from augsbert_ray.testing import dying_scorer, failing_scorer
 
 pytestmark = pytest.mark.slow
 
@@ -135,6 +135,24 @@ def test_a_new_pool_labels_what_a_failed_pool_left(ray_local, teacher, clean, tm
                                max_length=32, cpus_per_actor=1, store=ShardStore(tmp_path / "shards"), report=report)
     assert any("a new pool labels the" in line for line in lines)  # the first pool did fail
     assert got.equals(clean) and report.labelled == 10 and sorted(report.redone_shards) == list(range(10))
+
+
+def test_a_failed_pools_actor_is_ended_before_a_new_pool_needs_its_cpus_and_the_cause_is_named(
+        ray_local, teacher, clean, tmp_path, monkeypatch):
+    """One actor takes both of the session's CPUs; its model fails on the first batch. The retry
+    pool needs the same CPUs, which the failed pool's actor held until ended: a new pool would
+    wait for them for minutes."""
+    cause = "The size of tensor a (2056) must match the size of tensor b (512) at non-singleton dimension 1"
+    monkeypatch.setattr(pool, "PairScorer", failing_scorer(tmp_path / "flag", cause))
+    lines = []
+    with lines_to(lines.append):
+        got = label_candidates(_candidates(), teacher, LabelingConfig(actors=1, block_size=BLOCK, micro_batch_size=4,
+                                                                      max_restarts=0, pool_retries=1),
+                               max_length=32, cpus_per_actor=ray_local.cluster_resources()["CPU"])
+    retry = [line for line in lines if "a new pool labels the" in line]
+    assert len(retry) == 1 and f"RuntimeError: {cause}" in retry[0] and "\x1b" not in retry[0], retry
+    assert (tmp_path / "flag").exists() and got.num_rows == N_PAIRS
+    np.testing.assert_allclose(got.column(schema.LABEL).to_numpy(), clean.column(schema.LABEL).to_numpy(), atol=1e-5)
 
 
 def test_a_damaged_shard_is_labelled_again(ray_local, teacher, tmp_path):
