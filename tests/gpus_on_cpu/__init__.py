@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
+TRAIN_WORKERS = {"RayTrainWorker"}  # the actor class of a Ray Train worker group's workers
 
 
 @contextlib.contextmanager
@@ -66,6 +67,7 @@ class Reservations:
     held: list[float] = field(default_factory=list)
     in_groups: list[float] = field(default_factory=list)
     actors: set[str] = field(default_factory=set)
+    groups: list[list[float]] = field(default_factory=list)  # the GPUs of each group created, per sample
 
     def sample(self) -> None:
         import ray
@@ -74,8 +76,10 @@ class Reservations:
 
         available = ray.available_resources().get("GPU", 0.0)  # a resource all taken is left out
         self.held.append(self.total - available)
-        self.in_groups.append(sum(bundle.get("GPU", 0.0) for group in placement_group_table().values()
-                                  if group["state"] == "CREATED" for bundle in group["bundles"].values()))
+        groups = sorted(sum(bundle.get("GPU", 0.0) for bundle in group["bundles"].values())
+                        for group in placement_group_table().values() if group["state"] == "CREATED")
+        self.groups.append([g for g in groups if g])
+        self.in_groups.append(sum(groups))
         self.actors.update(a["ActorClassName"] for a in state.actors().values() if a["State"] == "ALIVE")
 
     def check(self) -> None:
@@ -124,3 +128,22 @@ def run_watched(job, timeout_s: float, every: float = 0.2, **kwargs):
     if "error" in out:
         raise out["error"]
     return out["metrics"], seen
+
+
+def write_job(root, model: str, seed: int = 42) -> str:
+    """The tiny job on synthetic STSb-format data, its file's path."""
+    import yaml
+    from conftest import write_stsb
+
+    data = {s: {"format": "stsb", "path": str(write_stsb(root / f"sts-{s}.csv", n, data_seed))}
+            for s, n, data_seed in [("train", 48, 1), ("dev", 24, 2), ("test", 24, 3)]}
+    job = {"name": "tiny-gpus", "data": data, "seed": seed,
+           "cross_encoder": {"model": model, "epochs": 1, "batch_size": 8, "lr": 1e-4},
+           "bi_encoder": {"model": model, "epochs": 1, "batch_size": 8, "lr": 1e-4},
+           "sampling": {"strategy": "bm25", "top_k": 2, "query_batch_size": 16},
+           "labeling": {"block_size": 32, "micro_batch_size": 8},
+           "evaluation": {"batch_size": 16},
+           "training": {"cpus_per_worker": 1}}  # CPUs enough for two trainings at once: the GPUs decide
+    path = root / "job.yaml"
+    path.write_text(yaml.safe_dump(job))
+    return str(path)
