@@ -11,9 +11,12 @@
     augsbert validate --explain jobs/smoke.yaml            # every setting: value, default, meaning
     augsbert label MODEL pairs/*.parquet --out scored/     # score pair files with a cross-encoder
     augsbert bench --quick --out bench/                    # measure this cluster beside its peers
+    augsbert data fetch stsb                               # download the STS benchmark, checked by sha256
 
 Every error the job can foresee (``AugSBERTError``: config, data, models, training that
-cannot succeed) is printed as one ``augsbert: error:`` line, exit status 2. SIGINT and
+cannot succeed) is printed as one ``augsbert: error:`` line, exit status 2. An error it did
+not foresee, inside a stage, is one line too, naming the stage and the log that holds its
+traceback (``<run dir>/logs/job.log``), exit status 1; ``--verbose`` prints the traceback. SIGINT and
 SIGTERM, wherever they arrive (also while Ray Train trains), stop the local Ray the job
 started, print ``augsbert: interrupted`` and exit with 130 and 143 (``signals``).
 """
@@ -24,6 +27,7 @@ import argparse
 import json
 import os
 import sys
+from pathlib import Path
 
 from augsbert_ray import signals
 from augsbert_ray.cluster_address import choose as choose_address
@@ -64,6 +68,7 @@ def _parser() -> argparse.ArgumentParser:
     val.add_argument("--explain", action="store_true",
                      help="also print every setting of each job: its value, its default and what it does")
     _label_parser(sub)
+    _data_parser(sub)
     from augsbert_ray.bench.command import add_parser as bench_parser
 
     bench_parser(sub)
@@ -95,6 +100,23 @@ def _label_parser(sub) -> None:
     lab.add_argument("--address", help="Ray cluster address (else RAY_ADDRESS, else local)")
     lab.add_argument("--fresh", action="store_true", help="start OUT over if it holds an earlier labelling")
     lab.add_argument("--verbose", action="store_true", help="show Ray's own messages")
+
+
+def _data_parser(sub) -> None:
+    data = sub.add_parser("data", help="get the public datasets the shipped jobs read",
+                          description="Get the public datasets the shipped jobs read.")
+    verbs = data.add_subparsers(dest="data_command", required=True)
+    fetch = verbs.add_parser(
+        "fetch", help="download a dataset from its original source, checked by sha256",
+        description="Download a dataset from its original source, check every file against the sha256 of the copy "
+                    "the project is tested on, and move the files into place only once all are verified. Files "
+                    "already in place and verified are not downloaded again.")
+    fetch.add_argument("dataset", choices=["stsb", "mrpc"], help="stsb: the STS benchmark; mrpc: the Microsoft "
+                                                                 "Research Paraphrase Corpus")
+    fetch.add_argument("--to", metavar="DIR", help="the data directory (default: $AUGSBERT_DATA_DIR, else "
+                                                   "~/.cache/augsbert-ray/data, where the shipped jobs look)")
+    fetch.add_argument("--mirror", metavar="URL", help="a base URL serving the same files under the same names, "
+                                                       "instead of the original hosts")
 
 
 def split_jobs_and_overrides(args: list[str]) -> tuple[list[str], list[str]]:
@@ -137,6 +159,11 @@ def main(argv: list[str] | None = None) -> int:
                 if args.explain:
                     print(explain(cfg))
             return 0
+        if args.command == "data":
+            from augsbert_ray.data_fetch import fetch
+
+            fetch(args.dataset, args.to, mirror=args.mirror)
+            return 0
         if args.command == "label":
             with signals.handled():
                 return _label(args)
@@ -167,7 +194,14 @@ def _run(cfg, address, fresh: bool, verbose: bool, until: str | None = None) -> 
     from augsbert_ray.api import run
     from augsbert_ray.report import summary_markdown
 
-    metrics = run(cfg, fresh=fresh, verbose=verbose, address=address, until=until)
+    from augsbert_ray.rundir import local_root
+
+    try:
+        metrics = run(cfg, fresh=fresh, verbose=verbose, address=address, until=until)
+    except (AugSBERTError, KeyboardInterrupt):
+        raise
+    except Exception as e:  # noqa: BLE001 - reported in one line; its traceback is in the job log
+        return _unforeseen(e, local_root(cfg.resolved_run_dir) / "logs" / "job.log", verbose)
     print()
     print(summary_markdown(metrics))
     return 0
@@ -176,13 +210,35 @@ def _run(cfg, address, fresh: bool, verbose: bool, until: str | None = None) -> 
 def _label(args) -> int:
     from augsbert_ray.api import label
 
-    summary = label(args.model, args.pairs, args.out, columns=args.columns, format=args.format,
-                    score_column=args.score_column, max_length=args.max_length, precision=args.precision,
-                    token_budget=args.token_budget, num_gpus=args.num_gpus, actors=args.actors,
-                    block_size=args.block_size, address=args.address, fresh=args.fresh, verbose=args.verbose)
+    from augsbert_ray.label_output import LOGS
+
+    try:
+        summary = label(args.model, args.pairs, args.out, columns=args.columns, format=args.format,
+                        score_column=args.score_column, max_length=args.max_length, precision=args.precision,
+                        token_budget=args.token_budget, num_gpus=args.num_gpus, actors=args.actors,
+                        block_size=args.block_size, address=args.address, fresh=args.fresh, verbose=args.verbose)
+    except (AugSBERTError, KeyboardInterrupt):
+        raise
+    except Exception as e:  # noqa: BLE001 - reported in one line; its traceback is in the label log
+        return _unforeseen(e, Path(args.out) / LOGS / "label.log", args.verbose, stage="label")
     print(f"{summary.pairs} pairs scored into {summary.out} ({summary.shards} shards, {summary.reused_shards} from "
           f"an earlier run); this run scored {summary.labelled_pairs} pairs at {summary.pairs_per_s:.1f} pairs/s")
     return 0
+
+
+def _unforeseen(e: Exception, log: Path, verbose: bool, stage: str | None = None) -> int:
+    """An error the engine did not foresee (a bug, a library's fault), in one line naming its
+    stage and the log that holds its traceback; with ``verbose``, or before the log exists,
+    the traceback itself."""
+    from augsbert_ray.errors import stage_of
+
+    if verbose or not log.is_file():
+        raise e
+    where = stage_of(e) or stage
+    text = str(e).strip().splitlines()[0][:300] if str(e).strip() else ""
+    print(f"augsbert: error: {f'stage {where!r}' if where else 'the job'} failed: {type(e).__name__}"
+          f"{': ' + text if text else ''}; the full traceback is in {log} (--verbose shows it here)", file=sys.stderr)
+    return 1
 
 
 if __name__ == "__main__":

@@ -70,3 +70,18 @@ class TeacherCheckError(AugSBERTError):
 
 class LabelingError(AugSBERTError):
     """Labelling could not finish (e.g. actor restarts exhausted); committed shards are kept."""
+
+
+def tag_stage(exc: BaseException, stage: str) -> None:
+    """Records on an error the stage it arose in (the innermost, when stages nest), so that the
+    CLI can name the stage of an error the engine did not foresee (``stage_of``)."""
+    if getattr(exc, "_augsbert_stage", None) is None:
+        try:
+            exc._augsbert_stage = stage
+        except AttributeError:  # an exception type without attributes of its own
+            pass
+
+
+def stage_of(exc: BaseException) -> str | None:
+    """The stage ``tag_stage`` recorded on ``exc``, or None."""
+    return getattr(exc, "_augsbert_stage", None)

@@ -13,7 +13,8 @@ def unresolved(cfg: JobConfig, key: str, text: str) -> str:
 
     The absolute path tried; for a relative path, the working directory it was resolved
     from; the environment variables the value came from and whether each was set (the
-    shipped job files find their data through ``${AUGSBERT_DATA_DIR:-../shared/data}``);
+    shipped job files find their data through
+    ``${AUGSBERT_DATA_DIR:-~/.cache/augsbert-ray/data|../shared/data}``);
     and the deepest folder of the path that does exist.
     """
     path = Path(text).expanduser()
@@ -24,6 +25,10 @@ def unresolved(cfg: JobConfig, key: str, text: str) -> str:
     for ref in cfg.env_references(key):
         if ref.value is not None:
             parts.append(f"it is built from ${{{ref.name}}}, which is set to {ref.value!r}")
+        elif ref.default is not None and "|" in ref.default:
+            folders = ref.default.split("|")
+            parts.append(f"it is built from ${{{ref.name}:-{ref.default}}}: {ref.name} is not set and none of "
+                         f"{', '.join(folders)} holds it, so the first was used")
         elif ref.default is not None:
             parts.append(f"it is built from ${{{ref.name}:-{ref.default}}} and {ref.name} is not set, so the "
                          f"default {ref.default!r} was used: set {ref.name} to the folder that holds the data")

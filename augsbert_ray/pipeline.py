@@ -17,7 +17,8 @@ from typing import Callable
 
 from augsbert_ray import graph
 from augsbert_ray.config import JobConfig, dump_job
-from augsbert_ray.errors import ConfigError
+from augsbert_ray.context import JobContext
+from augsbert_ray.errors import ConfigError, tag_stage
 from augsbert_ray.messages import lines_to
 from augsbert_ray.metrics import RunMetrics
 from augsbert_ray.preflight import check_models, check_paths
@@ -130,8 +131,9 @@ def _run_job(cfg: JobConfig, fresh: bool, until: str | None, on_stage, on_start,
         log.info(f"[augsbert] job '{job.name}': run directory {rd.location}"
                  + (f" (staged locally in {rd.root})" if rd.uri else ""))
 
-    runner = Runner(cfg, rd, fresh=fresh, on_stage=on_stage, on_start=on_start, on_claim=claim,
-                    progress=progress, start_cluster=lambda: _start_cluster(cfg, rd, runner, verbose))
+    ctx = JobContext(start=lambda: _start_cluster(cfg, rd, verbose), progress=progress)
+    runner = Runner(cfg, rd, fresh=fresh, ctx=ctx, on_stage=on_stage, on_start=on_start, on_claim=claim,
+                    progress=progress)
     wanted = set(stage_names(cfg, until))  # an unknown stage fails here, before anything is written
     from augsbert_ray.report import finish
 
@@ -142,7 +144,11 @@ def _run_job(cfg: JobConfig, fresh: bool, until: str | None, on_stage, on_start,
 
             if progress is not None:
                 progress.start_stage("auto")
-            choice = choose(cfg, runner, recipe, progress=runner.reporter("auto", local=True))
+            try:
+                choice = choose(cfg, runner, recipe, progress=runner.reporter("auto", local=True))
+            except BaseException as e:
+                tag_stage(e, "auto")  # (a stage the autopilot ran has named itself already)
+                raise
             runner.cfg = cfg = choice.cfg  # the job runs the setting the autopilot chose
             search = choice.record
         stages = recipe(cfg, search)
@@ -162,7 +168,7 @@ def _run_job(cfg: JobConfig, fresh: bool, until: str | None, on_stage, on_start,
         runner.run_graph(todo, after=report_so_far)
         return finish(cfg, runner, stages, complete=len(todo) == len(stages))
     finally:
-        runner.close()
+        ctx.close()  # the job's warm hosts and progress channel end with it
 
 
 def plan(cfg: JobConfig, run_dir=None) -> dict[str, str]:
@@ -174,7 +180,7 @@ def plan(cfg: JobConfig, run_dir=None) -> dict[str, str]:
     return Runner(cfg, rd).plan(recipe(cfg))
 
 
-def _start_cluster(cfg: JobConfig, rd: RunDir, runner: Runner | None = None, verbose: bool = True):
+def _start_cluster(cfg: JobConfig, rd: RunDir, verbose: bool = True):
     from augsbert_ray.models import TRUST_REMOTE_CODE_ENV
     from augsbert_ray.resource_checks import check_cluster_gpus, runs_locally
     from augsbert_ray.runtime import start_ray
@@ -190,8 +196,6 @@ def _start_cluster(cfg: JobConfig, rd: RunDir, runner: Runner | None = None, ver
                         log_dir=None if verbose else rd.path("logs"))
     if not local:  # a local run's GPUs were checked before Ray started
         check_cluster_gpus(cfg, cluster.gpus, cfg.ray.address)
-    if runner is not None:
-        runner.open_channel()  # Ray workers report their progress to the display
     log.info(f"[augsbert] Ray cluster: {cluster.describe()}")
     if cluster.logs or cluster.dashboard:
         log.info(f"[augsbert] Ray logs: {cluster.logs or 'see the cluster'}; dashboard: "

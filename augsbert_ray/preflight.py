@@ -3,6 +3,8 @@
 A job that cannot succeed says so in one line, before Ray starts and before its run
 directory is created:
 
+- the optional modules its settings need are installed (faiss for semantic search, datasets
+  for hub datasets: ``optional_modules``);
 - every local input file exists (a path that does not resolve is named absolutely, with
   the working directory it was resolved from and the environment variables it was built
   from, such as ``AUGSBERT_DATA_DIR``);
@@ -44,10 +46,13 @@ import pyarrow as pa
 from augsbert_ray import schema
 from augsbert_ray.config import JobConfig
 from augsbert_ray.config.sampling import SELECTED
+from augsbert_ray.data_fetch import DATA_DIRS, DATASETS
+from augsbert_ray.data_fetch import ENV as DATA_ENV
 from augsbert_ray.errors import ConfigError, DataError
 from augsbert_ray.loaders import LoadResult, load_pairs
 from augsbert_ray.data_warnings import data_warnings
 from augsbert_ray.model_checks import check_models
+from augsbert_ray.optional_modules import job_needs, require
 from augsbert_ray.missing_paths import unresolved
 from augsbert_ray.resource_checks import check_local_gpus
 from augsbert_ray.sources import DataSource
@@ -68,11 +73,13 @@ def check_job(cfg: JobConfig, warn: Callable[[str], None] | None = None) -> dict
         The gold splits as the job will use them (train, dev, test).
 
     Raises:
-        ConfigError: an input path that does not resolve, or a model directory that cannot
-            be loaded (naming the job file and the key).
+        ConfigError: an optional module the settings need that is not installed, an input
+            path that does not resolve, or a model directory that cannot be loaded (naming
+            the job file and the key).
         DataError: a malformed row (as the loaders report it), or a split too small for
             the steps that need it (naming the file and why).
     """
+    require(job_needs(cfg), cfg.source)  # an extra not installed: seconds, not a stage an hour in
     check_paths(cfg)
     check_models(cfg)
     gold = require_pairs(cfg.data, cfg.task, load_gold_sources(cfg.data, cfg.task), kde_labels=kde_needs_labels(cfg))
@@ -129,8 +136,12 @@ def check_paths(cfg: JobConfig) -> None:
         if path.is_dir():
             raise ConfigError(cfg.source, f"{key}.path", f"{path.absolute()} is a folder, not a file of pairs")
         if not path.is_file():
+            # A public dataset's own file, looked for where fetch puts it: say how to get it.
+            fetched = source.format in DATASETS and any(r.name == DATA_ENV for r in cfg.env_references(f"{key}.path"))
+            fetch = (f"; `augsbert data fetch {source.format}` downloads it (into ${DATA_ENV}, else {DATA_DIRS[0]}, "
+                     "where the shipped jobs look)" if fetched else "")
             raise ConfigError(cfg.source, f"{key}.path",
-                              f"file not found: {unresolved(cfg, f'{key}.path', source.path)}")
+                              f"file not found: {unresolved(cfg, f'{key}.path', source.path)}{fetch}")
         if not os.access(path, os.R_OK):
             raise ConfigError(cfg.source, f"{key}.path", f"{path.absolute()} cannot be read (permission denied)")
         packed = compression(path) if source.format != "parquet" else None

@@ -1,42 +1,34 @@
-"""Runs a job's stages: fingerprints from declarations, reuse of finished work, publishing.
+"""Runs a job's stages: fingerprints from declarations, reuse of finished work, the graph.
 
 Each stage's fingerprint is computed from what it declares (``stages.base.Declaration``):
 its name and version, its params' dump (placement settings left out), the
-fingerprints of its input artifacts, and any extra identity it names. A stage's outputs
-live in ``stages/<name>/<fingerprint[:16]>/`` of the run directory with a marker
-(``done.json``: the fingerprint, the stage's result and each output's size) written
-last, so a folder with a marker is complete. A stage whose folder has a valid marker is
-skipped; a changed setting gives a new fingerprint, so a new folder: work of another
-configuration is never resumed or overwritten (switching a setting back reuses it). An
-interrupted stage resumes inside its own folder (Ray Train checkpoints, committed
-labelling shards). ``fresh`` empties a stage's folder before running it.
-
-After a stage completes (or is reused), the outputs it names in ``Stage.publishes`` are
-published under fixed names in the run directory (``models/cross-encoder``,
-``silver.parquet``...) as hard links, so the latest configuration's artifacts are always
-where the README says.
+fingerprints of its input artifacts, and any extra identity it names. A stage whose folder
+has a valid marker (``stage_cache``) is skipped; a changed setting gives a new fingerprint,
+so a new folder. An interrupted stage resumes inside its own folder (Ray Train checkpoints,
+committed labelling shards). ``fresh`` empties a stage's folder before running it. After a
+stage completes (or is reused), its outputs are published under fixed names
+(``stage_cache.publish``). What the stages share while they run (the cluster, the warm hosts,
+model shipping) is the job's ``context.JobContext``.
 """
 
 from __future__ import annotations
 
-import json
 import logging
-import os
-import shutil
 import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Callable
 
-from augsbert_ray import graph
+from augsbert_ray import graph, stage_cache
 from augsbert_ray.config import JobConfig
+from augsbert_ray.context import JobContext
+from augsbert_ray.errors import tag_stage
 from augsbert_ray.messages import prefixed
 from augsbert_ray.rundir import RunDir, fingerprint
-from augsbert_ray.stages.base import Artifact, Declaration, Inputs, Stage, StageResult, fingerprint_settings
+from augsbert_ray.stages.base import Artifact, Inputs, Stage, StageResult, fingerprint_settings
 
 log = logging.getLogger(__name__)
-MARKER = "done.json"
 
 
 @dataclass
@@ -60,32 +52,50 @@ class StageEnv:
         out: the stage's own folder; outputs go here (resumable state too).
         storage: where Ray Train / Tune may keep this stage's checkpoints (a path, or a URI
             under a remote run directory).
-        runner: the job's runner, for the cluster and model shipping (``ship``,
-            ``base_model``, ``cluster``).
+        ctx: the job's context (``context.JobContext``): the cluster, warm hosts, model shipping.
+        rd: the run directory (a stage that commits work as it goes pushes it: ``rd.push``).
         fresh: the stage must not resume anything.
+        stage: the stage's name.
+        reporting: the stage reports to the job's display (a runner of the autopilot's trials does not).
     """
 
     out: Path
     storage: str
-    runner: "Runner"
+    ctx: JobContext
+    rd: RunDir
     fresh: bool = False
+    stage: str = ""
+    reporting: bool = True
 
     @property
     def cluster(self):
-        return self.runner.cluster
+        return self.ctx.cluster
+
+    @property
+    def hosts(self):
+        """The job's warm hosts where small work may run on them, else None (``JobContext.hosts_serving``)."""
+        return self.ctx.hosts_serving()
 
     def ship(self, path):
-        return self.runner.ship(path)
+        return self.ctx.ship(path)
 
     def base_model(self, name: str):
-        return self.runner.base_model(name)
+        return self.ctx.base_model(name)
+
+    def executor(self, training):
+        """Where this stage's training runs under the job's ``training`` settings
+        (``JobContext.training_executor``)."""
+        return self.ctx.training_executor(training.num_workers, training.use_gpu, self.storage)
 
     def reporter(self, local: bool = False):
         """This stage's ``progress.StageProgress`` for the job's display (None without one):
         picklable for Ray workers through the job's progress channel, or ``local`` (driver only)."""
-        return self.runner.reporter(self.stage, local=local)
-
-    stage: str = ""
+        progress = self.ctx.progress if self.reporting else None
+        if progress is None:
+            return None
+        if local or self.ctx.channel is None:
+            return progress.stage(self.stage)
+        return self.ctx.channel.handle.stage(self.stage)
 
 
 def stage_graph(cfg: JobConfig, stages: list[Stage], order: bool = True) -> dict[str, tuple[str, ...]]:
@@ -106,8 +116,9 @@ class Runner:
         cfg: the job.
         rd: its run directory.
         fresh: redo every stage, ignoring what earlier runs finished.
-        start_cluster: called (once) before the first stage that needs Ray and is not
-            reused; returns the cluster's resources.
+        ctx: the job's context (``context.JobContext``): started (Ray, warm hosts) before the
+            first stage that needs Ray and is not reused, and handed to every stage. None: a
+            context that never starts Ray (for stages that do not need it).
         on_stage: called with each ``Done`` (a hook for progress displays and benchmarks).
         on_start: called with a stage's name when it starts running (not when it is reused).
         progress: the job's display (``progress.JobProgress``); None: log lines only.
@@ -115,27 +126,28 @@ class Runner:
             then holds this job's work (the job writes its ``config.yaml`` there).
     """
 
-    def __init__(self, cfg: JobConfig, rd: RunDir, *, fresh: bool = False,
-                 start_cluster: Callable[[], Any] | None = None,
+    def __init__(self, cfg: JobConfig, rd: RunDir, *, fresh: bool = False, ctx: JobContext | None = None,
                  on_stage: Callable[[Done], None] | None = None, on_start: Callable[[str], None] | None = None,
                  progress=None, on_claim: Callable[[], None] | None = None):
         self.cfg, self.rd, self.fresh = cfg, rd, fresh
+        self.ctx = ctx if ctx is not None else JobContext(progress=progress)
         self.prefix = ""  # in front of every line logged while this runner runs a stage (``child``)
         self._on_claim, self._claimed = on_claim, False
         self.artifacts: dict[str, Artifact] = {}
         self.done: dict[str, Done] = {}
-        self.cluster = None
-        self._start_cluster = start_cluster
         self._published: dict[str, dict[str, str]] = {}  # stage name -> what it publishes (Stage.publishes)
         self._on_stage = on_stage
         self._on_start = on_start
-        self._shipped: dict[str, Any] = {}
         self.progress = progress
-        self.channel = None  # progress_channel.ProgressChannel, once Ray has started
         self._stages: list[Stage] = []  # every stage this runner has seen, for planning the display
         # Stages run in threads of their own (``run_graph``): the bookkeeping they share (artifacts,
         # done, publishing, the display's plan, starting the cluster) is changed under this lock.
         self._lock = threading.RLock()
+
+    @property
+    def cluster(self):
+        """The cluster's resources (``runtime.ClusterResources``) once Ray has started, else None."""
+        return self.ctx.cluster
 
     # -- fingerprints ----------------------------------------------------------------------
     def fingerprint(self, stage: Stage, cfg: JobConfig | None = None) -> str:
@@ -152,7 +164,7 @@ class Runner:
         return fingerprint(stage.name, stage.version, settings, inputs, decl.extra)
 
     def folder(self, stage: Stage, fp: str) -> Path:
-        return self.rd.path("stages", stage.name, fp[:16])
+        return stage_cache.folder(self.rd, stage, fp)
 
     # -- running ---------------------------------------------------------------------------
     def run(self, stage: Stage, cfg: JobConfig | None = None) -> Done:
@@ -173,7 +185,7 @@ class Runner:
             inputs = Inputs({name: self.artifacts[aid] for name, aid in decl.inputs.items()}, stage.name)
         folder = self.folder(stage, fp)
         rel = folder.relative_to(self.rd.root).as_posix()
-        record = None if (self.fresh or stage.always) else self._completed(stage, fp, rel)
+        record = None if (self.fresh or stage.always) else stage_cache.completed(self.rd, stage, fp)
         if record is not None:
             done = Done(stage.name, fp, record["result"], record["seconds"], True, folder)
             if self.progress is not None:
@@ -184,10 +196,10 @@ class Runner:
             if self.fresh and not stage.always:
                 self.rd.remove_tree(rel)
             if stage.needs_ray:
-                self.ensure_cluster()
+                self.ctx.ensure_started()
             folder.mkdir(parents=True, exist_ok=True)
-            env = StageEnv(out=folder, storage=self.rd.storage(f"{rel}/ray"), runner=self,
-                           fresh=self.fresh, stage=stage.name)
+            env = StageEnv(out=folder, storage=self.rd.storage(f"{rel}/ray"), ctx=self.ctx, rd=self.rd,
+                           fresh=self.fresh, stage=stage.name, reporting=self.progress is not None)
             if self.progress is not None:
                 self.progress.start_stage(stage.name)
             else:
@@ -197,7 +209,8 @@ class Runner:
             t0 = time.perf_counter()
             try:
                 result = stage.run(inputs, decl.params, env)
-            except BaseException:
+            except BaseException as e:
+                tag_stage(e, stage.name)
                 if stage.always:  # nothing to resume in a loading stage: leave no half-written folder
                     self.rd.discard(rel)
                 raise
@@ -206,7 +219,7 @@ class Runner:
             # corpus's sentences and candidates do not stay in the driver for the rest of the job.
             release_arrow_memory()
             with self._lock:  # pushing a remote run directory: one at a time
-                self._mark(stage, fp, rel, decl, result, seconds)
+                stage_cache.mark(self.rd, stage, fp, decl, result, seconds)
             self.rd.remove_tree(f"{rel}/ray")  # checkpoints of a finished stage are not needed again
             done = Done(stage.name, fp, result, seconds, False, folder)
             if self.progress is not None:
@@ -269,7 +282,7 @@ class Runner:
                 for name in graph.startable(deps, done, running, demand, capacity):
                     if by_name[name].needs_ray and self.cluster is None and not self._finished_before(by_name[name]):
                         # Ray starts in this thread, where signal handlers can be set
-                        self.ensure_cluster()
+                        self.ctx.ensure_started()
                     running[name] = demand[name]
                     threading.Thread(target=work, args=(by_name[name],), name=f"stage-{name}", daemon=True).start()
             if not running:
@@ -295,11 +308,7 @@ class Runner:
             return False
         with self._lock:
             fp = self.fingerprint(stage)
-        marker = self.folder(stage, fp) / MARKER
-        try:
-            return json.loads(marker.read_text(encoding="utf-8")).get("fingerprint") == fp
-        except (OSError, ValueError):
-            return False
+        return stage_cache.finished_before(self.rd, stage, fp)
 
     def dependencies(self, stages: list[Stage], order: bool = True) -> dict[str, tuple[str, ...]]:
         """The stages' graph under the job's config: stage -> the stages it follows (with
@@ -332,27 +341,13 @@ class Runner:
         return out
 
     # -- settings tried beside the job's own (the autopilot) ----------------------------------
-    def ensure_cluster(self):
-        """Starts Ray now if no stage has yet (once, whichever stage asks first)."""
-        with self._lock:
-            if self.cluster is None and self._start_cluster is not None:
-                self.cluster = self._start_cluster()
-            if self.cluster is not None:
-                from augsbert_ray.workers import open_pool
-
-                open_pool()  # warm hosts for the job's training and scoring (started on first use)
-            return self.cluster
-
     def child(self, cfg: JobConfig, log_prefix: str = "") -> "Runner":
-        """A runner for another setting of this job: the same run directory, cluster and
-        shipped models, and the artifacts found so far (the gold pairs), but its own record
-        of stages; nothing it runs is published, and it reports to no display. Stages it
+        """A runner for another setting of this job: the same run directory and context (cluster,
+        hosts, shipped models), and the artifacts found so far (the gold pairs), but its own
+        record of stages; nothing it runs is published, and it reports to no display. Stages it
         shares with the job (same fingerprints) are simply reused."""
-        child = Runner(cfg, self.rd, fresh=False, start_cluster=self.ensure_cluster)
+        child = Runner(cfg, self.rd, fresh=False, ctx=self.ctx)
         child.prefix = self.prefix + log_prefix  # its lines are told apart from the job's own
-        child.cluster = self.cluster
-        child._shipped = self._shipped
-        child.channel = None
         child._on_claim = self._claim  # the job's run directory is claimed by whichever runs first
         child.artifacts = dict(self.artifacts)
         return child
@@ -383,59 +378,7 @@ class Runner:
 
     def reporter(self, stage: str, local: bool = False):
         """``stage``'s progress reporter (see ``StageEnv.reporter``)."""
-        if self.progress is None:
-            return None
-        if local or self.channel is None:
-            return self.progress.stage(stage)
-        return self.channel.handle.stage(stage)
-
-    def open_channel(self) -> None:
-        """Lets Ray workers report to the display (once Ray has started)."""
-        if self.progress is not None and self.channel is None:
-            from augsbert_ray.progress_channel import ProgressChannel
-
-            self.channel = ProgressChannel(self.progress)
-
-    def close(self) -> None:
-        from augsbert_ray.workers import close_pool
-
-        close_pool()  # the job's warm hosts end with it
-        if self.channel is not None:
-            self.channel.close()
-            self.channel = None
-
-    # -- markers ---------------------------------------------------------------------------
-    def _completed(self, stage: Stage, fp: str, rel: str) -> dict | None:
-        marker = self.rd.path(rel, MARKER)
-        if not marker.exists():
-            return None
-        try:
-            record = json.loads(marker.read_text(encoding="utf-8"))
-        except (OSError, ValueError):
-            return None
-        if record.get("fingerprint") != fp:
-            return None
-        changed = [name for name, sig in record.get("outputs", {}).items()
-                   if self.rd.signature(f"{rel}/{name}") != sig]
-        if changed:
-            log.info(f"[{stage.name}] completed earlier, but {', '.join(changed)} is missing or changed; redoing it")
-            return None
-        result = stage.load_result(record.get("result"))
-        if result is None:
-            log.info(f"[{stage.name}] completed earlier, but its recorded result is of another version; redoing it")
-            return None
-        return {**record, "result": result}
-
-    def _mark(self, stage: Stage, fp: str, rel: str, decl: Declaration, result: StageResult,
-              seconds: float) -> None:
-        outputs = {name: self.rd.signature(f"{rel}/{name}") for name in decl.outputs}
-        missing = [name for name, sig in outputs.items() if sig is None]
-        if missing:
-            raise RuntimeError(f"stage '{stage.name}' did not write {', '.join(missing)}")
-        record = {"stage": stage.name, "fingerprint": fp, "seconds": seconds, "result": result.record(),
-                  "outputs": outputs}
-        self.rd.write_text(f"{rel}/{MARKER}", json.dumps(record, indent=2, default=str))
-        self.rd.push()
+        return StageEnv(Path(), "", self.ctx, self.rd, stage=stage, reporting=self.progress is not None).reporter(local)
 
     # -- publishing ------------------------------------------------------------------------
     @property
@@ -447,61 +390,7 @@ class Runner:
         self._published[stage.name] = dict(stage.publishes)
         for name, target in stage.publishes.items():
             if name in done.outputs:
-                publish(done.outputs[name].path, self.rd.path(target))
-
-    # -- models ----------------------------------------------------------------------------
-    def ship(self, path):
-        """A model directory of this run, put in the object store once for workers on any node."""
-        from augsbert_ray.models import ship_model
-
-        key = str(path)
-        if key not in self._shipped:
-            self._shipped[key] = ship_model(path)
-        return self._shipped[key]
-
-    def base_model(self, name: str):
-        """A configured starting model as workers should get it: a name they resolve, or shipped files."""
-        from augsbert_ray.models import EMBEDDED_MODEL
-
-        if name == EMBEDDED_MODEL:
-            return name  # installed with the package on every node; each checks its hash
-        from augsbert_ray.models import ship_if_local
-
-        if name not in self._shipped:
-            self._shipped[name] = ship_if_local(name)
-        return self._shipped[name]
-
-
-def publish(source: Path, target: Path) -> None:
-    """Makes ``target`` hold ``source``'s content (a file or a directory tree), as hard links
-    where the file system allows (copies elsewhere); replaces whatever ``target`` was."""
-    target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = target.with_name(f".{target.name}.publishing")
-    _remove(tmp)
-    if source.is_dir():
-        shutil.copytree(source, tmp, copy_function=_link_or_copy)
-    else:
-        _link_or_copy(source, tmp)
-    old = target.with_name(f".{target.name}.old")
-    _remove(old)
-    if target.exists() or target.is_symlink():
-        os.replace(target, old)
-    os.replace(tmp, target)
-    _remove(old)
-
-
-def _link_or_copy(src, dst) -> None:
-    try:
-        os.link(src, dst)
-    except OSError:
-        shutil.copy2(src, dst)
-
-
-def _remove(path: Path) -> None:
-    if path.is_dir() and not path.is_symlink():
-        shutil.rmtree(path, ignore_errors=True)
-    elif path.exists() or path.is_symlink():
-        path.unlink()
+                stage_cache.publish(done.outputs[name].path, self.rd.path(target))
 
 
 def release_arrow_memory() -> None:

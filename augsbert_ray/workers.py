@@ -2,9 +2,10 @@
 
 A fresh Ray Train run starts a controller and a worker group, new processes that import torch
 and transformers before the first step. A host is started once per job (when the first stage
-needs one) and kept until the job's runner closes, so its imports, tokenizers and CUDA
-context carry from one stage to the next; training runs in it through Ray Train's local mode
-(``ScalingConfig(num_workers=0)``, see ``training.warm_fit``).
+needs one) and kept until the job ends (the job's ``context.JobContext`` owns the pool and
+hands it to the stages), so its imports, tokenizers and CUDA context carry from one stage to
+the next; training runs in it through Ray Train's local mode (``ScalingConfig(num_workers=0)``,
+see ``training.executors`` and ``training.warm_fit``).
 
 A host reserves nothing itself (``num_cpus=0``): while it works, the pool holds a placement
 group of the work's resources, so the cluster's scheduler accounts for it exactly as it does
@@ -211,20 +212,21 @@ class HostPool:
                 ray.kill(host)
 
 
-def hosts_serve() -> bool:
-    """Whether work other than training may run on the job's hosts: the job's pool is open and
-    the cluster is the driver's machine with at most one GPU (a host works on the node's first
-    device, and tasks or actors place work on any node)."""
+def hosts_serve(hosts: HostPool | None) -> bool:
+    """Whether work other than training may run on ``hosts``, the job's pool (None outside a
+    job): the cluster is the driver's machine with at most one GPU (a host works on the node's
+    first device, and tasks or actors place work on any node)."""
     import ray
 
     from augsbert_ray.runtime import driver_is_the_only_node
 
-    return _pool is not None and driver_is_the_only_node() and ray.cluster_resources().get("GPU", 0) <= 1
+    return hosts is not None and driver_is_the_only_node() and ray.cluster_resources().get("GPU", 0) <= 1
 
 
-def remote_call(fn, *args, num_cpus: float = 1, num_gpus: float = 0, what: str | None = None, **kwargs):
-    """``runtime.remote_call`` on a warm host where hosts serve (``hosts_serve``), so that the
-    work pays no process start.
+def remote_call(hosts: HostPool | None, fn, *args, num_cpus: float = 1, num_gpus: float = 0,
+                what: str | None = None, **kwargs):
+    """``runtime.remote_call`` on one of ``hosts`` where they serve (``hosts_serve``), so that
+    the work pays no process start; a Ray task elsewhere.
 
     Raises:
         AugSBERTError: the cluster cannot ever place the work (``what`` names the settings).
@@ -233,33 +235,7 @@ def remote_call(fn, *args, num_cpus: float = 1, num_gpus: float = 0, what: str |
 
     from augsbert_ray.runtime import remote_call as task_call
 
-    if not hosts_serve():
+    if not hosts_serve(hosts):
         return task_call(fn, *args, num_cpus=num_cpus, num_gpus=num_gpus, what=what, **kwargs)
-    with _pool.acquire(num_cpus, num_gpus, what or "work on a warm host") as host:
+    with hosts.acquire(num_cpus, num_gpus, what or "work on a warm host") as host:
         return ray.get(host.call.remote(fn, *args, threads=max(1, int(num_cpus)), trim=True, **kwargs))
-
-
-_pool: HostPool | None = None
-_pool_lock = threading.Lock()
-
-
-def open_pool() -> HostPool:
-    """Opens the job's pool (hosts start when work first needs one)."""
-    global _pool
-    with _pool_lock:  # stages of one job start in threads of their own
-        if _pool is None:
-            _pool = HostPool()
-        return _pool
-
-
-def active_pool() -> HostPool | None:
-    """The job's pool, or None outside a job (work then runs as it would without hosts)."""
-    return _pool
-
-
-def close_pool() -> None:
-    """Ends the job's hosts."""
-    global _pool
-    pool, _pool = _pool, None
-    if pool is not None:
-        pool.close()

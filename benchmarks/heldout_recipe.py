@@ -141,6 +141,54 @@ def comparisons(rows: list[dict], raw: dict) -> list[str]:
     return lines
 
 
+def with_dev(row: dict, m: dict) -> dict:
+    """``row`` with what rows written before these columns lack, from its run's metrics: the
+    teacher's and gold only's dev scores and AugSBERT - gold only on dev (paired bootstrap)."""
+    from pilot_check import split_gain
+
+    if "dev_gain" in row:
+        return row
+    dev = {k: v["dev"][PRIMARY[m["task"]]] for k, v in m["scores"].items() if "dev" in v}
+    return {**row, "teacher_dev": dev["cross_encoder"], "gold_only_dev": dev["gold_only"],
+            "dev_gain": split_gain(m, row["seed"], "dev")}
+
+
+PRIMARY = {"regression": "spearman", "binary": "f1"}
+
+
+def _interval(g: dict) -> str:
+    return f"{g['difference']:+.2f} ({g['low']:+.2f} to {g['high']:+.2f})"
+
+
+def render(rows: list[dict], raw: dict, job: str, argv) -> list[str]:
+    """The result file's lines: a row per run, then the summary and the variants' comparisons."""
+    from provenance import provenance
+
+    header = ["# The job's recipe on STSb and on its genres, each a task of its own", "",
+              f"Job `{job}`, each task's own train (up to 1,000 pairs), dev and test pairs. Spearman x100 on "
+              "the task's test set (dev columns: on its dev set); teacher lead: the teacher's dev score minus "
+              "the gold-only student's, as the teacher check reports it before labelling; gap closed: "
+              "(AugSBERT - gold only) / (teacher - gold only) on test, both students trained with the same "
+              "recipe variant and seed; intervals: the paired bootstrap's 90% interval of AugSBERT - gold only.", "",
+              "| task | train pairs | variant | objective | student seed | teacher | gold only | AugSBERT | "
+              "AugSBERT dev | teacher lead (dev) | gap closed | AugSBERT - gold only, dev | "
+              "AugSBERT - gold only, test | silver pairs | shipped | run, s |",
+              "|---|---:|---|---|---:|---:|---:|---:|---:|---:|---:|---|---|---:|---|---:|"]
+    table = []
+    for r in ordered(rows):
+        lead = f"{r['teacher_dev'] - r['gold_only_dev']:+.2f}" if r.get("teacher_dev") is not None else "-"
+        dev_gain = _interval(r["dev_gain"]) if r.get("dev_gain") else "-"
+        table.append(f"| {r['task']} | {r['train_pairs']} | {variant_of(r)} | {r['objective']} | {r['seed']} | "
+                     f"{r['teacher_test']:.2f} | {r['gold_only_test']:.2f} | {r['augsbert_test']:.2f} | "
+                     f"{_dev(r)} | {lead} | {r['gap_closed']:.1f}% | {dev_gain} | {_interval(r['test_gain'])} | "
+                     f"{r['silver']} | {r['shipped']} | {r['run_seconds']:.0f} |")
+    versus = comparisons(ordered(rows), raw)
+    return [*header, *table, "", *summarise(ordered(rows)), "",
+            *(["AugSBERT against the first variant of its task, same seed (paired bootstrap, 90% "
+               "interval):", *versus, ""] if versus else []),
+            *provenance("benchmarks/heldout_recipe.py", argv)]
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--job", default=JOB)
@@ -156,10 +204,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--merge", type=Path, action="append", default=[], metavar="JSON",
                    help="an earlier result of this script (its .json): its runs head the table, and a run "
                         "made again here (same task, objective and seed) replaces its row")
+    p.add_argument("--render-only", action="store_true",
+                   help="run nothing: write the table of the --merge results (with the dev columns added)")
     args = p.parse_args(argv)
 
     from pilot_check import test_gain
-    from provenance import provenance, write_result
+    from provenance import write_result
 
     from augsbert_ray.config import load_job
     from augsbert_ray.pipeline import run_job
@@ -167,15 +217,11 @@ def main(argv: list[str] | None = None) -> int:
     variants = ([parse_variant(v) for v in args.variants] if args.variants
                 else [(o, [f"bi_encoder.objective={o}"]) for o in args.objectives])
     rows, raw = merged(args.merge)
-    header = ["# The main job's recipe on STSb and on its genres, each a task of its own", "",
-              f"Job `{args.job}`, each task's own train (up to 1,000 pairs), dev and test pairs. Spearman x100 on "
-              "the task's test set (AugSBERT dev: on its dev set); gap closed: (AugSBERT - gold only) / "
-              "(teacher - gold only), both students "
-              "trained with the same recipe variant and seed; the interval is the paired bootstrap's 90% interval "
-              "of AugSBERT - gold only on test.", "",
-              "| task | train pairs | variant | objective | student seed | teacher | gold only | AugSBERT | AugSBERT dev | gap closed | "
-              "AugSBERT - gold only (interval) | silver pairs | shipped | run, s |",
-              "|---|---:|---|---|---:|---:|---:|---:|---:|---:|---|---:|---|---:|"]
+    rows = [with_dev(r, raw[_key(r)]) if _key(r) in raw else r for r in rows]
+    if args.render_only:
+        write_result(args.out, render(rows, raw, args.job, argv), {"rows": rows, "runs": raw})
+        print("\n".join(summarise(rows)))
+        return 0
     for task in args.tasks:
         for variant, variant_overrides in variants:
             for seed in args.seeds:
@@ -195,21 +241,12 @@ def main(argv: list[str] | None = None) -> int:
                        "test_gain": gain, "silver": (m.get("sampling") or {}).get("silver"),
                        "shipped": m["shipped"]["shipped"], "run_seconds": sum(m["stage_seconds"].values()),
                        "wall_s": time.perf_counter() - t0}
+                row = with_dev(row, m)
                 rows = [r for r in rows if _key(r) != _key(row)] + [row]
                 raw[_key(row)] = m
                 print(json.dumps(row, default=str), flush=True)
-                table = [f"| {r['task']} | {r['train_pairs']} | {variant_of(r)} | {r['objective']} | {r['seed']} | "
-                         f"{r['teacher_test']:.2f} | {r['gold_only_test']:.2f} | {r['augsbert_test']:.2f} | "
-                         f"{_dev(r)} | "
-                         f"{r['gap_closed']:.1f}% | {r['test_gain']['difference']:+.2f} "
-                         f"({r['test_gain']['low']:+.2f} to {r['test_gain']['high']:+.2f}) | {r['silver']} | "
-                         f"{r['shipped']} | {r['run_seconds']:.0f} |" for r in ordered(rows)]
-                versus = comparisons(ordered(rows), raw)
-                lines = [*header, *table, "", *summarise(ordered(rows)), "",
-                         *(["AugSBERT against the first variant of its task, same seed (paired bootstrap, 90% "
-                            "interval):", *versus, ""] if versus else []),
-                         *provenance("benchmarks/heldout_recipe.py", argv)]
-                write_result(args.out, lines, {"rows": rows, "runs": raw})  # after every run: a kill keeps the rest
+                # after every run: a kill keeps the rest
+                write_result(args.out, render(rows, raw, args.job, argv), {"rows": rows, "runs": raw})
     print("\n".join(summarise(rows)))
     return 0
 

@@ -43,16 +43,16 @@ def one_round() -> dict:
     import ray
 
     from augsbert_ray.runtime import start_ray, stop_ray
-    from augsbert_ray.workers import close_pool, open_pool
+    from augsbert_ray.workers import HostPool
 
     start_ray(None, None, verbose=False)
     b1, t1 = busy_cpu_seconds(), time.time()
-    pool = open_pool()
+    pool = HostPool()
     with pool.acquire(1, 0, "a no-op") as host:
         ray.get(host.call.remote(int))
         host_seconds = pool.start_seconds(host)
     b2, t2 = busy_cpu_seconds(), time.time()
-    close_pool()
+    pool.close()
     stop_ray()
     return {"ray_start_s": t1 - t0, "ray_start_busy_cpu_s": b1 - b0, "host_start_s": t2 - t1,
             "host_reported_s": host_seconds, "host_start_busy_cpu_s": b2 - b1}

@@ -38,17 +38,22 @@ def saved_predictions(m: dict, model: str, split: str):
     return table["prediction"].to_numpy(), table["label"].to_numpy()
 
 
-def test_gain(m: dict, seed: int) -> dict:
-    """The paired bootstrap's interval of AugSBERT - gold only on test, from the run's saved
+def split_gain(m: dict, seed: int, split: str = "test") -> dict:
+    """The paired bootstrap's interval of AugSBERT - gold only on ``split``, from the run's saved
     predictions, each model at its own dev threshold."""
     from augsbert_ray.evaluation import paired_bootstrap
 
-    preds = {model: saved_predictions(m, model, "test") for model in ("gold_only", "augsbert")}
-    thresholds = {model: m["scores"][model]["test"].get("threshold") for model in preds}
+    preds = {model: saved_predictions(m, model, split) for model in ("gold_only", "augsbert")}
+    thresholds = {model: m["scores"][model][split].get("threshold") for model in preds}
     (gold_pred, labels), (aug_pred, aug_labels) = preds["gold_only"], preds["augsbert"]
-    assert (labels == aug_labels).all(), "the two models' test predictions are not of the same pairs"
+    assert (labels == aug_labels).all(), f"the two models' {split} predictions are not of the same pairs"
     fixed = None if m["task"] == "regression" else (thresholds["gold_only"], thresholds["augsbert"])
     return paired_bootstrap(m["task"], gold_pred, aug_pred, labels, seed=seed, thresholds=fixed)
+
+
+def test_gain(m: dict, seed: int) -> dict:
+    """``split_gain`` on test."""
+    return split_gain(m, seed, "test")
 
 
 def outcome(predicted: bool | None, delta: float) -> str:

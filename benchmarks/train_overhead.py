@@ -49,7 +49,7 @@ def training_part(args, work: Path) -> dict:
     from ray.train.torch import TorchTrainer
 
     from augsbert_ray import runtime
-    from augsbert_ray.training import ray_trainer
+    from augsbert_ray.training import executors, ray_trainer
 
     from augsbert_ray.bench.model_dirs import tiny_cross_encoder
 
@@ -60,10 +60,10 @@ def training_part(args, work: Path) -> dict:
                       "sentence2": [f"someone plays {i}" for i in range(n)],
                       "label": pa.array([i / n for i in range(n)], pa.float32())})
     resources = ray_trainer.WorkerResources(1, False, float(args.cpus))
-    engine = ray_trainer._trainer_class()
+    engine = executors.trainer_class()
 
     def one(variant: str, k: int) -> dict:
-        ray_trainer._trainer_cls = engine if variant == "engine" else TorchTrainer
+        executors._trainer_cls = engine if variant == "engine" else TorchTrainer
         before, t, c = set(state.actors()), time.perf_counter(), busy_cpu_seconds()
         ray_trainer.train_on_ray(
             "cross_encoder", pairs, recipe={"model": model, "max_length": 32},
@@ -78,7 +78,7 @@ def training_part(args, work: Path) -> dict:
     one("engine", 0)  # warm-up: the Ray's one-off helpers (Ray Data's, Ray Train's state)
     rows = [one(variant, k) for k in range(1, args.runs + 1) for variant in ("ray-train-defaults", "engine")]
     runtime.stop_ray()
-    ray_trainer._trainer_cls = engine
+    executors._trainer_cls = engine
     return {"runs": rows}
 
 
@@ -139,7 +139,7 @@ def report_lines(args, data: dict) -> list[str]:
                   "| trainer | wall s (median) | CPU-s (median) | CPU-s (min-max) | actors started |",
                   "|---|---:|---:|---:|---|"]
         for variant, name in (("ray-train-defaults", "`TorchTrainer`, Ray Train's defaults"),
-                              ("engine", "the engine's (`ray_trainer._trainer_class()`)")):
+                              ("engine", "the engine's (`executors.trainer_class()`)")):
             rows = [r for r in data["training"]["runs"] if r["variant"] == variant]
             cpu = [r["cpu_seconds"] for r in rows]
             lines.append(f"| {name} | {np.median([r['seconds'] for r in rows]):.1f} | {np.median(cpu):.1f} | "

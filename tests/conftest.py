@@ -12,7 +12,6 @@ import os
 import random
 import shutil
 import time
-import warnings
 from pathlib import Path
 
 import pytest
@@ -132,7 +131,8 @@ def ray_local():
 def _ray_left_as_found(request):
     """After each test file, the session's Ray must have all its CPUs free again: an actor that
     a test file left alive (a failed pool's actor, say) would make a later file's training
-    wait for it until that file's time limit. Such a Ray is restarted, and the file named."""
+    wait for it until that file's time limit. Such a Ray is restarted for the files after it,
+    and the file that leaked fails, naming what was left alive."""
     import sys
 
     yield
@@ -145,11 +145,11 @@ def _ray_left_as_found(request):
             from ray._private import state  # the actors' table from the GCS (no dashboard here)
 
             alive = sorted(a["ActorClassName"] for a in state.actors().values() if a["State"] != "DEAD")
-            warnings.warn(f"the session's Ray still had CPUs held after {request.node.nodeid} "
-                          f"({ray.available_resources()}; actors alive: {alive}); restarted it", stacklevel=1)
+            held = ray.available_resources()
             ray.shutdown()
             _start_local_ray()
-            return
+            pytest.fail(f"{request.node.nodeid} left the session's Ray with CPUs held ({held}; actors alive: "
+                        f"{alive}): an actor or task it started outlived it", pytrace=False)
         time.sleep(0.5)
 
 

@@ -62,6 +62,7 @@ def test_the_autopilot_needs_one_scored_pilot():
 @pytest.mark.slow
 @pytest.mark.timeout(900)
 def test_the_autopilot_chooses_the_one_setting_that_can_help(tmp_path, tiny_stsb, tiny_model, ray_local):
+    from augsbert_ray.context import JobContext
     from augsbert_ray.pipeline import _start_cluster, recipe
     from augsbert_ray.rundir import RunDir
     from augsbert_ray.runner import Runner
@@ -83,11 +84,12 @@ def test_the_autopilot_chooses_the_one_setting_that_can_help(tmp_path, tiny_stsb
     own = "teacher 1x1e+30, bm25 top-2, calibration none, gold x2, cosent-distill objective"
     right = "teacher 1x0.0001, bm25 top-2, calibration none, gold x2, cosent-distill objective"
     rd = RunDir(cfg.resolved_run_dir)
-    runner = Runner(cfg, rd, start_cluster=lambda: _start_cluster(cfg, rd))
+    ctx = JobContext(start=lambda: _start_cluster(cfg, rd))
+    runner = Runner(cfg, rd, ctx=ctx)
     try:
         choice = choose(cfg, runner, recipe)
     finally:
-        runner.close()
+        ctx.close()
     a = choice.record
     assert [r["setting"] for r in a["settings"]] == [own, right]
     assert a["chosen"] == right and a["why"].startswith("the best pilot on dev")

@@ -93,14 +93,13 @@ def test_hosts_serve_a_job_on_one_machine_with_at_most_one_gpu(monkeypatch):
     nodes, gpus = [True], [1.0]
     monkeypatch.setattr(runtime, "driver_is_the_only_node", lambda: nodes[0])
     monkeypatch.setattr(ray, "cluster_resources", lambda: {"CPU": 2.0, "GPU": gpus[0]})
-    monkeypatch.setattr(workers, "_pool", None)
-    assert not workers.hosts_serve()  # outside a job
-    monkeypatch.setattr(workers, "_pool", object())
-    assert workers.hosts_serve()
+    assert not workers.hosts_serve(None)  # outside a job
+    pool = object()
+    assert workers.hosts_serve(pool)
     gpus[0] = 2.0
-    assert not workers.hosts_serve()  # several GPUs: tasks and actors place work on each
+    assert not workers.hosts_serve(pool)  # several GPUs: tasks and actors place work on each
     gpus[0], nodes[0] = 0.0, False
-    assert not workers.hosts_serve()  # a multi-node cluster
+    assert not workers.hosts_serve(pool)  # a multi-node cluster
 
 
 def test_warm_hosts_label_every_candidate_once_with_the_models_scores(ray_local, tiny_cross_encoder):
@@ -111,14 +110,13 @@ def test_warm_hosts_label_every_candidate_once_with_the_models_scores(ray_local,
     cands = candidates(s1, s2)
     cfgs = [LabelingConfig(actors=actors, block_size=5, micro_batch_size=3, precision="fp32", tokenize_stage=where)
             for actors, where in ((2, "actor"), (1, "separate"))]
-    assert not workers.hosts_serve()  # outside a job
-    hosts = workers.open_pool()
+    hosts = workers.HostPool()
     try:
-        assert workers.hosts_serve()  # a job on one machine without GPUs
-        warm = [label_candidates(cands, tiny_cross_encoder, c, 128, 1) for c in cfgs]
+        assert workers.hosts_serve(hosts)  # a job on one machine without GPUs
+        warm = [label_candidates(cands, tiny_cross_encoder, c, 128, 1, hosts=hosts) for c in cfgs]
         assert hosts.started == 2  # both hosts labelled, and the second run reused one
     finally:
-        workers.close_pool()
+        hosts.close()
     model, tok = load_cross_encoder(tiny_cross_encoder)
     ref = one_by_one(model.eval(), tok, s1, s2)
     for silver in warm:

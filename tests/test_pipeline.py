@@ -278,7 +278,7 @@ def test_silver_first_trains_augsbert_on_silver_then_on_gold_and_nothing_else_ag
     # goes on with the gold pairs from that model, and ends where the uninterrupted run did.
     folders = [p for p in (rd / "stages" / "augsbert").iterdir() if (p / "silver-first" / "trained.json").is_file()]
     assert len(folders) == 1
-    from augsbert_ray.runner import MARKER
+    from augsbert_ray.stage_cache import MARKER
 
     (folders[0] / MARKER).unlink()
     shutil.rmtree(folders[0] / "model")

@@ -181,7 +181,8 @@ def test_a_relative_data_path_that_does_not_resolve_says_where_it_was_looked_for
         f"the relative path '../shared/data/stsb/sts-train.csv' was resolved from the working directory "
         f"{tmp_path / 'work'}; it is built from ${{AUGSBERT_DATA_DIR:-../shared/data}} and AUGSBERT_DATA_DIR is not "
         "set, so the default '../shared/data' was used: set AUGSBERT_DATA_DIR to the folder that holds the data; "
-        f"the deepest folder of it that exists is {tmp_path}")
+        f"the deepest folder of it that exists is {tmp_path}; `augsbert data fetch stsb` downloads it (into "
+        "$AUGSBERT_DATA_DIR, else ~/.cache/augsbert-ray/data, where the shipped jobs look)")
 
 
 def test_a_data_path_built_from_a_set_variable_names_its_value(tmp_path, monkeypatch):

@@ -10,7 +10,8 @@ import pytest
 from augsbert_ray.config import validate_tree
 from augsbert_ray.messages import lines_to
 from augsbert_ray.rundir import RunDir
-from augsbert_ray.runner import Runner, publish
+from augsbert_ray.runner import Runner
+from augsbert_ray.stage_cache import publish
 from augsbert_ray.stages.base import (Declaration, Stage, StageParams, StageResult, UndeclaredSetting,
                                       fingerprint_settings, placement_field)
 

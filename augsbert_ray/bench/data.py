@@ -1,7 +1,7 @@
 """Sentences for the benchmarks: the STS benchmark's where it is found, else synthetic ones.
 
-The STS benchmark (``<data dir>/stsb/sts-{train,dev,test}.csv``, the folder
-``AUGSBERT_DATA_DIR`` names) gives real sentence lengths and words; without it, sentences
+The STS benchmark (``<data dir>/stsb/sts-{train,dev,test}.csv``, where the shipped jobs
+read it, see ``data_dir``) gives real sentence lengths and words; without it, sentences
 are random word sequences of similar lengths (5 to 24 words), which is enough for speed.
 """
 
@@ -14,8 +14,15 @@ import numpy as np
 
 
 def data_dir(given: str | os.PathLike | None = None) -> Path:
-    """``given``, else ``AUGSBERT_DATA_DIR``, else ``../shared/data``."""
-    return Path(given or os.environ.get("AUGSBERT_DATA_DIR") or "../shared/data")
+    """``given``, else the first folder the shipped jobs read from that holds the STS benchmark
+    (``data_fetch.default_roots``: ``AUGSBERT_DATA_DIR``, else ``~/.cache/augsbert-ray/data``,
+    ``../shared/data``), else the first of them."""
+    from augsbert_ray.data_fetch import default_roots
+
+    if given:
+        return Path(given)
+    roots = default_roots()
+    return next((r for r in roots if has_stsb(r)), roots[0])
 
 
 def has_stsb(where: Path) -> bool:

@@ -133,11 +133,13 @@ def run_bench(out: str | Path, *, quick: bool = False, model: str = "embedded", 
         The ``BenchReport`` (also in ``out/report.json``).
 
     Raises:
-        AugSBERTError: an unknown part, a model that cannot be loaded, before Ray starts.
+        AugSBERTError: an unknown part, a module a part needs that is not installed (the
+            ``bench`` extra's peers, faiss), a model that cannot be loaded, before Ray starts.
     """
     from augsbert_ray.bench import data
     from augsbert_ray.errors import ConfigError
     from augsbert_ray.models import check_cross_encoder
+    from augsbert_ray.optional_modules import bench_needs, require
     from augsbert_ray.ray_logs import RayOutput
     from augsbert_ray.runtime import start_ray, stop_ray
 
@@ -145,6 +147,7 @@ def run_bench(out: str | Path, *, quick: bool = False, model: str = "embedded", 
     if unknown or not parts:
         raise ConfigError("--parts", None, f"unknown part(s) {', '.join(unknown) or '(none given)'}; valid: "
                                            f"{', '.join(PARTS)}")
+    require(bench_needs(parts), None)  # a peer not installed: refused now, not recorded as a failed part
     check_cross_encoder(model)  # a model that cannot load fails here, once, not in every part
     out = Path(out)
     sink = [log or (lambda line: print(line, file=sys.stderr, flush=True))]

@@ -33,9 +33,14 @@ class SamplingContext:
     # A picklable progress.StageProgress (e.g. progress_channel's handle.stage("candidates")):
     # samplers add the sentences they will search to its total and advance it per batch.
     progress: object = None
-    # Search and embed on the job's warm hosts instead of a Ray Data pool (``candidates.hosts``):
-    # the caller decides (``hosts.use_hosts``), and passes ``bi_encoder`` as a local path then.
-    on_hosts: bool = False
+    # The job's warm hosts (``workers.HostPool``) to search and embed on instead of a Ray Data
+    # pool (``candidates.hosts``): the caller decides (``hosts.use_hosts``), and passes
+    # ``bi_encoder`` as a local path then. None: a Ray Data pool.
+    hosts: object = None
+
+    @property
+    def on_hosts(self) -> bool:
+        return self.hosts is not None
 
 
 # The job config lists these names (config.Strategy) without importing any sampler; a test

@@ -137,7 +137,7 @@ def sample(ctx) -> pa.Table:
         from augsbert_ray.candidates.hosts import map_on_host
 
         args = {"index_dir": str(index_dir), "top_k": ctx.cfg.top_k, "progress": progress}
-        tables = map_on_host(BM25Searcher, args, ctx.sentences, ctx.cfg.query_batch_size, cpus=1, gpus=0,
+        tables = map_on_host(ctx.hosts, BM25Searcher, args, ctx.sentences, ctx.cfg.query_batch_size, cpus=1, gpus=0,
                              what="BM25 search on a warm host (one CPU)")
         q, h, s = concat_hits(tables)
         return finalize_candidates(q, h, s, ctx.sentences, ctx.gold_keys, origin="bm25")

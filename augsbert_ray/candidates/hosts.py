@@ -48,10 +48,10 @@ def _map_batches(make, kwargs: dict, sentences: pa.Table, batch_size: int) -> li
 HOST_RETRIES = 2
 
 
-def map_on_host(make, kwargs: dict, sentences: pa.Table, batch_size: int, *, cpus: float, gpus: float,
+def map_on_host(hosts, make, kwargs: dict, sentences: pa.Table, batch_size: int, *, cpus: float, gpus: float,
                 what: str) -> list[pa.Table]:
-    """What a pool of ``make`` would return for ``sentences``, computed on one warm host that
-    reserves ``cpus`` and ``gpus`` while it works.
+    """What a pool of ``make`` would return for ``sentences``, computed on one of ``hosts`` (the
+    job's ``workers.HostPool``) that reserves ``cpus`` and ``gpus`` while it works.
 
     Raises:
         AugSBERTError: the cluster cannot ever place the reservation (``what`` names the settings).
@@ -63,7 +63,7 @@ def map_on_host(make, kwargs: dict, sentences: pa.Table, batch_size: int, *, cpu
 
     for attempt in range(HOST_RETRIES + 1):
         try:
-            return workers.remote_call(_map_batches, make, kwargs, sentences, batch_size, num_cpus=cpus,
+            return workers.remote_call(hosts, _map_batches, make, kwargs, sentences, batch_size, num_cpus=cpus,
                                        num_gpus=gpus, what=what)
         except RayActorError as e:
             if attempt == HOST_RETRIES:

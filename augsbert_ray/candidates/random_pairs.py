@@ -110,7 +110,7 @@ def sample_random(ctx, per_sentence: int, origin: str) -> pa.Table:
     if ctx.on_hosts:
         from augsbert_ray.candidates.hosts import map_on_host
 
-        tables = map_on_host(RandomDrawer, settings, ids, DRAW_BLOCK, cpus=1, gpus=0,
+        tables = map_on_host(ctx.hosts, RandomDrawer, settings, ids, DRAW_BLOCK, cpus=1, gpus=0,
                              what="random draws on a warm host (one CPU)")
         q, h, s = concat_hits(tables)
         return finalize_candidates(q, h, s, ctx.sentences, ctx.gold_keys, origin=origin)

@@ -274,7 +274,7 @@ def embed_on_ray(ctx) -> np.ndarray:
 
         if progress is not None:
             progress.add_total(ctx.sentences.num_rows, unit="sentences")
-        tables = map_on_host(SentenceEmbedder, kwargs, ctx.sentences, cfg.query_batch_size, cpus=ctx.cpus_per_actor,
+        tables = map_on_host(ctx.hosts, SentenceEmbedder, kwargs, ctx.sentences, cfg.query_batch_size, cpus=ctx.cpus_per_actor,
                              gpus=ctx.gpus_per_actor, what=what)
         return embeddings_by_id(tables, ctx.sentences.num_rows)
     require_resources([{"CPU": ctx.cpus_per_actor, "GPU": ctx.gpus_per_actor}] * cfg.searchers, what)

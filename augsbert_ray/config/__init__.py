@@ -13,7 +13,7 @@ say why (``JobConfig.env_references``).
 Modules: ``fields`` (the section base, placement and model fields), one module per group of
 sections (``data``, ``encoders``, ``sampling``, ``labeling``, ``training``, ``evaluation``),
 ``job`` (``JobConfig``), ``env`` (``${VAR}`` expansion), ``loading`` (YAML, overrides,
-validation, dump) and ``explain`` (``augsbert validate --explain``). Every field carries its
+validation, dump), ``explain`` (``augsbert validate --explain``) and ``reference`` (``jobs/CONFIG.md``). Every field carries its
 documentation as ``Field(description=...)``.
 """
 

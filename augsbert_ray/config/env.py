@@ -1,5 +1,10 @@
 """``${NAME}`` and ``${NAME:-default}`` in job files, and what each value was built from.
 
+A default may list folders to search, separated by ``|``:
+``${AUGSBERT_DATA_DIR:-~/.cache/augsbert-ray/data|../shared/data}/stsb/sts-train.csv`` is built
+with the first of them under which the rest of the value names an existing path (``~``
+expanded), or with the first when none does; a set variable is used as it is.
+
 Hand-written: the shell's default syntax is a small regex, and no library both expands it and
 records which variables a value came from (what a path that does not resolve reports).
 """
@@ -54,17 +59,26 @@ def expand_env(value: Any, path: str | None, key: str = "", refs: dict | None = 
         return [expand_env(v, path, f"{key}[{i}]", refs) for i, v in enumerate(value)]
     if not isinstance(value, str):
         return value
+    searched = [m for m in _ENV.finditer(value) if m.group(1) not in os.environ and "|" in (m.group(2) or "")]
+    if len(searched) > 1:
+        raise ConfigError(path, key, "only one ${NAME:-a|b} search list may be used in a value")
 
-    def sub(m: re.Match) -> str:
+    def sub(m: re.Match, pick: int = 0) -> str:
         name, default = m.group(1), m.group(2)
         if name == "name":  # left for the job's own name (see run_dir)
             return m.group(0)
-        if refs is not None:
-            refs.setdefault(key, []).append(EnvReference(name, default, os.environ.get(name)))
         if name in os.environ:
             return os.environ[name]
         if default is not None:
-            return default
+            return os.path.expanduser(default.split("|")[pick]) if "|" in default else default
         raise ConfigError(path, key, f"environment variable {name} is not set and has no default")
 
+    if refs is not None:
+        for m in _ENV.finditer(value):
+            if m.group(1) != "name":
+                refs.setdefault(key, []).append(EnvReference(m.group(1), m.group(2), os.environ.get(m.group(1))))
+    if searched:
+        built = [_ENV.sub(lambda m: sub(m, i if m.start() == searched[0].start() else 0), value)
+                 for i in range(len(searched[0].group(2).split("|")))]
+        return next((b for b in built if os.path.exists(b)), built[0])
     return _ENV.sub(sub, value)

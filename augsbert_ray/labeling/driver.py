@@ -45,7 +45,7 @@ class LabelingReport:
 def label_candidates(candidates: pa.Table, model_dir: str, cfg, max_length: int, cpus_per_actor: float,
                      store: ShardStore | None = None, on_commit=None,
                      report: LabelingReport | None = None, actors: int | None = None, progress=None,
-                     scorer=None) -> pa.Table:
+                     scorer=None, hosts=None) -> pa.Table:
     """Labels candidates with an actor pool of cross-encoders, shard by shard, exactly once.
 
     The candidates are cut into shards of ``cfg.block_size`` rows; each shard is one Ray Data
@@ -71,6 +71,8 @@ def label_candidates(candidates: pa.Table, model_dir: str, cfg, max_length: int,
             periodic "k/n shards labelled" lines are left to the display.
         scorer: the actors' class and arguments (``scorer.ScorerSpec``; None: ``PairScorer``
             of ``model_dir``).
+        hosts: the job's warm hosts where they serve it (``JobContext.hosts_serving``): small sets
+            are labelled on them (``labeling.executor``); None: always an actor pool.
 
     Returns:
         ``schema.SILVER_SCHEMA`` rows sorted by (id1, id2): one per candidate.
@@ -79,7 +81,7 @@ def label_candidates(candidates: pa.Table, model_dir: str, cfg, max_length: int,
         return schema.empty_table(schema.SILVER_SCHEMA)
     done: dict[int, pa.Table] = {}
     count = _label(table_shards(candidates, cfg.block_size), done, model_dir, cfg, max_length, cpus_per_actor,
-                   store, on_commit, report, actors, progress, scorer)
+                   store, on_commit, report, actors, progress, scorer, hosts=hosts)
     silver = pa.concat_tables([done[i] for i in range(count)]).cast(schema.SILVER_SCHEMA)
     silver = silver.take(pc.sort_indices(silver, [(schema.ID1, "ascending"), (schema.ID2, "ascending")]))
     if silver.num_rows != candidates.num_rows:  # every candidate gets exactly one label
@@ -90,7 +92,7 @@ def label_candidates(candidates: pa.Table, model_dir: str, cfg, max_length: int,
 def label_candidates_file(candidates_path, silver_path, model_dir: str, cfg, max_length: int,
                           cpus_per_actor: float, store: ShardStore, on_commit=None,
                           report: LabelingReport | None = None, actors: int | None = None,
-                          progress=None, scorer=None) -> int:
+                          progress=None, scorer=None, hosts=None) -> int:
     """``label_candidates`` from a Parquet file of candidates to a Parquet file of silver pairs.
 
     The driver never holds all the pairs: it reads the candidates a shard at a time to
@@ -110,7 +112,8 @@ def label_candidates_file(candidates_path, silver_path, model_dir: str, cfg, max
 
     total = pq.ParquetFile(candidates_path).metadata.num_rows
     count = _label(file_shards(candidates_path, cfg.block_size), None, model_dir, cfg, max_length, cpus_per_actor,
-                   store, on_commit, report, actors, progress, scorer, source=file_source(candidates_path, cfg))
+                   store, on_commit, report, actors, progress, scorer, source=file_source(candidates_path, cfg),
+                   hosts=hosts)
     out = Path(silver_path)
     tmp = out.with_name(f".{out.name}.tmp")
     written = 0
@@ -152,24 +155,23 @@ def label_shards(shards, model_dir, cfg, max_length: int, cpus_per_actor: float,
             spooled.close()
 
 
-def _run_attempt(pending, finished, commit, model_dir, cfg, max_length, cpus_per_actor, actors, scorer) -> None:
-    """One attempt at the pending shards: on the job's warm hosts where ``hosts.use_hosts`` says
-    so, else in a new actor pool."""
+def _run_attempt(pending, finished, commit, model_dir, cfg, max_length, cpus_per_actor, actors, scorer,
+                 hosts) -> None:
+    """One attempt at the pending shards: on ``hosts`` (the job's warm hosts, where they serve it)
+    where ``labeling.hosts.use_hosts`` says so, else in a new actor pool."""
     import ray
 
-    from augsbert_ray.labeling import hosts, pool as actor_pool
+    from augsbert_ray.labeling import hosts as warm, pool as actor_pool
     from augsbert_ray.labeling.scorer import ScorerSpec, pair_scorer_kwargs
     from augsbert_ray.labeling.sizing import pool_size, separate_tokenizer
-    from augsbert_ray.workers import active_pool, hosts_serve
 
     gpus = ray.cluster_resources().get("GPU", 0)
-    pool = active_pool()
-    if hosts.use_hosts(cfg.executor, sum(p.rows for p in pending.values()), hosts_serve()):
+    if warm.use_hosts(cfg.executor, sum(p.rows for p in pending.values()), hosts is not None):
         # PairScorer looked up at each call, as the pool does (tests put a failing one in its place)
         spec = scorer or ScorerSpec(actor_pool.PairScorer, pair_scorer_kwargs(model_dir, cfg, max_length, cpus_per_actor))
         tokenize = {"model_dir": model_dir, "max_length": max_length} if separate_tokenizer(cfg) else None
-        hosts.run_on_hosts(pending, commit, spec, cfg, cpus_per_actor,
-                           actors if actors is not None else pool_size(cfg, gpus), pool, tokenize)
+        warm.run_on_hosts(pending, commit, spec, cfg, cpus_per_actor,
+                          actors if actors is not None else pool_size(cfg, gpus), hosts, tokenize)
     else:
         run_pool(pending, finished, commit, model_dir, cfg, max_length, cpus_per_actor, actors, scorer)
 
@@ -208,7 +210,7 @@ def _open_spool(folder) -> ShardSpool | None:
 
 def _label(shards, done: dict | None, model_dir, cfg, max_length, cpus_per_actor, store, on_commit,
            report, actors: int | None = None, progress=None, scorer=None, source: FileSource | None = None,
-           spool: ShardSpool | None = None) -> int:
+           spool: ShardSpool | None = None, hosts=None) -> int:
     """Labels an iterable of candidate shards; returns how many shards there were.
 
     With ``done`` (a dict), labelled shards are kept there by index; with ``done=None`` they
@@ -282,7 +284,7 @@ def _label(shards, done: dict | None, model_dir, cfg, max_length, cpus_per_actor
     while pending:
         failure = None
         try:
-            _run_attempt(pending, finished, commit, model_dir, cfg, max_length, cpus_per_actor, actors, scorer)
+            _run_attempt(pending, finished, commit, model_dir, cfg, max_length, cpus_per_actor, actors, scorer, hosts)
         except LabelingError:
             raise
         except Exception as e:  # actor restarts or task retries exhausted, a lost actor, the pool failed

@@ -24,7 +24,7 @@ def read(source: DataSource) -> Iterator[RawRow | BadRow]:
     try:
         import datasets
     except ImportError:
-        reason = "the 'datasets' package is needed for format 'hf': pip install datasets"
+        reason = "the 'datasets' package is needed for format 'hf': pip install \"augsbert-ray[hub]\""
         raise DataError(source.path, None, None, reason) from None
     if source.hf_split is None:
         # Without a split load_dataset returns every split at once, not rows.

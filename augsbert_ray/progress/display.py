@@ -18,6 +18,7 @@ import os
 import sys
 import threading
 import time
+import traceback
 from pathlib import Path
 from typing import Callable, TextIO
 
@@ -125,6 +126,9 @@ class JobProgress:
                         s.state, s.ended, s.note = FAILED, self.clock(), f"failed: {type(exc).__name__}"
                         self._write_log(f"{self._label(s)} failed after {format_duration(s.ended - s.started)}: "
                                         f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}")
+                if isinstance(exc, Exception):  # the whole traceback, which the terminal is spared
+                    for line in "".join(traceback.format_exception(exc)).rstrip("\n").splitlines():
+                        self._write_log(line)
         self.close()
 
     def close(self) -> None:

@@ -112,14 +112,14 @@ def _embedder_input(cfg) -> dict[str, str]:
 
 
 def _context(sentences: pa.Table | None, gold_keys: np.ndarray, params: CandidatesParams, env, embedder,
-             on_hosts: bool):
+             hosts):
     """The ``SamplingContext`` of the job's strategy (``sentences`` None: filled in where it runs)."""
     from augsbert_ray.candidates import SamplingContext
 
     s = params.sampling
     bi = None
     if s.strategy in EMBEDS:
-        if on_hosts:
+        if hosts is not None:
             bi = str(embedder) if embedder is not None else params.embed_model
         else:
             bi = env.ship(embedder) if embedder is not None else env.base_model(params.embed_model)
@@ -127,16 +127,17 @@ def _context(sentences: pa.Table | None, gold_keys: np.ndarray, params: Candidat
         sentences, gold_keys, s, env.out / "index", params.seed,
         bi_encoder=bi, max_length=params.max_length,
         cpus_per_actor=per_worker_cpus(None, env.cluster.cpus, s.searchers),
-        gpus_per_actor=1 if params.use_gpu else 0, progress=env.reporter(), on_hosts=on_hosts,
+        gpus_per_actor=1 if params.use_gpu else 0, progress=env.reporter(), hosts=hosts,
     )
 
 
-def _on_hosts(params: CandidatesParams, sentences: int) -> bool:
+def _on_hosts(params: CandidatesParams, sentences: int, env):
+    """The job's warm hosts if this sampling runs on them (``candidates.hosts.use_hosts``), else None."""
     from augsbert_ray.candidates.hosts import use_hosts
-    from augsbert_ray.workers import hosts_serve
 
     # Hosts serve only on the driver's machine, where the models' files are: nothing to ship.
-    return use_hosts(params.sampling.executor, sentences, hosts_serve())
+    hosts = env.hosts
+    return hosts if use_hosts(params.sampling.executor, sentences, hosts is not None) else None
 
 
 def _sample(sentences: pa.Table, gold_keys: np.ndarray, params: CandidatesParams, env, embedder) -> pa.Table:
@@ -144,11 +145,11 @@ def _sample(sentences: pa.Table, gold_keys: np.ndarray, params: CandidatesParams
     from augsbert_ray.candidates import get_sampler
 
     s = params.sampling
-    on_hosts = _on_hosts(params, sentences.num_rows)
-    if on_hosts:
+    hosts = _on_hosts(params, sentences.num_rows, env)
+    if hosts is not None:
         log.info(f"[candidates] sampling over {sentences.num_rows} sentences on a warm host "
                  f"(sampling.executor={s.executor})")
-    return get_sampler(s.strategy)(_context(sentences, gold_keys, params, env, embedder, on_hosts))
+    return get_sampler(s.strategy)(_context(sentences, gold_keys, params, env, embedder, hosts))
 
 
 def _write(env, sentences: pa.Table, candidates: pa.Table) -> None:
@@ -232,13 +233,13 @@ def _corpus_off_driver(files, params: CandidatesParams, env, embedder) -> tuple[
     from augsbert_ray.candidates import off_driver
 
     counts, n, read_pid = off_driver.run(off_driver.read_to_file, params.corpus, params.seed, files, str(env.out))
-    if _on_hosts(params, n):  # a large file of few distinct sentences: they are small enough to pass
+    if _on_hosts(params, n, env) is not None:  # a large file of few distinct sentences: they are small enough to pass
         from augsbert_ray.rundir import write_table
 
         table = _sample(pq.read_table(env.out / "sentences.parquet"), np.empty(0, np.int64), params, env, embedder)
         write_table(env.out / "candidates.parquet", table, schema.CANDIDATE_SCHEMA)  # the task wrote the sentences
         return counts, n, table.num_rows, f" (read in a worker process, pid {read_pid})"
-    ctx = _context(None, np.empty(0, np.int64), params, env, embedder, on_hosts=False)
+    ctx = _context(None, np.empty(0, np.int64), params, env, embedder, hosts=None)
     candidates, sample_pid = off_driver.run(off_driver.sample_to_file, ctx, str(env.out))
     return counts, n, candidates, f" (read and sampled in worker processes, pids {read_pid} and {sample_pid})"
 

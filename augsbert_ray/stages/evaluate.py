@@ -26,7 +26,7 @@ from augsbert_ray.evaluation import PRIMARY_METRIC, TARGET_METRIC, target_metric
 from augsbert_ray.runtime import driver_is_the_only_node, per_worker_cpus
 from augsbert_ray.stages.base import (Declaration, ScoreRow, Stage, StageParams, StageResult, SummaryContext,
                                       model_field, placement_field)
-from augsbert_ray.workers import active_pool, remote_call
+from augsbert_ray.workers import remote_call
 
 log = logging.getLogger(__name__)
 
@@ -162,13 +162,14 @@ class Evaluate(Stage):
         # stage); without them (outside a job) and without a GPU, the driver scores itself, as a
         # Ray task would start a worker process that imports transformers to score a few pairs.
         local = driver_is_the_only_node()
-        here = local and not use_gpu and active_pool() is None
+        hosts = env.ctx.hosts
+        here = local and not use_gpu and hosts is None
 
         def call(fn, model, *args):
             if here:
                 return fn(str(model), *args, threads=int(cpus))
-            return remote_call(fn, str(model) if local else model, *args, gpus=1 if use_gpu else 0, num_cpus=cpus,
-                               num_gpus=1 if use_gpu else 0,
+            return remote_call(hosts, fn, str(model) if local else model, *args, gpus=1 if use_gpu else 0,
+                               num_cpus=cpus, num_gpus=1 if use_gpu else 0,
                                what="scoring a model (training.cpus_per_worker, training.use_gpu)")
 
         if self.trained_by is not None:

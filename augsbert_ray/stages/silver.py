@@ -124,7 +124,7 @@ class Silver(Stage):
 
         def upload() -> None:  # with a remote run dir, committed shards reach the storage often
             if time.perf_counter() - last_push[0] > 30:
-                env.runner.rd.push()
+                env.rd.push()
                 last_push[0] = time.perf_counter()
 
         selecting = params.selection is not None
@@ -132,7 +132,7 @@ class Silver(Stage):
         labelled = label_candidates_file(
             inputs.path("candidates"), labelled_file, env.ship(inputs.path("teacher")), lab,
             params.max_length, cpus, actors=actors, store=store, on_commit=upload,
-            report=report, progress=env.reporter(local=True))
+            report=report, progress=env.reporter(local=True), hosts=env.hosts)
         rate = report.labelled_pairs / report.seconds if report.seconds else 0.0
         log.info(f"[silver] labelled {report.labelled_pairs} pairs in {report.labelled} shards "
                  f"({rate:.1f} pairs/s, {actors} actor(s) of {cpus:g} CPUs and {lab.num_gpus:g} GPUs); "

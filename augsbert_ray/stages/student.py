@@ -148,7 +148,8 @@ class BiEncoderStage(Stage):
                 hparams=hparams(b, params.seed, params.training), training=params.training,
                 seed_search=params.seed_search, searched=search, task=params.task,
                 metric=PRIMARY_METRIC[params.task], eval_batch_size=params.eval_batch_size,
-                out=out, storage=storage, cluster=env.cluster, name=label, progress=progress)
+                out=out, storage=storage, cluster=env.cluster, name=label, progress=progress,
+                executor=env.executor(params.training))
 
         base = env.base_model(b.model)
         progress = None if search else env.reporter()

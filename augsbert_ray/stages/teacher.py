@@ -95,7 +95,7 @@ class Teacher(Stage):
             metric=PRIMARY_METRIC[params.task] if search else "spearman",
             eval_batch_size=params.eval_batch_size,
             out=env.out, storage=env.storage, cluster=env.cluster, name="cross-encoder",
-            progress=None if search else env.reporter())
+            progress=None if search else env.reporter(), executor=env.executor(params.training))
         write_trained_card("cross_encoder", env.out / "model", c.model,
                            training_facts(c, "bce", params.seed, params.training.precision, stats, train.num_rows),
                            gold_train=train.num_rows, versions=versions())

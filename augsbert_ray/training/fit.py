@@ -25,7 +25,7 @@ def hparams(encoder, job_seed: int, training, precision: str | None = None) -> d
 
 def fit_encoder(kind: str, train: pa.Table, dev: pa.Table | None, *, recipe: dict, hparams: dict, training,
                 seed_search, searched: bool, task: str, metric: str, eval_batch_size: int, out: Path,
-                storage: str, cluster, name: str, progress=None) -> dict:
+                storage: str, cluster, name: str, progress=None, executor=None) -> dict:
     """Fine-tunes one encoder and writes the model to ``out / "model"``.
 
     Args:
@@ -40,6 +40,8 @@ def fit_encoder(kind: str, train: pa.Table, dev: pa.Table | None, *, recipe: dic
         cluster: the cluster's resources (``runtime.ClusterResources``).
         name: shown in progress lines.
         progress: the stage's reporter for the job's display (training steps), or None.
+        executor: where a training without a search runs (``executors``; the job's context
+            chooses it); None: a Ray Train worker group.
 
     Returns:
         The training statistics (``{"seed_search": record}`` for a search).
@@ -53,7 +55,8 @@ def fit_encoder(kind: str, train: pa.Table, dev: pa.Table | None, *, recipe: dic
                                     training.checkpoint_every, training.max_failures,
                                     training.checkpoint_min_seconds)
         return train_on_ray(kind, train, recipe=recipe, hparams=hparams, resources=resources,
-                            storage_dir=f"{storage}/train", out_dir=model_dir, name=name, progress=progress)
+                            storage_dir=f"{storage}/train", out_dir=model_dir, name=name, progress=progress,
+                            executor=executor)
     from augsbert_ray.training.seed_search import SearchPlan, seed_search as run_search
 
     ss = seed_search

@@ -1,4 +1,7 @@
-"""The Ray Train edge: runs ``train_pairs`` in a TorchTrainer and returns the saved model.
+"""The Ray Train edge: runs ``train_pairs`` on Ray and returns the saved model.
+
+Where it runs, a Ray Train worker group or one of the job's warm hosts, is the caller's
+declared choice (``training.executors``); everything else here is the same for both.
 
 The training pairs travel through Ray's object store (not a shared disk), and the
 trained model comes back as a Ray Train checkpoint under the run directory's storage.
@@ -41,6 +44,7 @@ import pyarrow as pa
 from augsbert_ray import schema
 from augsbert_ray.errors import AugSBERTError, TrainingError
 from augsbert_ray.messages import lines_to
+from augsbert_ray.training.executors import Executor, WorkerGroup
 
 log = logging.getLogger(__name__)
 
@@ -341,50 +345,6 @@ def _failure_summary(error: BaseException) -> str:
     return describe_error(cause if cause is not None else error)
 
 
-# Ray Train's default helpers that a run of ours does not need (by class name: an internal API
-# that may change; a name that no longer matches only keeps that helper, as before):
-# - the datasets callback starts a DatasetManager actor for each run, and our runs pass Ray Train
-#   no datasets (the pairs travel in the object store);
-# - the placement-group cleaner is a detached actor that removes the run's placement group if
-#   its controller dies without cleaning up. On a cluster of one node, the driver's (a local
-#   Ray, or a single-machine cluster), the job's placement groups go with the job, which such a
-#   failure ends (train_on_ray raises).
-# Each is a process that imports Ray Train first. A tiny model's 6-step run took 28.3 CPU-s of
-# a 2-core machine with them and 23.4 without (medians, benchmarks/train_overhead.py).
-_UNUSED_WITHOUT_DATASETS = "DatasetsCallback"
-_UNUSED_ON_ONE_NODE = "PlacementGroupCleanerCallback"
-_trainer_cls = None
-
-
-class _JobOwnsCtrlC:
-    """Ray Train's ``fit`` installs a SIGINT handler that aborts the training run and ends the
-    process with status 1; Ctrl-C ends the whole job instead (``augsbert_ray.signals``: status
-    130, its clean-up), and a re-run resumes the training from its latest checkpoint."""
-
-    def _register_sigint_handler(self, controller):
-        pass
-
-
-def _trainer_class():
-    """``TorchTrainer`` without the default helpers a run of ours does not use (see above)."""
-    global _trainer_cls
-    if _trainer_cls is None:
-        from ray.train.torch import TorchTrainer
-
-        from augsbert_ray.runtime import driver_is_the_only_node
-
-        class _LeanTorchTrainer(_JobOwnsCtrlC, TorchTrainer):
-            def _create_default_callbacks(self):
-                callbacks = super()._create_default_callbacks()
-                unused = set() if self.datasets else {_UNUSED_WITHOUT_DATASETS}
-                if driver_is_the_only_node():
-                    unused.add(_UNUSED_ON_ONE_NODE)
-                return [cb for cb in callbacks if type(cb).__name__ not in unused]
-
-        _trainer_cls = _LeanTorchTrainer
-    return _trainer_cls
-
-
 def train_on_ray(
     kind: str,
     pairs: pa.Table,
@@ -396,8 +356,9 @@ def train_on_ray(
     name: str,
     fault: dict | None = None,
     progress=None,
+    executor: Executor | None = None,
 ) -> dict:
-    """Fine-tunes one encoder with Ray Train and copies the trained model to ``out_dir``.
+    """Fine-tunes one encoder on Ray and copies the trained model to ``out_dir``.
 
     Args:
         kind: ``bi_encoder`` or ``cross_encoder`` (see ``recipes.RECIPES``).
@@ -415,18 +376,21 @@ def train_on_ray(
         progress: a ``StageProgress`` bound to the job's display through a picklable
             ``progress_channel.ProgressHandle`` (None: rank 0 prints its progress lines).
             Rank 0 reports the total steps and each step, and its progress lines as messages.
+        executor: where the training runs (``executors``: a warm host or a Ray Train worker
+            group, as the job's context chose); None: a worker group.
 
     Returns:
         The training statistics reported by rank 0.
 
     Raises:
         TrainingError: a permanent error in the training loop (``permanent=True``, not
-            retried), or the worker group's restarts exhausted by transient faults.
+            retried), or the restarts exhausted by transient faults.
     """
     import ray
-    from ray.train import CheckpointConfig, FailureConfig, LoggingConfig, RunConfig, ScalingConfig, TrainingFailedError
+    from ray.train import TrainingFailedError
 
-    from augsbert_ray.runtime import require_resources, train_log_level
+    from augsbert_ray.runtime import require_resources
+    from augsbert_ray.training.warm_fit import RestartsExhausted
 
     require_resources([{"CPU": resources.cpus_per_worker, "GPU": 1 if resources.use_gpu else 0}]
                       * resources.num_workers,
@@ -448,76 +412,21 @@ def train_on_ray(
         "fatal_marker": marker,
         "progress": progress,
     }
-    pool = _warm_pool(resources, storage_dir)
-    if pool is not None:
-        return _train_on_host(pool, loop_config, resources, storage, run, name, marker, out_dir)
-    trainer = _trainer_class()(
-        _train_loop_per_worker,
-        train_loop_config=loop_config,
-        scaling_config=ScalingConfig(
-            num_workers=resources.num_workers,
-            use_gpu=resources.use_gpu,
-            resources_per_worker={"CPU": resources.cpus_per_worker},
-        ),
-        run_config=RunConfig(
-            name=run,
-            storage_path=storage,
-            failure_config=FailureConfig(max_failures=resources.max_failures),
-            checkpoint_config=CheckpointConfig(num_to_keep=2),  # the latest two training states
-            # WARNING unless verbose: no "Checkpoint successfully created" per checkpoint nor
-            # worker-group start-up lines on the console (Ray Train's session files keep them).
-            logging_config=LoggingConfig(log_level=train_log_level()),
-        ),
-    )
+    executor = executor or WorkerGroup()
     try:
-        result = trainer.fit()
+        trained = executor.fit(_train_loop_per_worker, loop_config, resources, storage, run,
+                               what=f"training {name} (training.cpus_per_worker, training.use_gpu)")
     except TrainingFailedError as e:
         fatal = _read_marker(marker)
         if fatal is not None:  # several workers, no restart left to report it from
             _remove_marker(marker)
             raise _fatal(name, storage, run, fatal["error"], fatal["traceback"]) from None
         raise _restarts_exhausted(name, resources, storage, run, _failure_summary(e)) from None
-    _raise_recorded_error(marker, name, storage, run)
-    export_model(result.checkpoint, out_dir)
-    # Where Ray Train kept the run ("local", "s3", "gcs", ...): checkpoints go straight there.
-    return {**result.metrics, "storage_filesystem": result.filesystem.type_name}
-
-
-def _warm_pool(resources: WorkerResources, storage_dir):
-    """The job's pool of warm hosts when this training runs on one (``workers.training_on_host``)."""
-    import ray
-
-    from augsbert_ray.rundir import is_uri
-    from augsbert_ray.runtime import driver_is_the_only_node
-    from augsbert_ray.workers import Placement, active_pool, training_on_host
-
-    pool = active_pool()
-    if pool is None or resources.num_workers != 1:
-        return None
-    single = driver_is_the_only_node()
-    placement = Placement(num_workers=resources.num_workers, use_gpu=resources.use_gpu, pool_open=True,
-                          single_node=single, local_storage=not is_uri(storage_dir),
-                          node_gpus=float(ray.cluster_resources().get("GPU", 0)) if single else 0.0)
-    return pool if training_on_host(placement) else None
-
-
-def _train_on_host(pool, loop_config: dict, resources: WorkerResources, storage: str, run: str, name: str,
-                   marker: str, out_dir: Path) -> dict:
-    """``train_on_ray`` on a warm host: the same training function and errors (see ``warm_fit``)."""
-    from ray.train import Checkpoint
-
-    from augsbert_ray.training.warm_fit import RestartsExhausted, fit_on_host
-
-    try:
-        metrics, checkpoint = fit_on_host(
-            pool, _train_loop_per_worker, loop_config, run=run, storage=storage, cpus=resources.cpus_per_worker,
-            gpus=1 if resources.use_gpu else 0, max_failures=resources.max_failures,
-            what=f"training {name} (training.cpus_per_worker, training.use_gpu)")
     except RestartsExhausted as e:
         raise _restarts_exhausted(name, resources, storage, run, describe_error(e.cause)) from None
     _raise_recorded_error(marker, name, storage, run)
-    export_model(Checkpoint.from_directory(checkpoint), out_dir)
-    return {**metrics, "storage_filesystem": "local"}
+    export_model(trained.checkpoint, out_dir)
+    return {**trained.metrics, "storage_filesystem": trained.filesystem}
 
 
 def _restarts_exhausted(name: str, resources: WorkerResources, storage: str, run: str, cause: str) -> TrainingError:

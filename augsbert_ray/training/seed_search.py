@@ -28,7 +28,6 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-import numpy as np
 import pyarrow as pa
 
 from augsbert_ray import schema
@@ -160,9 +159,10 @@ def seed_search(
     """
     import ray.tune
 
-    if not 1 <= plan.keep <= len(plan.seeds):
-        raise ValueError(f"seed search keeps {plan.keep} of {len(plan.seeds)} seeds; need 1 <= keep <= seeds")
     from augsbert_ray.runtime import require_resources
+    from augsbert_ray.training import seed_choice
+
+    seed_choice.check_keep(plan.keep, len(plan.seeds))
 
     require_resources([{"CPU": plan.cpus_per_trial, "GPU": plan.gpus_per_trial}],
                       f"a seed-search trial of {name} (seed_search.cpus_per_trial, seed_search.gpus_per_trial)")
@@ -230,14 +230,13 @@ def seed_search(
     else:
         record(fit(f"{name}-explore", {"seed": ray.tune.grid_search(plan.seeds), "eval_steps": [prune],
                                        "stop_step": prune}))
-    at_prune = {s: _score_at(t["curve"], prune) for s, t in trials.items()}
-    # Best first; equal scores go to the smaller seed, so the choice is deterministic.
-    ranked = sorted(plan.seeds, key=lambda s: (-at_prune[s], s))
+    at_prune = {s: _score_at(trials[s]["curve"], prune) for s in plan.seeds}
     if plan.scheduler == "exact":
-        survivors = ranked[: plan.keep]
+        survivors = seed_choice.survivors(at_prune, plan.keep)
         continued = plan.seeds if plan.audit else survivors
         if prune < total:
-            log.info(f"[{name}] dev at step {prune}: " + ", ".join(f"seed {s} {at_prune[s]:.2f}" for s in ranked)
+            log.info(f"[{name}] dev at step {prune}: "
+                     + ", ".join(f"seed {s} {at_prune[s]:.2f}" for s in seed_choice.ranked(at_prune))
                      + f"; continuing {sorted(survivors)}" + (" (audit: all seeds run to the end)" if plan.audit else ""))
             record(fit(f"{name}-exploit", {"seed": ray.tune.grid_search(continued),
                                            "resume": {str(s): trials[s]["checkpoint"] for s in continued},
@@ -245,18 +244,13 @@ def seed_search(
     wall = time.perf_counter() - t0
 
     final = {s: trials[s]["curve"][-1][1] for s in survivors}
-    chosen = max(survivors, key=lambda s: (final[s], -s))
-    for s in plan.seeds:
-        if s in survivors:
-            trials[s]["status"] = "continued"
-        elif plan.audit:
-            trials[s]["status"] = "pruned (trained to the end for the audit)"
-    trials[chosen]["status"] = "chosen"
+    chosen = seed_choice.chosen(final)
+    for s, status in seed_choice.statuses(plan.seeds, survivors, chosen, plan.audit).items():
+        trials[s]["status"] = status
     export_model(trials[chosen]["checkpoint"], out_dir)
 
-    spent = sum(t["steps"] for t in trials.values())
-    search_steps = len(plan.seeds) * prune + len(survivors) * (total - prune)
-    per_step = sum(t["train_seconds"] for t in trials.values()) / max(1, spent)
+    cost = seed_choice.cost(plan.seeds, survivors, prune, total, steps_run=sum(t["steps"] for t in trials.values()),
+                            train_seconds=sum(t["train_seconds"] for t in trials.values()), wall_seconds=wall)
     record_out = {
         "seeds": plan.seeds,
         "keep": plan.keep,
@@ -269,34 +263,13 @@ def seed_search(
         # each trial's last checkpoint (training state; at the end also the model, in MODEL_DIR)
         "trials": [{**{k: v for k, v in t.items() if k != "checkpoint"}, "checkpoint": t["checkpoint"].path}
                    for t in trials.values()],
-        "cost": {
-            "search_steps": search_steps,
-            "all_seeds_steps": len(plan.seeds) * total,
-            "search_fraction": search_steps / (len(plan.seeds) * total),
-            "steps_run": spent,
-            "train_seconds": sum(t["train_seconds"] for t in trials.values()),
-            "wall_seconds": wall,
-            "seconds_per_step": per_step,
-            "all_seeds_seconds_estimate": per_step * len(plan.seeds) * total,
-        },
+        "cost": cost,
     }
     if plan.audit and plan.scheduler == "exact":
-        finals = [trials[s]["curve"][-1][1] for s in plan.seeds]
-        early = [at_prune[s] for s in plan.seeds]
-        from scipy.stats import spearmanr
-
-        rho = spearmanr(early, finals).statistic if len(plan.seeds) > 1 else float("nan")
-        best_final = max(plan.seeds, key=lambda s: (trials[s]["curve"][-1][1], -s))
-        pick = ranked[0]
-        record_out["audit_result"] = {
-            "rank_correlation": None if np.isnan(rho) else float(rho),
-            "pick_at_prune": pick,
-            "best_at_end": best_final,
-            "pick_is_best": pick == best_final,
-        }
+        record_out["audit_result"] = seed_choice.audit(at_prune, {s: trials[s]["curve"][-1][1] for s in plan.seeds})
     log.info(f"[{name}] seed search chose seed {chosen} (dev {final[chosen]:.2f}); "
-             f"{search_steps} of {len(plan.seeds) * total} steps of training every seed "
-             f"({record_out['cost']['search_fraction']:.0%})")
+             f"{cost['search_steps']} of {cost['all_seeds_steps']} steps of training every seed "
+             f"({cost['search_fraction']:.0%})")
     return record_out
 
 

@@ -180,14 +180,14 @@ def test_sample_on_ray_equals_local_candidates(ray_local, corpus, index_dir, tmp
 
     cfg = SamplingConfig(top_k=TOP_K, query_batch_size=7, searchers=searchers)
     assert len(corpus) > 3 * cfg.query_batch_size  # several batches
+    hosts = workers.HostPool() if on_hosts else None
     ctx = SamplingContext(sentences=_table(corpus), gold_keys=gold_keys, cfg=cfg, work_dir=tmp_path, seed=0,
-                          on_hosts=on_hosts)
-    hosts = workers.open_pool() if on_hosts else None
+                          hosts=hosts)
     try:
         got = get_sampler("bm25")(ctx)
     finally:
         if hosts is not None:
-            workers.close_pool()
+            hosts.close()
 
     if on_hosts:
         assert not seen and hosts.started == 1  # one warm host searched; no Ray Data pool
@@ -250,7 +250,7 @@ def test_a_host_that_dies_mid_sampling_is_replaced_and_the_call_made_again(monke
 
     calls = []
 
-    def dies_then_works(fn, make, kwargs, sentences, batch_size, **resources):
+    def dies_then_works(pool, fn, make, kwargs, sentences, batch_size, **resources):
         calls.append(resources)
         if len(calls) <= hosts.HOST_RETRIES:
             raise RayActorError()
@@ -258,7 +258,7 @@ def test_a_host_that_dies_mid_sampling_is_replaced_and_the_call_made_again(monke
 
     monkeypatch.setattr(workers, "remote_call", dies_then_works)
     table = pa.table({"x": list(range(5))})
-    out = hosts.map_on_host(lambda: (lambda b: b), {}, table, 2, cpus=1, gpus=0, what="x")
+    out = hosts.map_on_host(None, lambda: (lambda b: b), {}, table, 2, cpus=1, gpus=0, what="x")
     assert pa.concat_tables(out).equals(table) and [b.num_rows for b in out] == [2, 2, 1]
     assert len(calls) == hosts.HOST_RETRIES + 1 and calls[0] == {"num_cpus": 1, "num_gpus": 0, "what": "x"}
 
@@ -269,5 +269,5 @@ def test_a_host_that_dies_mid_sampling_is_replaced_and_the_call_made_again(monke
     calls.clear()
     monkeypatch.setattr(workers, "remote_call", always_dies)
     with pytest.raises(RayActorError):  # out of retries: the stage fails, naming the dead actor
-        hosts.map_on_host(lambda: (lambda b: b), {}, table, 2, cpus=1, gpus=0, what="x")
+        hosts.map_on_host(None, lambda: (lambda b: b), {}, table, 2, cpus=1, gpus=0, what="x")
     assert len(calls) == hosts.HOST_RETRIES + 1

@@ -90,15 +90,15 @@ def test_sample_on_ray_equals_local_whatever_the_batching(ray_local, tmp_path, g
     n, k = 40, 3
     monkeypatch.setattr(random_pairs, "DRAW_BLOCK", block)
     cfg = SamplingConfig(random_per_sentence=k)
+    hosts = workers.HostPool() if on_hosts else None
     ctx = SamplingContext(sentences=_table(n), gold_keys=gold_keys, cfg=cfg, work_dir=tmp_path, seed=1,
-                          on_hosts=on_hosts)
-    hosts = workers.open_pool() if on_hosts else None
+                          hosts=hosts)
     try:
         got = get_sampler("rs")(ctx)
     finally:
         if hosts is not None:
             assert hosts.started == 1
-            workers.close_pool()
+            hosts.close()
     expected = _expected(n, k, 1, gold_keys)
     assert schema.conforms(got, schema.CANDIDATE_SCHEMA)
     assert got.drop_columns([schema.RETRIEVAL_SCORE]).equals(expected.drop_columns([schema.RETRIEVAL_SCORE]))

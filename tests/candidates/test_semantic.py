@@ -208,10 +208,10 @@ def test_sample_on_ray_equals_local_brute_force(ray_local, tiny_model, tmp_path,
     from augsbert_ray import workers
 
     monkeypatch.setattr(semantic, "embed_on_ray", embed_on_ray)
-    hosts = workers.open_pool()
+    hosts = workers.HostPool()
     try:
-        warm = ctx.__class__(**{**ctx.__dict__, "on_hosts": True})
+        warm = ctx.__class__(**{**ctx.__dict__, "hosts": hosts})
         np.testing.assert_array_equal(semantic.embed_on_ray(warm), seen[0])
         assert hosts.started == 1
     finally:
-        workers.close_pool()
+        hosts.close()

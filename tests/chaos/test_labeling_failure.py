@@ -50,9 +50,10 @@ def teacher(_tiny_model_master, tmp_path_factory) -> str:
     return str(out)
 
 
-def _label(teacher, store=None, report=None, **cfg):
+def _label(teacher, store=None, report=None, hosts=None, **cfg):
     cfg = LabelingConfig(actors=2, block_size=BLOCK, micro_batch_size=4, **cfg)
-    return label_candidates(_candidates(), teacher, cfg, max_length=32, cpus_per_actor=1, store=store, report=report)
+    return label_candidates(_candidates(), teacher, cfg, max_length=32, cpus_per_actor=1, store=store, report=report,
+                            hosts=hosts)
 
 
 @pytest.fixture(scope="module")
@@ -95,12 +96,13 @@ def test_a_killed_warm_host_loses_and_doubles_nothing(ray_local, teacher, clean,
     flag = tmp_path / "fault-fired"
     monkeypatch.setattr(pool, "PairScorer", dying_scorer(after_batches=2, flag=flag))
     report, lines = LabelingReport(), []
-    workers.open_pool()
+    hosts = workers.HostPool()
     try:
         with lines_to(lines.append):
-            faulty = _label(teacher, store=ShardStore(tmp_path / "shards"), report=report, executor="hosts")
+            faulty = _label(teacher, store=ShardStore(tmp_path / "shards"), report=report, executor="hosts",
+                            hosts=hosts)
     finally:
-        workers.close_pool()
+        hosts.close()
     assert "exited after 2 batches" in flag.read_text()  # a host did die mid-shard
     assert any("warm host" in line for line in lines) and any("a new pool labels the" in line for line in lines)
     assert faulty.equals(clean)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import sys
 import types
 
@@ -187,7 +188,7 @@ def test_bad_on_bad_rows_value(tmp_path):
 
 def test_hf_without_datasets_names_the_package(monkeypatch):
     monkeypatch.setitem(sys.modules, "datasets", None)  # makes `import datasets` fail
-    with pytest.raises(DataError, match="pip install datasets") as info:
+    with pytest.raises(DataError, match=re.escape('pip install "augsbert-ray[hub]"')) as info:
         load_pairs(_source("org/pairs", "hf", hf_split="train"), "train")
     assert info.value.path == "org/pairs"
 

@@ -10,16 +10,19 @@ import torch
 from test_silver_flags import _pairs
 
 from augsbert_ray import workers
+from augsbert_ray.training.executors import WarmHost, choose_executor
 from augsbert_ray.training.ray_trainer import STATE_FILE, WorkerResources, train_on_ray
 
 
-def _train(tiny_model, tmp_path, name, min_seconds, workers_=1) -> dict:
+def _train(tiny_model, tmp_path, name, min_seconds, workers_=1, hosts=None) -> dict:
+    executor = choose_executor(hosts, workers_, False, str(tmp_path / "ray_train"))
+    assert isinstance(executor, WarmHost) == (hosts is not None and workers_ == 1)
     return train_on_ray(
         "bi_encoder", _pairs(48, 5), recipe={"model": tiny_model, "max_length": 32},
         hparams={"epochs": 3, "lr": 1e-3, "batch_size": 8, "warmup_ratio": 0.1, "seed": 3},
         resources=WorkerResources(num_workers=workers_, use_gpu=False, cpus_per_worker=1, checkpoint_every=0.25,
                                   max_failures=0, checkpoint_min_seconds=min_seconds),
-        storage_dir=tmp_path / "ray_train", out_dir=tmp_path / name, name=name)
+        storage_dir=tmp_path / "ray_train", out_dir=tmp_path / name, name=name, executor=executor)
 
 
 def _written(tmp_path, name) -> list:
@@ -32,18 +35,18 @@ def _steps(tmp_path, name) -> list[int]:
 
 
 def test_a_short_training_on_a_warm_host_writes_only_its_final_checkpoint(ray_local, tiny_model, tmp_path):
-    workers.open_pool()
+    hosts = workers.HostPool()
     try:
         # 18 steps, a checkpoint due every 4: all of them are written without a minimum gap...
-        first = _train(tiny_model, tmp_path, "every", min_seconds=0)
+        first = _train(tiny_model, tmp_path, "every", min_seconds=0, hosts=hosts)
         assert first["steps"] == 18 and _steps(tmp_path, "every") == [16, 18]  # the latest two kept
         # ...and none but the last with one the training does not reach.
-        second = _train(tiny_model, tmp_path, "final-only", min_seconds=3600)
+        second = _train(tiny_model, tmp_path, "final-only", min_seconds=3600, hosts=hosts)
         assert second["steps"] == 18 and _steps(tmp_path, "final-only") == [18]
         # The first training started the host and says so; the second found it warm.
         assert first["host_start_seconds"] > 0 and "host_start_seconds" not in second
     finally:
-        workers.close_pool()
+        hosts.close()
     final = torch.load(_written(tmp_path, "final-only")[0] / STATE_FILE, weights_only=True)
     assert "optimizer" not in final and final["step"] == 18
     assert (tmp_path / "final-only" / "model.safetensors").exists()

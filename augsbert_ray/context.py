@@ -1,0 +1,96 @@
+"""What a job's stages share while it runs: the cluster, the warm hosts, the progress channel
+and the models shipped to workers.
+
+``pipeline.run_job`` builds one ``JobContext`` per job and closes it when the job ends. Ray
+starts when the first stage that needs it runs (``ensure_started``; a job whose stages were
+all done earlier never starts it). Stages reach the context through their ``runner.StageEnv``,
+and every choice that depends on it is made here and passed down explicitly: where a training
+runs (``training_executor``), whether small work runs on the warm hosts (``hosts_serving``).
+No module-level state decides either.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any, Callable
+
+from augsbert_ray.training.executors import Executor, choose_executor
+from augsbert_ray.workers import HostPool, hosts_serve
+
+
+class JobContext:
+    """One job's cluster-side resources.
+
+    Args:
+        start: starts (or joins) Ray and returns the cluster's resources
+            (``runtime.ClusterResources``); None: the job never starts Ray (its stages must
+            not need it).
+        progress: the job's display (``progress.JobProgress``); with one, Ray workers report
+            to it through a progress channel opened once Ray has started.
+    """
+
+    def __init__(self, start: Callable[[], Any] | None = None, progress=None):
+        self._start = start
+        self.progress = progress
+        self.cluster = None
+        self.hosts: HostPool | None = None  # the warm hosts (``workers``), once Ray has started
+        self.channel = None  # progress_channel.ProgressChannel, once Ray has started
+        self._shipped: dict[str, Any] = {}
+        self._lock = threading.RLock()  # stages start in threads of their own
+
+    def ensure_started(self):
+        """Starts Ray now if no stage has yet (once, whichever stage asks first); returns the
+        cluster's resources (None without a ``start``)."""
+        with self._lock:
+            if self.cluster is None and self._start is not None:
+                self.cluster = self._start()
+                self.hosts = HostPool()  # hosts start when work first needs one
+                if self.progress is not None:
+                    from augsbert_ray.progress_channel import ProgressChannel
+
+                    self.channel = ProgressChannel(self.progress)  # Ray workers report to the display
+            return self.cluster
+
+    def close(self) -> None:
+        """Ends the job's warm hosts and the progress channel (Ray itself is the caller's)."""
+        with self._lock:
+            hosts, self.hosts = self.hosts, None
+            channel, self.channel = self.channel, None
+        if hosts is not None:
+            hosts.close()
+        if channel is not None:
+            channel.close()
+
+    # -- where work runs -----------------------------------------------------------------------
+    def training_executor(self, num_workers: int, use_gpu: bool, storage: str) -> Executor:
+        """Where a training of ``num_workers`` workers (``use_gpu``) with checkpoints in
+        ``storage`` runs: a warm host or a Ray Train worker group (``executors.choose_executor``)."""
+        return choose_executor(self.hosts, num_workers, use_gpu, storage)
+
+    def hosts_serving(self) -> HostPool | None:
+        """The warm hosts where small work (scoring, sampling, labelling) may run on them
+        (``workers.hosts_serve``), else None: that work then runs as Ray tasks and actors."""
+        hosts = self.hosts
+        return hosts if hosts_serve(hosts) else None
+
+    # -- models --------------------------------------------------------------------------------
+    def ship(self, path):
+        """A model directory of this run, put in the object store once for workers on any node."""
+        from augsbert_ray.models import ship_model
+
+        key = str(path)
+        with self._lock:
+            if key not in self._shipped:
+                self._shipped[key] = ship_model(path)
+            return self._shipped[key]
+
+    def base_model(self, name: str):
+        """A configured starting model as workers should get it: a name they resolve, or shipped files."""
+        from augsbert_ray.models import EMBEDDED_MODEL, ship_if_local
+
+        if name == EMBEDDED_MODEL:
+            return name  # installed with the package on every node; each checks its hash
+        with self._lock:
+            if name not in self._shipped:
+                self._shipped[name] = ship_if_local(name)
+            return self._shipped[name]
