@@ -117,10 +117,25 @@ def device_name(device: str) -> str:
 
 
 def _timed(cmd: list[str], log: Path, env: dict | None = None, timeout: float | None = None) -> float:
-    """Runs ``cmd`` to its end, its output to ``log``; its wall time, process start to exit."""
+    """Runs ``cmd`` to its end, its output to ``log``; its wall time, process start to exit.
+    Past ``timeout`` seconds its whole process group (the processes it started too) is ended."""
+    import signal
+
     t0 = time.perf_counter()
     with open(log, "w", encoding="utf-8") as out:
-        rc = subprocess.run(cmd, stdout=out, stderr=subprocess.STDOUT, cwd=REPO, env=env, timeout=timeout).returncode
+        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, cwd=REPO, env=env, start_new_session=True)
+        try:
+            rc = proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            for sig, grace in ((signal.SIGTERM, 10), (signal.SIGKILL, 5)):
+                try:
+                    os.killpg(proc.pid, sig)
+                    proc.wait(timeout=grace)
+                    break
+                except (ProcessLookupError, subprocess.TimeoutExpired):
+                    continue
+            raise RuntimeError(f"{' '.join(map(str, cmd[:6]))} ... stopped after {timeout:.0f} s (--part-timeout); "
+                               f"its output: {log}") from None
     if rc != 0:
         tail = log.read_text(encoding="utf-8", errors="replace").splitlines()[-15:]
         raise RuntimeError(f"{' '.join(map(str, cmd[:6]))} ... exited {rc}; the end of {log}:\n" + "\n".join(tail))
@@ -148,7 +163,7 @@ def part_end_to_end(args, model: Path, work: Path) -> tuple[dict, list[str], lis
     cmd = [sys.executable, str(REPO / "benchmarks" / "end_to_end.py"), "--job", "jobs/stsb-bm25.yaml",
            "--device", args.device, "--root", str(work / "e2e-runs"), "--out", str(out),
            *[a for s in sets for a in ("--set", s)]]
-    _timed(cmd, work / "end_to_end.log", env=_engine_env(args))
+    _timed(cmd, work / "end_to_end.log", env=_engine_env(args), timeout=args.part_timeout)
     data = json.loads(out.with_suffix(".json").read_text())
     run = data["runs"][-1]
     engine, script = run["engine"]["wall_s"], run["script"]["wall_s"]
@@ -166,7 +181,7 @@ def part_main_job(args, model: Path, work: Path) -> tuple[dict, list[str], list[
     augsbert = Path(sys.executable).with_name("augsbert")
     cli = [str(augsbert)] if augsbert.exists() else [sys.executable, "-m", "augsbert_ray.cli"]
     wall = _timed([*cli, "run", "jobs/stsb-1k-student2.yaml", *sets, "--fresh"], work / "main_job.log",
-                  env=_engine_env(args))
+                  env=_engine_env(args), timeout=args.part_timeout)
     metrics = json.loads((run_dir / "metrics.json").read_text())
     seconds = metrics.get("stage_seconds", {})
     lines = [f"`augsbert run jobs/stsb-1k-student2.yaml {' '.join(sets)}`: {wall:.1f} s from the process's start "
@@ -360,6 +375,9 @@ def main(argv: list[str] | None = None) -> int:
                    help="an override for jobs/stsb-1k-student2.yaml")
     p.add_argument("--faiss", choices=("auto", "standin"), default="auto",
                    help="auto: faiss where installed, else an exact numpy stand-in (faiss_standin/)")
+    p.add_argument("--part-timeout", type=float, default=420,
+                   help="seconds a part run as a process of its own (end_to_end, main_job) may take; then it "
+                        "is stopped, recorded as failed, and the next part runs")
     p.add_argument("--save-shape", type=Path, metavar="DIR",
                    help="only copy the embedded model's config and tokenizer files to DIR (to carry to a GPU host)")
     args = p.parse_args(argv)
