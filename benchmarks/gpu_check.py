@@ -223,7 +223,13 @@ def part_labelling(args, model: Path, work: Path) -> tuple[dict, list[str], list
     from augsbert_ray.bench.data import sentence_pairs
     from augsbert_ray.bench.labelling import candidates
     from augsbert_ray.config import LabelingConfig
-    from augsbert_ray.labeling import LabelingReport, ShardStore, actor_cpus, label_candidates, pool_size
+    from augsbert_ray.labeling import (
+        LabelingReport,
+        ShardStore,
+        actor_cpus,
+        label_candidates,
+        pool_size,
+    )
     from augsbert_ray.runtime import start_ray, stop_ray
 
     gpu = args.device.startswith("cuda")
@@ -302,7 +308,7 @@ def part_tests(args, model: Path, work: Path) -> tuple[dict, list[str], list[Tar
     env["AUGSBERT_TEST_TOKENIZER"] = str(shape_dir(args.shape))
     proc = subprocess.run([sys.executable, "-m", "pytest", "tests/test_gpu.py", "-m", "gpu", "-q", "-p",
                            "no:cacheprovider", "-o", "addopts="], cwd=REPO, env=env, capture_output=True, text=True,
-                          timeout=900)
+                          check=False, timeout=900)
     (work / "gpu_tests.txt").write_text(proc.stdout + proc.stderr)
     summary = (proc.stdout.strip().splitlines() or ["no output"])[-1]
     if proc.returncode != 0:

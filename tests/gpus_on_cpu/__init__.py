@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import sys
 import threading
 import time
 from dataclasses import dataclass, field
@@ -26,9 +25,12 @@ def ray_with_gpus(gpus: int, cpus: int = 2):
     session's) is stopped first and started again after."""
     import ray
 
+    from augsbert_ray.runtime import (
+        LOCAL_TRAIN_ENV_DEFAULTS,
+        TRAIN_ENV_DEFAULTS,
+        local_ray_options,
+    )
     from gpus_on_cpu import sitecustomize as on_cpu
-
-    from augsbert_ray.runtime import LOCAL_TRAIN_ENV_DEFAULTS, TRAIN_ENV_DEFAULTS, local_ray_options
 
     had = ray.is_initialized()
     if had:
@@ -71,7 +73,9 @@ class Reservations:
 
     def sample(self) -> None:
         import ray
-        from ray._private import state  # the actors' table from the GCS (no dashboard here)
+        from ray._private import (
+            state,  # the actors' table from the GCS (no dashboard here)
+        )
         from ray.util import placement_group_table
 
         available = ray.available_resources().get("GPU", 0.0)  # a resource all taken is left out
