@@ -281,7 +281,7 @@ def _label_checked(model, inputs, out: Path, record: dict, cfg, max_length: int,
                         "cross-encoder, such as a job's models/cross-encoder.")
         cluster = start_ray(address, verbose=verbose, log_dir=None if verbose else root / label_output.LOGS)
         log.info(f"[label] Ray cluster: {cluster.describe()}")
-        actors = pool_size(cfg, cluster.gpus)
+        actors = pool_size(cfg, cluster.gpus, cluster.cpus)
         cpus = actor_cpus(cfg, cluster.cpus, actors)
         # The shards wait on the driver's disk, not in the object store (``labeling.spool``).
         store = label_output.LabelStore(root, inputs.score_column, staging=root / label_output.STAGING / "rows")

@@ -207,9 +207,10 @@ def _start_cluster(cfg: JobConfig, rd: RunDir, verbose: bool = True):
     if cfg.trust_remote_code:
         log.warning("[augsbert] WARNING: trust_remote_code is on: Python code shipped with the configured models "
                     "will run on the driver and every Ray worker. Use it only for models whose code you trust.")
+    local = runs_locally(cfg)  # asked before Ray starts: afterwards this process has joined it
     cluster = start_ray(cfg.ray.address, cfg.ray.num_cpus, env_vars=env, verbose=verbose,
                         log_dir=None if verbose else rd.path("logs"))
-    if not runs_locally(cfg):  # a local run's GPUs were checked before Ray started
+    if not local:  # a local run's GPUs were checked before Ray started
         check_cluster_gpus(cfg, cluster.gpus, cfg.ray.address)
     log.info(f"[augsbert] Ray cluster: {cluster.describe()}")
     if cluster.logs or cluster.dashboard:

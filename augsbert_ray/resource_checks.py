@@ -35,8 +35,16 @@ def asked_gpus(cfg: JobConfig) -> list[str]:
 
 
 def runs_locally(cfg: JobConfig) -> bool:
-    """The job starts its own Ray on this machine: no ``ray.address`` (``--address``) nor ``RAY_ADDRESS``."""
-    return not (cfg.ray.address or os.environ.get("RAY_ADDRESS"))
+    """The job starts its own Ray on this machine: no ``ray.address`` (``--address``) nor ``RAY_ADDRESS``,
+    and no Ray that this process has joined already (``joined_ray``)."""
+    return not (cfg.ray.address or os.environ.get("RAY_ADDRESS") or joined_ray())
+
+
+def joined_ray() -> bool:
+    """Whether this process is connected to a Ray already (a script's own ``ray.init``): the job
+    then runs on that Ray as it is (``runtime.start_ray``), whose GPUs need not be this machine's."""
+    ray = sys.modules.get("ray")  # not imported: not joined (importing Ray costs seconds)
+    return ray is not None and ray.is_initialized()
 
 
 def check_local_gpus(cfg: JobConfig, cuda_available=None) -> None:
@@ -96,6 +104,7 @@ def check_cluster_gpus(cfg: JobConfig, gpus: float, address: str | None) -> None
     asked = asked_gpus(cfg)
     if asked and gpus <= 0:
         key = asked[0].split("=")[0]
-        raise ConfigError(cfg.source, key, f"{' and '.join(asked)} asks for a GPU, but the Ray cluster at "
-                                           f"{address or os.environ.get('RAY_ADDRESS') or 'the given address'} has "
+        address = address or os.environ.get("RAY_ADDRESS")
+        cluster = f"the Ray cluster at {address}" if address else "the Ray cluster this process had joined"
+        raise ConfigError(cfg.source, key, f"{' and '.join(asked)} asks for a GPU, but {cluster} has "
                                            "none now: start its GPU nodes first, or set it to false / 0")

@@ -13,11 +13,14 @@ hit, pairs seen before and gold pairs dropped), ``CrossEncoder.predict`` to labe
 report wall time per step and test Spearman; each side's wall time runs from its process's
 start to its exit. With ``--repeat N`` the sides alternate N times.
 
-Regression jobs (STSb) with ``sampling.strategy: bm25`` only.
+Regression jobs (STSb) with ``sampling.strategy: bm25`` only. ``--device cuda`` runs both
+sides on the GPU: the script's models on ``cuda``, the engine with
+``training.use_gpu=true labeling.num_gpus=1``.
 
     pip install -e ".[bench]"
     python benchmarks/end_to_end.py                                   # jobs/stsb-1k-bm25.yaml
     python benchmarks/end_to_end.py --job jobs/stsb-bm25.yaml         # all 5,749 gold pairs
+    python benchmarks/end_to_end.py --job jobs/stsb-bm25.yaml --device cuda
 """
 
 from __future__ import annotations
@@ -44,7 +47,7 @@ def _spearman(a, b) -> float:
     return 100 * float(spearmanr(a, b)[0])
 
 
-def plain_script(cfg, gold: dict, log) -> tuple[dict, dict, dict]:
+def plain_script(cfg, gold: dict, log, device: str = "cpu") -> tuple[dict, dict, dict]:
     """The job's steps with sentence-transformers (and rank_bm25) alone; (seconds, scores, counts)."""
     import rank_bm25
     import torch
@@ -71,7 +74,7 @@ def plain_script(cfg, gold: dict, log) -> tuple[dict, dict, dict]:
         return out
 
     def new_bi() -> SentenceTransformer:
-        model = SentenceTransformer(bi_path, device="cpu")
+        model = SentenceTransformer(bi_path, device=device)
         model.max_seq_length = bi_cfg.max_length
         if bi_cfg.num_layers is not None:  # the job's smaller student: its first N layers
             model[0].auto_model.encoder.layer = model[0].auto_model.encoder.layer[:bi_cfg.num_layers]
@@ -89,7 +92,7 @@ def plain_script(cfg, gold: dict, log) -> tuple[dict, dict, dict]:
     gold_examples = [InputExample(texts=[a, b], label=float(v)) for a, b, v in zip(s1, s2, y)]
 
     t0 = time.perf_counter()
-    teacher = CrossEncoder(ce_path, num_labels=1, max_length=ce_cfg.max_length, device="cpu")
+    teacher = CrossEncoder(ce_path, num_labels=1, max_length=ce_cfg.max_length, device=device)
     loader = DataLoader(gold_examples, shuffle=True, batch_size=ce_cfg.batch_size)
     teacher.fit(train_dataloader=loader, epochs=ce_cfg.epochs,
                 warmup_steps=math.ceil(ce_cfg.warmup_ratio * len(loader) * ce_cfg.epochs),
@@ -144,7 +147,7 @@ def _side_script(args) -> int:
     cfg = load_job(args.job, args.extra)
     gold = {s: pq.read_table(Path(args.gold) / f"{s}.parquet") for s in ("train", "dev", "test")}
     t0 = time.perf_counter()
-    seconds, scores, counts = plain_script(cfg, gold, print)
+    seconds, scores, counts = plain_script(cfg, gold, print, args.device)
     Path(args.json).write_text(json.dumps({"seconds": seconds, "scores": scores, "counts": counts,
                                            "in_process_s": time.perf_counter() - t0}), encoding="utf-8")
     return 0
@@ -212,6 +215,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--root", default="", help="where the runs and their logs go (default: a temporary folder)")
     p.add_argument("--out", default="benchmarks/results/end_to_end")
     p.add_argument("--repeat", type=int, default=1, help="runs of each side, alternating engine and script")
+    p.add_argument("--device", default="cpu", help="cpu, or cuda: both sides on the GPU")
     p.add_argument("--side", choices=("script",), help=argparse.SUPPRESS)  # one side, in its own process
     p.add_argument("--gold", help=argparse.SUPPRESS)
     p.add_argument("--json", help=argparse.SUPPRESS)
@@ -227,7 +231,10 @@ def main(argv: list[str] | None = None) -> int:
     cfg = load_job(args.job, args.extra)
     if cfg.task != "regression" or cfg.sampling.strategy != "bm25" or cfg.target is not None:
         raise SystemExit(f"{args.job}: this benchmark compares in-domain regression jobs with BM25 sampling")
+    # The CLI as installed, else as a module (wheels installed with pip --target have no scripts).
     augsbert = Path(sys.executable).with_name("augsbert")
+    engine_cmd = [str(augsbert)] if augsbert.exists() else [sys.executable, "-m", "augsbert_ray.cli"]
+    on_gpu = ["training.use_gpu=true", "labeling.num_gpus=1"] if args.device.startswith("cuda") else []
     steps = ["cross_encoder", "zero_shot", "gold_only", "candidates", "silver", "augsbert"]
     runs = []
     # Each side runs as its user would start it, in a fresh process (imports and Ray's start
@@ -235,12 +242,12 @@ def main(argv: list[str] | None = None) -> int:
     for r in range(args.repeat):
         run_dir = root / f"engine-{r}"
         shutil.rmtree(run_dir, ignore_errors=True)
-        engine_wall = _timed([str(augsbert), "run", args.job, *args.extra, f"run_dir={run_dir}"],
+        engine_wall = _timed([*engine_cmd, "run", args.job, *on_gpu, *args.extra, f"run_dir={run_dir}"],
                              root / f"engine-{r}.log")
         engine = json.loads((run_dir / "metrics.json").read_text())
         print(f"[engine {r + 1}/{args.repeat}] {engine_wall:.1f} s", flush=True)
         side = root / f"script-{r}.json"
-        script_wall = _timed([sys.executable, __file__, "--side", "script", "--job", args.job,
+        script_wall = _timed([sys.executable, __file__, "--side", "script", "--job", args.job, "--device", args.device,
                               *[a for x in args.extra for a in ("--set", x)], "--gold", str(root / "engine-0" / "gold"),
                               "--json", str(side)], root / f"script-{r}.log")
         script = json.loads(side.read_text())

@@ -27,7 +27,8 @@ def shared_data_dir() -> Path:
 # --durations, both tiers). They are collected first so that test workers (pytest-xdist, a file per worker)
 # start them early instead of leaving one worker running a long file alone at the end; the
 # order of tests within a file is kept.
-LONGEST_FIRST = ("test_driver_killed.py", "test_pipeline.py", "test_smoke_job.py", "test_job_submission.py",
+LONGEST_FIRST = ("test_driver_killed.py", "test_gpu_placement.py", "test_pipeline.py", "test_gpu_check.py",
+                 "test_smoke_job.py", "test_gpu_placement_dp.py", "test_job_submission.py",
                  "test_domain_adaptation.py", "test_labeling_failure.py", "test_labeling.py", "test_autopilot.py",
                  "test_node_loss.py", "test_seed_search.py", "test_training_failure.py",
                  "test_pipeline_binary.py", "test_permanent_errors.py", "test_corpus.py", "test_semantic.py",

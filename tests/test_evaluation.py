@@ -189,3 +189,31 @@ def test_paired_bootstrap_needs_paired_predictions():
 
     with pytest.raises(ValueError, match="same pairs: 3, 2 and 3 labels"):
         paired_bootstrap("regression", [0.1, 0.2, 0.3], [0.1, 0.2], [0.0, 0.5, 1.0])
+
+
+@pytest.mark.parametrize("gpus, cuda, expected", [(0, True, "cpu"), (1, True, "cuda:0"), (1, False, "cpu")])
+def test_scoring_uses_a_gpu_only_when_it_holds_one(monkeypatch, gpus, cuda, expected):
+    """A warm host sees the node's GPUs whatever it reserved: scoring that holds no GPU stays on
+    the CPU even where torch sees one, and one that holds a GPU torch cannot see falls back."""
+    import torch
+
+    from augsbert_ray import models
+    from augsbert_ray.stages import evaluate
+
+    class Loaded(Exception):
+        pass
+
+    seen = []
+
+    def load(*args, device=None, **kwargs):
+        seen.append(device)
+        raise Loaded
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: cuda)
+    monkeypatch.setattr(models, "load_cross_encoder", load)
+    monkeypatch.setattr(models, "load_bi_encoder", load)
+    with pytest.raises(Loaded):
+        evaluate._predict_cross_encoder("model", {}, 8, 32, threads=1, gpus=gpus)
+    with pytest.raises(Loaded):
+        evaluate._predict_bi_encoder("model", {}, 8, 32, None, threads=1, gpus=gpus)
+    assert seen == [expected, expected]

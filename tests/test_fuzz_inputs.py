@@ -1530,6 +1530,7 @@ def test_mistakes_knowable_before_ray_fail_there_in_one_line(workdir, case):
     t0 = time.perf_counter()
     with mock.patch.object(runtime, "start_ray", side_effect=WouldStartRay), \
             mock.patch.object(resource_checks, "gpu_visible", return_value=False), \
+            mock.patch.object(resource_checks, "joined_ray", return_value=False), \
             mock.patch.object(constants, "HF_HUB_CACHE", str(folder / "hub-cache")), \
             mock.patch.object(tracking_checks.importlib.util, "find_spec",
                               side_effect=lambda name, *a: None if name == missing else find(name, *a)), \

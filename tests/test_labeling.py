@@ -125,7 +125,7 @@ def test_warm_hosts_label_every_candidate_once_with_the_models_scores(ray_local,
         np.testing.assert_allclose(silver.column(schema.LABEL).to_numpy(), ref, atol=1e-5)
 
 
-def test_pool_size_defaults_to_the_clusters_gpus_and_to_one_cpu_actor():
+def test_pool_size_defaults_to_the_clusters_gpus_and_cpus_and_to_one_cpu_actor():
     assert pool_size(LabelingConfig(), 8) == 1  # CPU: one actor with all the cores
     assert pool_size(LabelingConfig(num_gpus=1), 8) == 8
     assert pool_size(LabelingConfig(num_gpus=0.5), 1) == 2
@@ -133,6 +133,10 @@ def test_pool_size_defaults_to_the_clusters_gpus_and_to_one_cpu_actor():
     assert pool_size(LabelingConfig(num_gpus=1), 0) == 1  # GPU nodes still joining
     assert pool_size(LabelingConfig(num_gpus=1, actors=3), 8) == 3
     assert pool_size(LabelingConfig(actors=2), 0) == 2
+    # a GPU actor per GPU only where the CPUs hold them and the tokenising task that feeds them
+    assert pool_size(LabelingConfig(num_gpus=1), 2, 2) == 1 and pool_size(LabelingConfig(num_gpus=1), 2, 3) == 2
+    assert pool_size(LabelingConfig(num_gpus=1, num_cpus=2), 4, 5) == 2
+    assert pool_size(LabelingConfig(num_gpus=1, tokenize_stage="actor"), 2, 2) == 2
 
 
 def test_gpu_pool_gets_one_actor_per_cluster_gpu(ray_local, tiny_cross_encoder, monkeypatch):

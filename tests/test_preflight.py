@@ -313,9 +313,11 @@ def test_a_hub_id_while_the_hub_is_off_needs_a_cached_copy(tmp_path, monkeypatch
 
 
 def test_gpus_asked_for_a_local_run_need_a_gpu_here(tmp_path, monkeypatch):
+    from augsbert_ray import resource_checks
     from augsbert_ray.resource_checks import asked_gpus, check_cluster_gpus, check_local_gpus
 
     monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    monkeypatch.setattr(resource_checks, "joined_ray", lambda: False)  # another test file's Ray is not the job's
     cfg = job(tmp_path)
     assert asked_gpus(cfg) == []
     check_local_gpus(cfg, cuda_available=lambda: False)  # nothing asked
@@ -333,6 +335,12 @@ def test_gpus_asked_for_a_local_run_need_a_gpu_here(tmp_path, monkeypatch):
         check_cluster_gpus(asking, 1, "10.0.0.1:6379")
     monkeypatch.setenv("RAY_ADDRESS", "10.0.0.1:6379")
     check_local_gpus(_with(cfg, "training", use_gpu=True), cuda_available=lambda: False)
+    monkeypatch.delenv("RAY_ADDRESS")
+    # A Ray this process joined (a script's ray.init) is the job's cluster: its GPUs are checked there.
+    monkeypatch.setattr(resource_checks, "joined_ray", lambda: True)
+    check_local_gpus(_with(cfg, "training", use_gpu=True), cuda_available=lambda: False)
+    with pytest.raises(ConfigError, match=r"the Ray cluster this process had joined has none now"):
+        check_cluster_gpus(_with(cfg, "training", use_gpu=True), 0, None)
 
 
 def test_a_local_run_asking_for_a_gpu_on_a_machine_without_one_fails_before_ray(tmp_path, monkeypatch):
@@ -340,6 +348,7 @@ def test_a_local_run_asking_for_a_gpu_on_a_machine_without_one_fails_before_ray(
 
     monkeypatch.delenv("RAY_ADDRESS", raising=False)
     monkeypatch.setattr(resource_checks, "gpu_visible", lambda: False)
+    monkeypatch.setattr(resource_checks, "joined_ray", lambda: False)
     with pytest.raises(ConfigError, match="training.use_gpu=true asks for a GPU"):
         preflight.check_job(_with(job(tmp_path), "training", use_gpu=True))
 

@@ -223,7 +223,8 @@ def labelled_dataset(inputs, model_dir: str, cfg, max_length: int, cpus_per_acto
     from ray.data import ActorPoolStrategy
 
     if actors is None:
-        actors = pool_size(cfg, ray.cluster_resources().get("GPU", 0))
+        res = ray.cluster_resources()
+        actors = pool_size(cfg, res.get("GPU", 0), res.get("CPU", 0))
 
     from augsbert_ray.runtime import require_resources
 

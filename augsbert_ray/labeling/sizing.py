@@ -7,14 +7,20 @@ from __future__ import annotations
 TOKENIZE_CPUS = 1
 
 
-def pool_size(cfg, cluster_gpus: float) -> int:
+def pool_size(cfg, cluster_gpus: float, cluster_cpus: float | None = None) -> int:
     """Labelling actors: ``cfg.actors`` if set; by default, when actors have GPUs, as many as the
     cluster's GPUs hold (``cluster_gpus // cfg.num_gpus``, at least one, so a cluster that is
-    still adding GPU nodes starts with one), and one on CPU, which gets all its cores."""
+    still adding GPU nodes starts with one) and its CPUs hold beside the tokenising task
+    (``cluster_cpus``, when given: a node with as many GPUs as CPUs could not run one actor per
+    GPU and the task that feeds them); one on CPU, which gets all its cores."""
     if cfg.actors:
         return cfg.actors
     if cfg.num_gpus > 0:
-        return max(1, int(cluster_gpus // cfg.num_gpus))
+        actors = int(cluster_gpus // cfg.num_gpus)
+        if cluster_cpus is not None:
+            spare = TOKENIZE_CPUS if separate_tokenizer(cfg) else 0
+            actors = min(actors, int((cluster_cpus - spare) // (cfg.num_cpus or 1.0)))
+        return max(1, actors)
     return 1
 
 

@@ -168,8 +168,8 @@ class Evaluate(Stage):
         def call(fn, model, *args):
             if here:
                 return fn(str(model), *args, threads=int(cpus))
-            return remote_call(hosts, fn, str(model) if local else model, *args, num_cpus=cpus,
-                               num_gpus=1 if use_gpu else 0,
+            return remote_call(hosts, fn, str(model) if local else model, *args, gpus=1 if use_gpu else 0,
+                               num_cpus=cpus, num_gpus=1 if use_gpu else 0,
                                what="scoring a model (training.cpus_per_worker, training.use_gpu)")
 
         if self.trained_by is not None:
@@ -216,17 +216,18 @@ def format_scores(scores: dict, task: str, target_task: str | None = None) -> st
     return ", ".join(parts)
 
 
-# Predictions run as Ray tasks (on a GPU node when training uses GPUs), or in the driver on a
-# one-machine CPU cluster (``threads`` given); these are their bodies.
+# Predictions run as Ray tasks or on a warm host (on a GPU when training uses GPUs: ``gpus``, the
+# GPUs reserved for the call), or in the driver on a one-machine CPU cluster (``threads`` given);
+# these are their bodies. A host sees the node's GPUs whatever it reserved, so the device follows
+# the reservation, not what torch can see.
 def _predict_bi_encoder(model, splits: dict, batch_size: int, max_length: int, num_layers: int | None,
-                        threads: int | None = None) -> dict:
-    import torch
-
+                        threads: int | None = None, gpus: float = 0) -> dict:
+    from augsbert_ray.devices import torch_device
     from augsbert_ray.evaluation import bi_encoder_predictions
     from augsbert_ray.models import load_bi_encoder
 
     with _torch_threads(threads):
-        device = "cuda" if threads is None and torch.cuda.is_available() else "cpu"
+        device = torch_device(gpus)
         st = load_bi_encoder(model, max_length, num_layers, device=device)
         try:
             return bi_encoder_predictions(st, splits, batch_size)
@@ -236,14 +237,13 @@ def _predict_bi_encoder(model, splits: dict, batch_size: int, max_length: int, n
 
 
 def _predict_cross_encoder(model_dir, splits: dict, batch_size: int, max_length: int,
-                           threads: int | None = None) -> dict:
-    import torch
-
+                           threads: int | None = None, gpus: float = 0) -> dict:
+    from augsbert_ray.devices import torch_device
     from augsbert_ray.evaluation import cross_encoder_predictions
     from augsbert_ray.models import load_cross_encoder
 
     with _torch_threads(threads):
-        device = "cuda" if threads is None and torch.cuda.is_available() else "cpu"
+        device = torch_device(gpus)
         model, tokenizer = load_cross_encoder(model_dir, device=device)
         model.eval()
         try:

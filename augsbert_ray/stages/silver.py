@@ -110,7 +110,7 @@ class Silver(Stage):
         from augsbert_ray.labeling import LabelingReport, ShardStore, actor_cpus, label_candidates_file, pool_size
 
         lab = params.labeling
-        actors = pool_size(lab, env.cluster.gpus)  # fixed here, so the CPUs per actor and the pool agree
+        actors = pool_size(lab, env.cluster.gpus, env.cluster.cpus)  # fixed here, so the CPUs per actor and the pool agree
         cpus = actor_cpus(lab, env.cluster.cpus, actors)
         # Shards are committed under this stage's folder; shards of another block size are stale.
         shards_dir = env.out / "shards"

@@ -193,13 +193,16 @@ def _train(config: dict) -> None:
     torch.set_num_threads(max(1, int(config["threads"])))
     table: pa.Table = ray.get(config["data"])
     recipe = make_recipe(config["kind"], **config["recipe"])
+    from augsbert_ray.devices import usable
+
     # On a warm host (local mode) the device is the host's; Ray Train's worker knows its own.
-    device = config.get("device") or ray.train.torch.get_device()
+    device = usable(config.get("device") or ray.train.torch.get_device())
     if world > 1:
         # Moves to the device and wraps in DDP. Some weights get no gradient (a bi-encoder's
         # pooler under mean pooling), which DDP refuses at the second step unless told to look.
         def wrap(m):
-            return ray.train.torch.prepare_model(m, parallel_strategy_kwargs={"find_unused_parameters": True})
+            return ray.train.torch.prepare_model(m, move_to_device=torch.device(device),
+                                                 parallel_strategy_kwargs={"find_unused_parameters": True})
     else:
         wrap = lambda m: m.to(device)  # noqa: E731
 
