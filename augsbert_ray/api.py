@@ -202,7 +202,7 @@ def label(model: str, pairs: str | Sequence[str], out: str | os.PathLike, *, col
     from augsbert_ray.cluster_address import check, choose
     from augsbert_ray.model_checks import check_label_length
     from augsbert_ray.models import check_cross_encoder, model_content_id
-    from augsbert_ray.resource_checks import check_local_gpu_request
+    from augsbert_ray.resource_checks import check_local_gpu_request, joined_ray
     from augsbert_ray.run_lock import RunLock
 
     patterns = check_label(model, pairs, out, columns, format, score_column, max_length, precision, token_budget,
@@ -221,8 +221,7 @@ def label(model: str, pairs: str | Sequence[str], out: str | os.PathLike, *, col
 
         raise ConfigError("--score-column", None, "an empty name; name the output's score column")
     # a Ray this process joined already (a user's own ray.init) has the GPUs of its cluster
-    joined = "ray" in sys.modules and sys.modules["ray"].is_initialized()
-    check_local_gpu_request(num_gpus, "--num-gpus", where.address is None and not joined, "augsbert label")
+    check_local_gpu_request(num_gpus, "--num-gpus", where.address is None and not joined_ray(), "augsbert label")
     cols = label_files.parse_columns(columns)
     files = label_files.find_pair_files(patterns, format, exclude=out)
     trained = check_cross_encoder(model)
