@@ -102,6 +102,7 @@ def start_ray(address: str | None = None, num_cpus: int | None = None,
     for key, value in TRAIN_ENV_DEFAULTS.items():
         os.environ.setdefault(key, value)
     if not ray.is_initialized():
+        _auto_connect(True)
         state.settings = state.Settings(verbose=verbose)
         # RAY_ADDRESS left by an earlier start_ray of this process names a cluster that is gone.
         if state.pinned and os.environ.get("RAY_ADDRESS") == state.pinned.get("address"):
@@ -209,6 +210,7 @@ def stop_ray(grace_s: float = 5.0) -> None:
     if not state.owned:
         return
     state.owned.clear()
+    _auto_connect(False)
     local, state.local = state.local, None
     processes = descendants(os.getpid()) if local is not None else []
     _end_autoscaler_monitor(processes)
@@ -222,6 +224,20 @@ def stop_ray(grace_s: float = 5.0) -> None:
         finally:
             restore_ray_output()
             unpin()
+
+
+def _auto_connect(allowed: bool) -> None:
+    """Whether a Ray API call made while no Ray is initialised starts or joins one, as Ray
+    does by default (``RAY_ENABLE_AUTO_CONNECT``). Off once the job's Ray is stopped: a stage
+    thread still unwinding after Ctrl-C must fail at its next Ray call, not join the cluster
+    just stopped and wait a minute for its GCS. (Ray's module flag: an internal that may move;
+    without it Ray keeps its default.)"""
+    try:
+        from ray._private import auto_init_hook
+    except ImportError:
+        return
+    if hasattr(auto_init_hook, "enable_auto_connect"):
+        auto_init_hook.enable_auto_connect = allowed and os.environ.get("RAY_ENABLE_AUTO_CONNECT", "") != "0"
 
 
 def _end_autoscaler_monitor(processes: list) -> None:

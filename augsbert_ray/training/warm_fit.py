@@ -16,6 +16,8 @@ import os
 import shutil
 from pathlib import Path
 
+from augsbert_ray import signals
+
 CHECKPOINT_PREFIX = "checkpoint_"
 KEEP = 2  # the latest two training states, as the worker group's CheckpointConfig keeps
 
@@ -110,6 +112,8 @@ def fit_on_host(pool, train_fn, config: dict, *, run: str, storage: str, cpus: f
                 metrics = {**metrics, "host_start_seconds": started}
             return metrics, out["checkpoint"]
         except (RayActorError, RayTaskError) as e:  # the host died, or the training raised
+            if signals.stopping():  # the job is stopping (its Ray with it): no new attempt
+                raise signals.Interrupted(signals.received()) from None
             failures += 1
             if failures > max_failures:
                 raise RestartsExhausted(_cause(e)) from None
