@@ -67,7 +67,7 @@ def write_table(path: str | os.PathLike, table: pa.Table, schema: pa.Schema | No
     target = Path(path)
     target.parent.mkdir(parents=True, exist_ok=True)
     tmp = target.with_name(f".{target.name}.tmp")
-    with _written_whole(tmp, target):
+    with written_whole(tmp, target):
         if schema is None:
             pq.write_table(table, tmp)
         else:
@@ -81,7 +81,7 @@ def write_table(path: str | os.PathLike, table: pa.Table, schema: pa.Schema | No
 
 
 @contextmanager
-def _written_whole(tmp: Path, target: Path):
+def written_whole(tmp: Path, target: Path):
     """Around the write of ``tmp`` (renamed to ``target`` after): a write that fails removes
     ``tmp``, and a full disk is a ``DiskFullError`` naming ``target``."""
     try:
@@ -272,7 +272,7 @@ class RunDir:
         target = self.path(name)
         target.parent.mkdir(parents=True, exist_ok=True)
         tmp = target.with_name(f".{target.name}.tmp")
-        with _written_whole(tmp, target):
+        with written_whole(tmp, target):
             tmp.write_text(text, encoding="utf-8")
         os.replace(tmp, target)
         return target

@@ -178,8 +178,11 @@ def _train_loop_per_worker(config: dict) -> None:
     except Exception as e:
         if not marker or not is_permanent(e):
             raise
-        _write_marker(marker, {"error": describe_error(e), "traceback": traceback.format_exc()},
-                      ctx.get_world_rank())
+        try:
+            _write_marker(marker, {"error": describe_error(e), "traceback": traceback.format_exc()},
+                          ctx.get_world_rank())
+        except OSError:  # a full disk: the error itself goes to the driver instead of its record
+            raise e from None
         if world > 1:
             raise  # the other ranks may be waiting for this one in a collective: Ray Train stops them
 

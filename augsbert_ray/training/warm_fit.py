@@ -17,6 +17,7 @@ import shutil
 from pathlib import Path
 
 from augsbert_ray import signals
+from augsbert_ray.errors import DiskFullError
 
 CHECKPOINT_PREFIX = "checkpoint_"
 KEEP = 2  # the latest two training states, as the worker group's CheckpointConfig keeps
@@ -114,6 +115,8 @@ def fit_on_host(pool, train_fn, config: dict, *, run: str, storage: str, cpus: f
         except (RayActorError, RayTaskError) as e:  # the host died, or the training raised
             if signals.stopping():  # the job is stopping (its Ray with it): no new attempt
                 raise signals.Interrupted(signals.received()) from None
+            if isinstance(_cause(e), DiskFullError):  # a new host would meet the same full disk
+                raise _cause(e) from None
             failures += 1
             if failures > max_failures:
                 raise RestartsExhausted(_cause(e)) from None
