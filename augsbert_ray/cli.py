@@ -245,6 +245,9 @@ def _unforeseen(e: Exception, log: Path, verbose: bool, stage: str | None = None
     the traceback itself."""
     from augsbert_ray.errors import stage_of
 
+    full = as_disk_full(e)
+    if full is not None:  # foreseen after all: a library's write met a full disk
+        raise full from e
     if verbose or not log.is_file():
         raise e
     where = stage_of(e) or stage
