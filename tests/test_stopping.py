@@ -62,9 +62,9 @@ from augsbert_ray.runtime import start_ray, stop_ray
 import ray
 start_ray(num_cpus=1, verbose=False)
 ray.get(ray.put(1))
-stop_ray()
-out = {}
-def late_call():  # a stage thread still unwinding
+out, stopped = {}, threading.Event()
+def late_call():  # a stage thread still unwinding when the job's Ray is stopped
+    stopped.wait()
     t0 = time.monotonic()
     try:
         ray.put(2)
@@ -72,8 +72,10 @@ def late_call():  # a stage thread still unwinding
     except Exception as e:
         out["result"] = type(e).__name__
     out["seconds"] = time.monotonic() - t0
-thread = threading.Thread(target=late_call, daemon=True)
+thread = threading.Thread(target=late_call, name="stage-augsbert", daemon=True)
 thread.start()
+stop_ray()
+stopped.set()
 thread.join(30)
 print(out.get("result", "hung"), round(out.get("seconds", 99), 1), ray.is_initialized())
 """

@@ -210,7 +210,8 @@ def stop_ray(grace_s: float = 5.0) -> None:
     if not state.owned:
         return
     state.owned.clear()
-    _auto_connect(False)
+    if _stage_threads_alive():  # a job that stops part-way: its stages are still unwinding
+        _auto_connect(False)
     local, state.local = state.local, None
     processes = descendants(os.getpid()) if local is not None else []
     _end_autoscaler_monitor(processes)
@@ -226,11 +227,19 @@ def stop_ray(grace_s: float = 5.0) -> None:
             unpin()
 
 
+def _stage_threads_alive() -> bool:
+    """Whether threads that run a job's stages (``runner``'s ``stage-NAME``) are still alive."""
+    import threading
+
+    return any(t.name.startswith("stage-") and t.is_alive() for t in threading.enumerate())
+
+
 def _auto_connect(allowed: bool) -> None:
     """Whether a Ray API call made while no Ray is initialised starts or joins one, as Ray
-    does by default (``RAY_ENABLE_AUTO_CONNECT``). Off once the job's Ray is stopped: a stage
-    thread still unwinding after Ctrl-C must fail at its next Ray call, not join the cluster
-    just stopped and wait a minute for its GCS. (Ray's module flag: an internal that may move;
+    does by default (``RAY_ENABLE_AUTO_CONNECT``). Off once the job's Ray is stopped while its
+    stage threads still unwind (Ctrl-C, an error): their next Ray call must fail, not join the
+    cluster just stopped and wait a minute for its GCS; a job that ends whole leaves it as it
+    was. On again at the next ``start_ray``. (Ray's module flag: an internal that may move;
     without it Ray keeps its default.)"""
     try:
         from ray._private import auto_init_hook
