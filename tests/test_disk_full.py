@@ -20,6 +20,13 @@ def _full(*args, **kwargs):
     raise OSError(errno.ENOSPC, "No space left on device")
 
 
+def _part_then_full(table, where, **kwargs):
+    """``pq.write_table`` on a disk that fills up after the first bytes."""
+    with open(where, "wb") as f:
+        f.write(b"PAR1")
+    _full()
+
+
 def test_the_forms_a_full_disk_takes_are_recognised_and_named():
     assert is_disk_full(OSError(errno.ENOSPC, "No space left on device", "/r/x"))
     assert as_disk_full(OSError(errno.ENOSPC, "No space left on device", "/r/x")).path == "/r/x"
@@ -34,7 +41,7 @@ def test_a_labelled_shard_is_committed_whole_or_not_at_all(tmp_path, monkeypatch
     store = ShardStore(tmp_path / "shards")
     table = pa.table({"id1": [1, 2], "label": [0.5, 0.25]})
     with monkeypatch.context() as m:
-        m.setattr(pq, "write_table", lambda t, where, **k: (open(where, "wb").write(b"PAR1"), _full())[1])
+        m.setattr(pq, "write_table", _part_then_full)
         with pytest.raises(DiskFullError, match="no space left on device while writing .*part-000004.parquet"):
             store.commit(4, table, "digest")
     assert not list(store.root.rglob("*part-000004*")) and not store.done(4, "digest")
@@ -44,7 +51,7 @@ def test_a_labelled_shard_is_committed_whole_or_not_at_all(tmp_path, monkeypatch
 
 def test_a_run_directory_table_is_written_whole_or_not_at_all(tmp_path, monkeypatch):
     with monkeypatch.context() as m:
-        m.setattr(pq, "write_table", lambda t, where, **k: (open(where, "wb").write(b"PAR1"), _full())[1])
+        m.setattr(pq, "write_table", _part_then_full)
         with pytest.raises(DiskFullError, match="silver.parquet"):
             write_table(tmp_path / "silver.parquet", pa.table({"x": [1]}))
     assert list(tmp_path.iterdir()) == []
@@ -59,5 +66,5 @@ def test_the_cli_names_a_full_disk_in_one_line(monkeypatch, capsys):
     monkeypatch.setattr(report, "show_run", full)
     assert cli.main(["report", "/runs/x"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert err == ["augsbert: error: no space left on device while writing /runs/x/metrics.json: free some space and "
-                   "run again (a re-run resumes from what was written whole)"]
+    assert err == [("augsbert: error: no space left on device while writing /runs/x/metrics.json: free some space and "
+                    "run again (a re-run resumes from what was written whole)")]

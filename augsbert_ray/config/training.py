@@ -6,7 +6,7 @@ from typing import Literal
 
 from pydantic import Field, PositiveInt, model_validator
 
-from augsbert_ray.config.fields import Seed, Section, placement
+from augsbert_ray.config.fields import Section, Seed, placement
 
 
 class TrainingConfig(Section):
