@@ -263,6 +263,7 @@ def test_validate_refuses_what_run_refuses_before_ray(tmp_path, capsys, monkeypa
 
     monkeypatch.setattr(runtime, "start_ray", no_ray)
     monkeypatch.setattr(resource_checks, "gpu_visible", lambda: False)
+    monkeypatch.setattr(resource_checks, "joined_ray", lambda: False)  # as in a CLI process (not this test's)
     monkeypatch.delenv("RAY_ADDRESS", raising=False)
     job = _stsb_job(tmp_path, _THREE_PAIRS, cross_encoder=f"{{model: '{tiny_model}'}}", bi_encoder=f"{{model: '{tiny_model}'}}", ray="{num_cpus: 2}")
     assert main(["validate", job]) == 0, capsys.readouterr().err  # the job itself is fine
