@@ -31,7 +31,7 @@ from pathlib import Path
 
 from augsbert_ray import signals
 from augsbert_ray.cluster_address import choose as choose_address
-from augsbert_ray.errors import AugSBERTError
+from augsbert_ray.errors import AugSBERTError, as_disk_full
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -151,11 +151,18 @@ def main(argv: list[str] | None = None) -> int:
             jobs, overrides = split_jobs_and_overrides(args.jobs)
             if not jobs:
                 raise AugSBERTError(f"no job file among {args.jobs} (overrides look like key.sub=value)")
+            from augsbert_ray.preflight import check_for_validate
+
             for path in jobs:
                 cfg = load_job(path, overrides + args.overrides)
+                # what run refuses before Ray starts, validate refuses too (or says what it could not check)
+                not_checked = check_for_validate(cfg, warn=lambda line: print(f"augsbert: warning: {line}",
+                                                                             file=sys.stderr))
                 mode = (f"domain adaptation, target task {cfg.target_task}" if cfg.target is not None
                         else f"strategy {cfg.sampling.strategy}")
                 print(f"{path}: ok (job '{cfg.name}', {mode}, run dir {cfg.resolved_run_dir})")
+                for what in not_checked:
+                    print(f"  not checked: {what}")
                 if args.explain:
                     print(explain(cfg))
             return 0
@@ -181,6 +188,12 @@ def main(argv: list[str] | None = None) -> int:
             return _run(cfg, address, args.fresh, args.verbose, args.until)
     except AugSBERTError as e:
         print(f"augsbert: error: {e}", file=sys.stderr)
+        return 2
+    except OSError as e:  # a full disk, met by a write outside the engine's own (a library's)
+        full = as_disk_full(e)
+        if full is None:
+            raise
+        print(f"augsbert: error: {full}", file=sys.stderr)
         return 2
     except KeyboardInterrupt as e:
         print("augsbert: interrupted", file=sys.stderr)
@@ -232,6 +245,9 @@ def _unforeseen(e: Exception, log: Path, verbose: bool, stage: str | None = None
     the traceback itself."""
     from augsbert_ray.errors import stage_of
 
+    full = as_disk_full(e)
+    if full is not None:  # foreseen after all: a library's write met a full disk
+        raise full from e
     if verbose or not log.is_file():
         raise e
     where = stage_of(e) or stage

@@ -90,3 +90,71 @@ def tag_stage(exc: BaseException, stage: str) -> None:
 def stage_of(exc: BaseException) -> str | None:
     """The stage ``tag_stage`` recorded on ``exc``, or None."""
     return getattr(exc, "_augsbert_stage", None)
+
+
+class DiskFullError(AugSBERTError):
+    """A write ran out of space. Whatever was being written is discarded, not kept as done, so a
+    re-run once space is freed resumes from the last state written whole.
+
+    Attributes:
+        path: the file or folder being written.
+    """
+
+    def __init__(self, path: str):
+        self.path = str(path)
+        super().__init__(f"no space left on device while writing {self.path}: free some space and run again "
+                         f"(a re-run resumes from what was written whole)")
+
+    def __reduce__(self):
+        return (DiskFullError, (self.path,))
+
+
+_NO_SPACE = ("No space left on device", "[Errno 28]", "Disk quota exceeded", "[Errno 122]")
+
+
+def is_disk_full(error: BaseException) -> bool:
+    """Whether ``error`` is a write that ran out of space: an ``OSError`` with ``ENOSPC`` or
+    ``EDQUOT``, ``shutil.copytree``'s collected errors naming it, or torch's ``RuntimeError``
+    from a failed write (``torch.save`` reports a full disk as "file write failed")."""
+    import errno
+
+    if isinstance(error, DiskFullError):
+        return True
+    if isinstance(error, OSError) and error.errno in (errno.ENOSPC, errno.EDQUOT):
+        return True
+    text = str(error)
+    if any(s in text for s in _NO_SPACE):
+        return True
+    return isinstance(error, RuntimeError) and ("file write failed" in text or "unexpected pos" in text)
+
+
+def as_disk_full(error: BaseException) -> DiskFullError | None:
+    """``error`` as a ``DiskFullError`` naming the path being written where it says, or None
+    when it is not a full disk. Looks through the causes (``raise ... from``) too."""
+    seen = error
+    while seen is not None:
+        if isinstance(seen, DiskFullError):
+            return seen
+        if is_disk_full(seen):
+            path = getattr(seen, "filename", None)
+            if path is None and seen.args and isinstance(seen.args[0], list) and seen.args[0]:
+                path = seen.args[0][0][1] if isinstance(seen.args[0][0], tuple) else None  # shutil.Error's (src, dst, why)
+            return DiskFullError(path if path is not None else "a file of the run")
+        seen = seen.__cause__
+    return None
+
+
+class writing:
+    """``with writing(path): ...`` turns a full disk met inside the block into ``DiskFullError(path)``."""
+
+    def __init__(self, path):
+        self.path = path
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, exc_type, exc, tb):
+        if exc is not None and not isinstance(exc, DiskFullError) and isinstance(exc, Exception) \
+                and is_disk_full(exc):
+            raise DiskFullError(self.path) from exc
+        return False

@@ -55,7 +55,7 @@ from augsbert_ray.data_warnings import data_warnings
 from augsbert_ray.model_checks import check_models
 from augsbert_ray.optional_modules import job_needs, require
 from augsbert_ray.missing_paths import unresolved
-from augsbert_ray.resource_checks import check_local_gpus
+from augsbert_ray.resource_checks import check_local_cpus, check_local_gpus, runs_locally
 from augsbert_ray.tracking_checks import check_tracking
 from augsbert_ray.sources import DataSource
 
@@ -91,9 +91,47 @@ def check_job(cfg: JobConfig, warn: Callable[[str], None] | None = None) -> dict
                        load_target_sources(cfg.target, cfg.target_task, cfg.data.on_bad_rows), cfg.data.on_bad_rows)
     require_folds(cfg, gold["train"].num_rows)
     check_local_gpus(cfg)
+    check_local_cpus(cfg)
     for line in data_warnings(cfg, gold):
         (warn or logging.getLogger(__name__).warning)(line)
     return gold
+
+
+def check_for_validate(cfg: JobConfig, warn: Callable[[str], None] | None = None) -> list[str]:
+    """``augsbert validate``'s checks: those of ``check_job``, so that it refuses what ``run``
+    refuses before Ray starts, except what it cannot check here.
+
+    The inputs are read and checked when every one is a local file that exists; otherwise the
+    models and this machine's resources are checked, and what was left is said.
+
+    Returns:
+        What could not be checked, a line each (empty when everything was).
+
+    Raises:
+        ConfigError, DataError: as ``check_job``.
+    """
+    not_checked = []
+    remote = [key for key, source in input_sources(cfg) if source.format == "hf" or "://" in str(source.path)]
+    try:
+        check_paths(cfg)
+    except ConfigError as e:
+        if e.key is None or not e.key.endswith(".path") or "file not found" not in e.reason:
+            raise
+        not_checked.append(f"the inputs ({e}; run refuses that)")
+    if remote:
+        not_checked.append(f"the inputs ({', '.join(remote)} are read from the network when the job runs)")
+    if not not_checked:
+        check_job(cfg, warn)
+    else:
+        require(job_needs(cfg), cfg.source)
+        check_tracking(cfg)
+        check_models(cfg)
+        check_local_gpus(cfg)
+        check_local_cpus(cfg)
+    if not runs_locally(cfg):
+        not_checked.append("GPUs and CPUs (the job runs on a cluster, ray.address or RAY_ADDRESS: they are checked "
+                           "there before the first stage that needs them)")
+    return not_checked
 
 
 def load_gold_sources(data, task: str) -> dict[str, LoadResult]:

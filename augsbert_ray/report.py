@@ -21,8 +21,9 @@ from augsbert_ray.stages.base import ScoreRow, SummaryContext
 log = logging.getLogger(__name__)
 
 
-def summary_markdown(metrics: RunMetrics) -> str:
-    """The run's summary for people: the scores tables, each stage's section and the stage times."""
+def summary_markdown(metrics: RunMetrics, live: str | None = None) -> str:
+    """The run's summary for people: the scores tables, each stage's section and the stage times
+    (``live``: the run still running, as ``run_lock.live_run`` names it, for a report read meanwhile)."""
     metric, binary = metrics.primary_metric, metrics.task == "binary"
     ctx = SummaryContext(task=metrics.task, metric=metric, complete=metrics.complete)
     results = [(s.name, s.result) for s in metrics.stages]
@@ -50,7 +51,7 @@ def summary_markdown(metrics: RunMetrics) -> str:
         section = result.section(dataclasses.replace(ctx, stage=name))
         if section:
             lines += ["", *section]
-    lines += ["", *stage_table(metrics.stages), *unfinished_markdown(metrics), "", cluster_line(metrics)]
+    lines += ["", *stage_table(metrics.stages), *unfinished_markdown(metrics, live), "", cluster_line(metrics, live)]
     if metrics.tracking:
         lines += ["", tracking_line(metrics.tracking)]
     return "\n".join(lines) + "\n"
@@ -89,10 +90,12 @@ def _fixed_cell(s: StageRecord) -> str:
     return f"{s.fixed_seconds:.1f} ({s.host_start_seconds:.1f} starting the warm host)"
 
 
-def cluster_line(metrics: RunMetrics) -> str:
+def cluster_line(metrics: RunMetrics, live: str | None = None) -> str:
     c = metrics.cluster
     if c is None:
-        if not metrics.complete:
+        if not metrics.complete and live:
+            why = f"The run is still running ({live}); its Ray had not started when this report was written"
+        elif not metrics.complete:
             why = "Ray had not started when this report was written"
         elif all(s.reused for s in metrics.stages):
             why = "Ray was not started: every stage was done by an earlier run"
@@ -111,16 +114,18 @@ def tracking_line(info: dict) -> str:
     return f"Tracking: {where}; view with `{info.get('command')}`."
 
 
-def unfinished_markdown(metrics: RunMetrics) -> list[str]:
+def unfinished_markdown(metrics: RunMetrics, live: str | None = None) -> list[str]:
     """For a run that has not finished: the stages done and those not done (nothing otherwise)."""
     if metrics.complete:
         return []
     done = [s.name for s in metrics.stages]
     left = [name for name in metrics.stages_planned if name not in done]
     of = f" of {len(done) + len(left)}" if left else ""
-    return ["", f"Unfinished run: {len(done)}{of} stages done" + (f"; not done: {', '.join(left)}" if left else "")
-            + ". It ran until a stage (`--until`), failed, was stopped, or is still running (its logs/job.log says "
-              "which); running the job again resumes it."]
+    head = f"Unfinished run: {len(done)}{of} stages done" + (f"; not done: {', '.join(left)}" if left else "")
+    if live:
+        return ["", f"{head}. It is still running ({live}): `augsbert report` shows more as its stages finish."]
+    return ["", head + ". It ran until a stage (`--until`), failed, was stopped, or is still running (its "
+                       "logs/job.log says which); running the job again resumes it."]
 
 
 def write_density_plot(path, gold_labels, silver_labels, title: str) -> None:
@@ -168,13 +173,16 @@ def show_run(run_dir) -> str:
     path = root / "metrics.json"
     if not path.exists():
         raise AugSBERTError(f"{root}: no metrics.json, so no run to report (a job writes it after its first stage)")
+    from augsbert_ray.run_lock import live_run
+
     metrics = RunMetrics.load(path)
+    live = None if metrics.complete else live_run(root)
     try:
-        text = summary_markdown(metrics)
+        text = summary_markdown(metrics, live)
     except (KeyError, TypeError, ValueError, AttributeError, IndexError) as e:  # a field the checks do not cover
         raise DataError(str(path), None, None, f"not a run's metrics as this version writes them ({type(e).__name__}: "
                                                f"{e}); rerun the job to write it again") from None
-    if not metrics.complete:
+    if not metrics.complete and not live:
         last = last_failure(root / "logs" / "job.log")
         if last:
             text += f"\nThe job log's last failure: {last}\n"

@@ -83,6 +83,27 @@ def check_local_gpu_request(num_gpus: float, key: str, local: bool, command: str
                                      "address (--address)")
 
 
+def check_local_cpus(cfg: JobConfig) -> None:
+    """A local run's training workers fit in this machine's CPUs (``ray.num_cpus`` or every
+    core), as Ray Train would otherwise find once Ray has started.
+
+    Raises:
+        ConfigError: naming the job file, ``training.num_workers`` and the CPUs there are.
+    """
+    if not runs_locally(cfg):
+        return
+    from augsbert_ray.runtime.resources import per_worker_cpus
+
+    cpus = cfg.ray.num_cpus or os.cpu_count() or 1
+    workers = cfg.training.num_workers
+    each = per_worker_cpus(cfg.training.cpus_per_worker, cpus, workers)
+    if workers * each > cpus:
+        raise ConfigError(cfg.source, "training.num_workers",
+                          f"{workers} training workers of {each:g} CPUs each (training.cpus_per_worker) need "
+                          f"{workers * each:g} CPUs, and the job starts its own Ray here with {cpus} "
+                          "(ray.num_cpus, else every core): ask for fewer, or give a cluster's address")
+
+
 def gpu_visible() -> bool:
     """Whether torch can use a GPU here. On Linux, a machine with no NVIDIA device node, no ROCm
     one and no WSL2 GPU bridge has none, which is known without importing torch (seconds on a

@@ -31,7 +31,7 @@ from pathlib import Path
 
 from augsbert_ray.errors import AugSBERTError
 
-__all__ = ["LOCK_NAME", "RunDirBusy", "RunDirUnusable", "RunLock", "holder"]
+__all__ = ["LOCK_NAME", "RunDirBusy", "RunDirUnusable", "RunLock", "holder", "live_run"]
 
 LOCK_NAME = ".augsbert.lock"
 
@@ -52,6 +52,31 @@ def holder(root: str | os.PathLike) -> dict:
     except (OSError, ValueError):
         return {}
     return record if isinstance(record, dict) else {}
+
+
+def live_run(root: str | os.PathLike) -> str | None:
+    """Which live run holds the run root's lock now (``run PID on host H, started T``), or
+    None when none does (no run, or one that ended however it ended)."""
+    try:
+        fd = os.open(Path(root) / LOCK_NAME, os.O_RDONLY)
+    except OSError:
+        return None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return _describe(holder(root))
+    except OSError:
+        return None
+    finally:
+        os.close(fd)  # also gives up the shared lock, if taken
+    return None
+
+
+def _describe(who: dict) -> str:
+    if not who.get("pid"):
+        return "another run (just starting)"
+    return f"run {who['pid']} on host {who.get('host', '?')}" + (f", started {who['started']}" if who.get("started")
+                                                                 else "")
 
 
 def _exists(path: Path) -> bool:

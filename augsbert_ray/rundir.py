@@ -23,11 +23,14 @@ import json
 import logging
 import os
 import re
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
+
+from augsbert_ray.errors import writing
 
 log = logging.getLogger(__name__)
 
@@ -64,16 +67,29 @@ def write_table(path: str | os.PathLike, table: pa.Table, schema: pa.Schema | No
     target = Path(path)
     target.parent.mkdir(parents=True, exist_ok=True)
     tmp = target.with_name(f".{target.name}.tmp")
-    if schema is None:
-        pq.write_table(table, tmp)
-    else:
-        with pq.ParquetWriter(tmp, schema) as writer:
-            for start in range(0, table.num_rows, rows_per_write):
-                writer.write_table(table.slice(start, rows_per_write).cast(schema))
-            if table.num_rows == 0:
-                writer.write_table(schema.empty_table())
+    with written_whole(tmp, target):
+        if schema is None:
+            pq.write_table(table, tmp)
+        else:
+            with pq.ParquetWriter(tmp, schema) as writer:
+                for start in range(0, table.num_rows, rows_per_write):
+                    writer.write_table(table.slice(start, rows_per_write).cast(schema))
+                if table.num_rows == 0:
+                    writer.write_table(schema.empty_table())
     os.replace(tmp, target)
     return target
+
+
+@contextmanager
+def written_whole(tmp: Path, target: Path):
+    """Around the write of ``tmp`` (renamed to ``target`` after): a write that fails removes
+    ``tmp``, and a full disk is a ``DiskFullError`` naming ``target``."""
+    try:
+        with writing(target):
+            yield
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
 
 
 def is_uri(location: str | os.PathLike) -> bool:
@@ -256,7 +272,8 @@ class RunDir:
         target = self.path(name)
         target.parent.mkdir(parents=True, exist_ok=True)
         tmp = target.with_name(f".{target.name}.tmp")
-        tmp.write_text(text, encoding="utf-8")
+        with written_whole(tmp, target):
+            tmp.write_text(text, encoding="utf-8")
         os.replace(tmp, target)
         return target
 

@@ -21,7 +21,7 @@ import sys
 import threading
 from contextlib import contextmanager
 
-__all__ = ["Interrupted", "handled", "install", "exit_status"]
+__all__ = ["Interrupted", "handled", "install", "exit_status", "stopping"]
 
 SIGNALS = (signal.SIGINT, signal.SIGTERM)
 _received: list[int] = []
@@ -82,6 +82,17 @@ def handled():
         for signum, handler in before.items():
             signal.signal(signum, handler if handler is not None else signal.SIG_DFL)
         # _received is kept for exit_status, until the next handled block.
+
+
+def received() -> int:
+    """The first signal the job received (SIGINT when none was)."""
+    return _received[0] if _received else signal.SIGINT
+
+
+def stopping() -> bool:
+    """Whether the job received SIGINT or SIGTERM and is unwinding: work still under way in
+    another thread (a stage) starts nothing new, no retry included."""
+    return bool(_received)
 
 
 def active() -> bool:

@@ -53,7 +53,8 @@ def _bool_at(value: Any, where: str = "") -> str | None:
 class StrictModel(BaseModel):
     """A config model: extra keys are errors, and a boolean where a number belongs is refused."""
 
-    model_config = ConfigDict(extra="forbid")
+    # allow_inf_nan: a setting of inf or nan (a learning rate, a weight, a threshold) is never meant.
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     @field_validator("*", mode="before")
     @classmethod

@@ -50,7 +50,10 @@ def _runner(tmp_path, cfg, artifacts: dict):
                                                       ("augsbert", 80.0, 82.0, "augsbert"),
                                                       # NaN: a model that scored every dev pair the same
                                                       ("better", float("nan"), 82.0, "gold_only"),
-                                                      ("better", 80.0, float("nan"), "augsbert")])
+                                                      ("better", 80.0, float("nan"), "augsbert"),
+                                                      # equal as shown: a tie, not a lead
+                                                      ("better", 66.23, 66.23, "augsbert"),
+                                                      ("better", 66.2301, 66.2304, "gold_only")])
 def test_the_job_ships_the_better_model_on_dev(tmp_path, policy, aug, gold, expected):
     from augsbert_ray.stages import Ship
 
@@ -70,6 +73,9 @@ def test_the_job_ships_the_better_model_on_dev(tmp_path, policy, aug, gold, expe
     assert done.result.gold_only_dev == pytest.approx(gold, nan_ok=True)
     if np.isnan(aug) or np.isnan(gold):
         assert "undefined" in done.result.why
+    elif policy == "better":
+        assert ("tie on dev" in done.result.why) is (f"{aug:.2f}" == f"{gold:.2f}")
+        assert ("leads" in done.result.why) is (f"{aug:.2f}" != f"{gold:.2f}")
 
 
 def test_the_autopilot_tries_every_combination_teachers_first(tmp_path):

@@ -237,3 +237,47 @@ def test_two_runs_into_one_directory_the_second_refused_then_the_killed_runs_loc
     monkeypatch.setattr(preflight, "check_job", claimed)
     with pytest.raises(Claimed):  # the killed run's lock is taken over
         main(["run", job, f"run_dir={run_dir}"])
+
+
+_THREE_PAIRS = ("g\tf\ty\t1\t2.5\tA man.\tA dog.\ng\tf\ty\t2\t1.5\tA cat.\tA car.\n"
+                "g\tf\ty\t3\t4.5\tA cow.\tA cow!\n")
+
+
+@pytest.mark.parametrize("override, key", [
+    ("cross_encoder.lr=inf", "cross_encoder.lr"), ("bi_encoder.lr=nan", "bi_encoder.lr"),
+    ("bi_encoder.warmup_ratio=-inf", "bi_encoder.warmup_ratio"),
+    ("training.checkpoint_every=nan", "training.checkpoint_every"),
+    (f"seed={2**70}", "seed"), ("seed=-1", "seed"), ("bi_encoder.seed=nan", "bi_encoder.seed"),
+    ("training.num_workers=64", "training.num_workers"),
+    ("bi_encoder.num_layers=99", "bi_encoder.num_layers"), ("cross_encoder.max_length=100000", "cross_encoder.max_length"),
+    ("labeling.num_gpus=1", "labeling.num_gpus"), ("data.subsample.dev=1", "data.subsample.dev"),
+])
+def test_validate_refuses_what_run_refuses_before_ray(tmp_path, capsys, monkeypatch, tiny_model, override, key):
+    """Non-finite numbers, seeds past 64 bits, more training workers than the local Ray's CPUs,
+    layers and positions the model lacks, a GPU this machine lacks, too few dev pairs: refused by
+    ``validate`` and by ``run``, in one line, before Ray would start."""
+    from augsbert_ray import resource_checks, runtime
+
+    def no_ray(*args, **kwargs):
+        raise AssertionError("Ray must not start")
+
+    monkeypatch.setattr(runtime, "start_ray", no_ray)
+    monkeypatch.setattr(resource_checks, "gpu_visible", lambda: False)
+    monkeypatch.setattr(resource_checks, "joined_ray", lambda: False)  # as in a CLI process (not this test's)
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    job = _stsb_job(tmp_path, _THREE_PAIRS, cross_encoder=f"{{model: '{tiny_model}'}}", bi_encoder=f"{{model: '{tiny_model}'}}", ray="{num_cpus: 2}")
+    assert main(["validate", job]) == 0, capsys.readouterr().err  # the job itself is fine
+    capsys.readouterr()
+    assert main(["validate", job, override]) == 2
+    refused = _one_error_line(capsys.readouterr().err)
+    assert main(["run", job, override, f"run_dir={tmp_path / 'run'}"]) == 2
+    assert _one_error_line(capsys.readouterr().err) == refused and key in refused
+    assert not (tmp_path / "run").exists()
+
+
+def test_validate_says_what_it_could_not_check(tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("RAY_ADDRESS", "127.0.0.1:1")
+    assert main(["validate", str(write(tmp_path, MINIMAL))]) == 0
+    out = capsys.readouterr().out
+    assert "not checked: the inputs" in out and "file not found" in out
+    assert "not checked: GPUs and CPUs (the job runs on a cluster" in out

@@ -201,3 +201,15 @@ def test_a_stage_class_is_found_by_its_name_with_no_list_to_edit():
     assert result_type_of("gold") is GoldResult
     assert result_type_of("eval_augsbert") is EvalResult  # named per instance, found by its prefix
     assert result_type_of("no_such_stage") is None
+
+
+def test_report_on_a_live_run_says_it_is_still_running(tmp_path):
+    from augsbert_ray.run_lock import RunLock
+
+    (tmp_path / "metrics.json").write_text(json.dumps(_good()))
+    with RunLock(tmp_path):  # what a running job holds
+        text = show_run(tmp_path)
+    assert "It is still running (run " in text and "The run is still running (run " in text
+    assert "Ray had not started when this report was written." not in text.replace("its Ray had", "")
+    after = show_run(tmp_path)  # the lock given up: a run that ended, however
+    assert "still running (run" not in after and "Ray had not started when this report was written" in after

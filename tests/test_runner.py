@@ -254,3 +254,44 @@ def test_the_first_failing_stage_stops_the_job_after_the_others_end(tmp_path):
     with pytest.raises(RuntimeError, match="a failed"):
         runner.run_graph(stages)
     assert set(runner.done) == {"b"}  # b, running beside it, finished; c never started
+
+
+def test_a_marker_cut_short_or_never_renamed_redoes_the_stage_in_its_folder(tmp_path):
+    rd = RunDir(tmp_path / "run")
+    src = Source()
+    folder = Runner(_cfg(), rd).run(src).folder
+    marker = (folder / "done.json").read_text()
+    # A kill mid-commit: the marker's temporary file written, not yet renamed into place.
+    (folder / "done.json").rename(folder / ".done.json.tmp")
+    done = Runner(_cfg(), rd).run(src)
+    assert not done.reused and src.calls[-1]["resumed"] is True
+    # A marker cut short (a copy of the run directory that stopped mid-file).
+    (folder / "done.json").write_text(marker[: len(marker) // 2])
+    assert not Runner(_cfg(), rd).run(src).reused and len(src.calls) == 3
+    assert Runner(_cfg(), rd).run(src).reused
+
+
+def test_a_full_disk_at_the_marker_is_one_error_naming_it_and_nothing_is_marked(tmp_path, monkeypatch):
+    import errno
+    from pathlib import Path
+
+    from augsbert_ray.errors import DiskFullError
+
+    rd = RunDir(tmp_path / "run")
+    src = Source()
+    real = Path.write_text
+
+    def full(self, text, *args, **kwargs):
+        if self.name == ".done.json.tmp":
+            real(self, text[:10], *args, **kwargs)
+            raise OSError(errno.ENOSPC, "No space left on device", str(self))
+        return real(self, text, *args, **kwargs)
+
+    with monkeypatch.context() as m:
+        m.setattr(Path, "write_text", full)
+        with pytest.raises(DiskFullError, match=r"no space left on device while writing .*done\.json"):
+            Runner(_cfg(), rd).run(src)
+    folder = Runner(_cfg(), rd).folder(src, Runner(_cfg(), rd).fingerprint(src))
+    assert not (folder / "done.json").exists() and not (folder / ".done.json.tmp").exists()
+    done = Runner(_cfg(), rd).run(src)  # space freed: the stage is redone, resuming in its folder
+    assert not done.reused and src.calls[-1]["resumed"] is True

@@ -6,7 +6,7 @@ from typing import Literal
 
 from pydantic import Field, PositiveInt, model_validator
 
-from augsbert_ray.config.fields import Section
+from augsbert_ray.config.fields import Section, Seed
 from augsbert_ray.sources import DataSource
 
 
@@ -23,7 +23,7 @@ class DataConfig(Section):
     subsample: dict[Literal["train", "dev", "test"], PositiveInt] = Field(
         {}, description="keep a seeded random subset of a split's pairs, e.g. {train: 1000} for a low-resource run "
                         "(pairs keep their file order); splits not named are used whole")
-    subsample_seed: int = Field(42, description="seed of subsample and of the dev split carved from train")
+    subsample_seed: Seed = Field(42, description="seed of subsample and of the dev split carved from train")
     on_bad_rows: Literal["error", "skip"] = Field(
         "error", description="error: the first malformed row stops the job, naming file, line and field; skip: "
                              "malformed rows are skipped and counted (with their reasons) in the run report")

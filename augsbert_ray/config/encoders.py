@@ -6,7 +6,7 @@ from typing import Literal
 
 from pydantic import Field
 
-from augsbert_ray.config.fields import Section, later_setting, model_name
+from augsbert_ray.config.fields import Section, Seed, later_setting, model_name
 
 
 TRAIN_DOC = (
@@ -63,7 +63,7 @@ class BiEncoderConfig(Section):
     num_layers: int | None = Field(None, gt=0, description="keep only the first N transformer layers of the initial "
                                                            "model (a smaller, faster student); null keeps them all")
     objective: Objective = Field("auto", description=OBJECTIVE_DOC)
-    seed: int | None = Field(
+    seed: Seed | None = Field(
         None, description="seed of the bi-encoders' initialisation and data order; null: the job's seed. A seed "
                           "sweep over this key reuses the cross-encoder and (except semantic search) the candidates")
     gold_repeat: int = Field(

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any
 
 from pydantic import Field
 
 from augsbert_ray.models import EMBEDDED_MODEL
 from augsbert_ray.strict_model import StrictModel
+
+# torch, numpy and Ray Tune take seeds up to a 64-bit integer's range, numpy none below 0.
+Seed = Annotated[int, Field(ge=0, le=2**63 - 1)]
 
 
 def placement(default: Any, **kwargs) -> Any:

@@ -12,7 +12,7 @@ from augsbert_ray.config.data import DataConfig, TargetConfig
 from augsbert_ray.config.encoders import REGRESSION_OBJECTIVES, BiEncoderConfig, CrossEncoderConfig
 from augsbert_ray.config.env import EnvReference
 from augsbert_ray.config.evaluation import AutoConfig, EvaluationConfig
-from augsbert_ray.config.fields import Section, placement
+from augsbert_ray.config.fields import Seed, Section, placement
 from augsbert_ray.config.labeling import LabelingConfig
 from augsbert_ray.config.sampling import SamplingConfig
 from augsbert_ray.config.tracking import TrackingConfig
@@ -42,7 +42,7 @@ class JobConfig(Section):
                       description="the job's name: its run directory and the name of its Ray runs")
     task: Literal["regression", "binary"] = Field("regression", description="regression: similarity scores in "
                                                                             "[0, 1]; binary: labels 0/1")
-    seed: int = Field(42, description="seed of the encoders' initialisation, data order and sampling")
+    seed: Seed = Field(42, description="seed of the encoders' initialisation, data order and sampling")
     run_dir: str = placement("runs/${name}", description="where the run writes; ${name} is replaced by the job's "
                                                          "name; local or a storage URI (s3://...)")
     data: DataConfig = Field(description="the gold pairs")

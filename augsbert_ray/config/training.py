@@ -6,7 +6,7 @@ from typing import Literal
 
 from pydantic import Field, PositiveInt, model_validator
 
-from augsbert_ray.config.fields import Section, placement
+from augsbert_ray.config.fields import Section, Seed, placement
 
 
 class TrainingConfig(Section):
@@ -49,7 +49,7 @@ class SeedSearchConfig(Section):
     enabled: bool = Field(False, description="search seeds instead of training one")
     targets: list[Literal["bi_encoder", "cross_encoder"]] = Field(["bi_encoder"],
                                                                   description="which encoders are searched")
-    seeds: PositiveInt | list[int] = Field(5, description="a count N (the encoder's seed, seed + 1, ..., "
+    seeds: PositiveInt | list[Seed] = Field(5, description="a count N (the encoder's seed, seed + 1, ..., "
                                                           "seed + N - 1) or the seeds themselves")
     keep: PositiveInt = Field(1, description="seeds that continue past the pruning point")
     prune_at: float = Field(0.2, gt=0, le=1, description="fraction of the training steps at which seeds are scored")

@@ -18,8 +18,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from augsbert_ray import schema
-from augsbert_ray.errors import LabelingError
+from augsbert_ray import schema, signals
+from augsbert_ray.errors import DiskFullError, LabelingError
 from augsbert_ray.labeling.pool import FileSource, release_failed_pool, run_pool
 from augsbert_ray.labeling.shards import SHARD, ShardStore, file_shards, keys_digest, pairs_digest, table_shards
 from augsbert_ray.labeling.spool import ShardSpool, SpoolSource
@@ -293,12 +293,14 @@ def _label(shards, done: dict | None, model_dir, cfg, max_length, cpus_per_actor
         failure = None
         try:
             _run_attempt(pending, finished, commit, model_dir, cfg, max_length, cpus_per_actor, actors, scorer, hosts)
-        except LabelingError:
+        except (LabelingError, DiskFullError):  # a new pool would meet them again
             raise
         except Exception as e:  # actor restarts or task retries exhausted, a lost actor, the pool failed
             failure = e
         if failure is not None:  # handled out here: within the except clause, see release_failed_pool
             release_failed_pool(failure, _actor_class(scorer))
+            if signals.stopping():  # the pool failed because the job is stopping: no new pool
+                raise signals.Interrupted(signals.received()) from None
             why = describe_error(failure)
             if attempt < cfg.pool_retries:
                 attempt += 1

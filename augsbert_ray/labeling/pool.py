@@ -156,7 +156,26 @@ def checked_shard(i: int, labelled: pa.Table, pairs: str) -> pa.Table:
     labelled = labelled.take(order).drop_columns([SHARD])
     if pairs_digest(labelled) != pairs:
         raise LabelingError(f"shard {i}: the labelled pairs differ from the shard's candidates")
+    require_finite_scores(i, labelled)
     return labelled.cast(schema.SILVER_SCHEMA)
+
+
+def require_finite_scores(i: int, labelled: pa.Table) -> None:
+    """A shard's scores are all finite numbers: a NaN or infinite score (a model whose weights
+    are not, or that overflows in its precision) is never committed, trained on or shipped.
+
+    Raises:
+        LabelingError: naming the shard, how many scores are not finite and the first pair's ids.
+    """
+    scores = labelled.column(schema.LABEL).to_numpy(zero_copy_only=False).astype(np.float64, copy=False)
+    bad = ~np.isfinite(scores)
+    if bad.any():
+        first = int(np.flatnonzero(bad)[0])
+        pair = (labelled.column(schema.ID1)[first].as_py(), labelled.column(schema.ID2)[first].as_py())
+        raise LabelingError(
+            f"shard {i}: the cross-encoder gave {int(bad.sum())} of {labelled.num_rows} pairs a score that is not a "
+            f"finite number ({scores[first]} for the pair with ids {pair}); its weights are NaN or infinite (a training "
+            "that diverged) or overflow in labeling.precision; nothing of the shard is committed")
 
 
 def release_failed_pool(error: BaseException, actor_class: str | None = None) -> None:

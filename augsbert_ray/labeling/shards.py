@@ -49,13 +49,17 @@ class ShardStore:
     def commit(self, i: int, table: pa.Table, digest: str) -> None:
         import pyarrow.parquet as pq
 
+        from augsbert_ray.rundir import written_whole
+
         part = self.part(i)
         tmp = part.with_name(f".{part.name}.tmp")
-        pq.write_table(table, tmp)
+        with written_whole(tmp, part):  # a full disk: one error naming the part, no partial file kept
+            pq.write_table(table, tmp)
         os.replace(tmp, part)
         record = {"input": digest, "rows": table.num_rows, "bytes": part.stat().st_size, "sha256": file_sha256(part)}
         tmp = self.manifest(i).with_name(f".{self.manifest(i).name}.tmp")
-        tmp.write_text(json.dumps(record), encoding="utf-8")
+        with written_whole(tmp, self.manifest(i)):
+            tmp.write_text(json.dumps(record), encoding="utf-8")
         os.replace(tmp, self.manifest(i))
 
     def read(self, i: int) -> pa.Table:

@@ -102,6 +102,7 @@ def start_ray(address: str | None = None, num_cpus: int | None = None,
     for key, value in TRAIN_ENV_DEFAULTS.items():
         os.environ.setdefault(key, value)
     if not ray.is_initialized():
+        _auto_connect(True)
         state.settings = state.Settings(verbose=verbose)
         # RAY_ADDRESS left by an earlier start_ray of this process names a cluster that is gone.
         if state.pinned and os.environ.get("RAY_ADDRESS") == state.pinned.get("address"):
@@ -209,6 +210,8 @@ def stop_ray(grace_s: float = 5.0) -> None:
     if not state.owned:
         return
     state.owned.clear()
+    if _stage_threads_alive():  # a job that stops part-way: its stages are still unwinding
+        _auto_connect(False)
     local, state.local = state.local, None
     processes = descendants(os.getpid()) if local is not None else []
     _end_autoscaler_monitor(processes)
@@ -222,6 +225,28 @@ def stop_ray(grace_s: float = 5.0) -> None:
         finally:
             restore_ray_output()
             unpin()
+
+
+def _stage_threads_alive() -> bool:
+    """Whether threads that run a job's stages (``runner``'s ``stage-NAME``) are still alive."""
+    import threading
+
+    return any(t.name.startswith("stage-") and t.is_alive() for t in threading.enumerate())
+
+
+def _auto_connect(allowed: bool) -> None:
+    """Whether a Ray API call made while no Ray is initialised starts or joins one, as Ray
+    does by default (``RAY_ENABLE_AUTO_CONNECT``). Off once the job's Ray is stopped while its
+    stage threads still unwind (Ctrl-C, an error): their next Ray call must fail, not join the
+    cluster just stopped and wait a minute for its GCS; a job that ends whole leaves it as it
+    was. On again at the next ``start_ray``. (Ray's module flag: an internal that may move;
+    without it Ray keeps its default.)"""
+    try:
+        from ray._private import auto_init_hook
+    except ImportError:
+        return
+    if hasattr(auto_init_hook, "enable_auto_connect"):
+        auto_init_hook.enable_auto_connect = allowed and os.environ.get("RAY_ENABLE_AUTO_CONNECT", "") != "0"
 
 
 def _end_autoscaler_monitor(processes: list) -> None:

@@ -84,7 +84,12 @@ class Ship(Stage):
             choice = "gold_only" if math.isnan(aug) and not math.isnan(gold) else "augsbert"
             undefined = " and ".join(n for n, v in (("AugSBERT's", aug), ("gold only's", gold)) if math.isnan(v))
             why = f"{undefined} dev {metric} is undefined (every pair scored the same)"
-        elif aug >= gold:
+        elif f"{aug:.2f}" == f"{gold:.2f}":  # equal as shown: not called a lead
+            choice = "augsbert" if aug >= gold else "gold_only"
+            why = (f"AugSBERT and gold only tie on dev ({aug:.2f}); a tie ships AugSBERT" if aug >= gold else
+                   f"AugSBERT and gold only tie on dev to two decimals ({aug:.2f}); gold only is higher by "
+                   f"{gold - aug:.4f}")
+        elif aug > gold:
             choice, why = "augsbert", f"AugSBERT leads gold only on dev ({aug:.2f} vs {gold:.2f})"
         else:
             choice, why = "gold_only", f"gold only leads AugSBERT on dev ({gold:.2f} vs {aug:.2f})"

@@ -17,6 +17,7 @@ from typing import Callable
 import numpy as np
 import torch
 
+from augsbert_ray.errors import TrainingError
 from augsbert_ray.tracking.points import POINT
 from augsbert_ray.training.batches import to_device
 from augsbert_ray.training.recipes import Recipe, unwrap
@@ -213,9 +214,22 @@ class PairTrainer:
             return self.recipe.features_loss(self.module, features, labels, silver=silver)
 
     def _read_losses(self) -> None:
-        """Moves the losses kept on the device into ``losses`` (one wait for the device)."""
+        """Moves the losses kept on the device into ``losses`` (one wait for the device).
+
+        Raises:
+            TrainingError: a loss is NaN or infinite (naming the first such step). Every log
+                point and every checkpoint reads them first, so a diverged model is never saved.
+        """
         if self._pending:
-            self.losses = (self.losses + torch.stack(self._pending).tolist())[-self.log_every :]
+            read = torch.stack(self._pending).tolist()
+            bad = [k for k, loss in enumerate(read) if not math.isfinite(loss)]
+            if bad:
+                step = self.step - len(read) + bad[0] + 1
+                raise TrainingError(
+                    f"{self.name}: the training loss is {read[bad[0]]} at step {step}/{self.total} (epoch "
+                    f"{(step - 1) // self.per_epoch + 1}): the training diverged; lower the learning rate (lr) or "
+                    f"check the labels", permanent=True)
+            self.losses = (self.losses + read)[-self.log_every :]
             self._pending = []
 
     def _pair_lengths(self, s1: list[str], s2: list[str]) -> np.ndarray | None:

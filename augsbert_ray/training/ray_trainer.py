@@ -42,7 +42,7 @@ from pathlib import Path
 import pyarrow as pa
 
 from augsbert_ray import schema
-from augsbert_ray.errors import AugSBERTError, TrainingError
+from augsbert_ray.errors import AugSBERTError, TrainingError, is_disk_full, writing
 from augsbert_ray.messages import handled_by, lines_to
 from augsbert_ray.training.executors import Executor, WorkerGroup
 
@@ -72,9 +72,10 @@ MODEL_DIR = "model"
 
 
 def write_checkpoint(trainer, recipe, directory: str | os.PathLike) -> None:
-    trainer.save_state(Path(directory) / STATE_FILE)
-    if trainer.step == trainer.total:
-        recipe.save(trainer.module, str(Path(directory) / MODEL_DIR))
+    with writing(directory):
+        trainer.save_state(Path(directory) / STATE_FILE)
+        if trainer.step == trainer.total:
+            recipe.save(trainer.module, str(Path(directory) / MODEL_DIR))
 
 
 def restore_checkpoint(trainer, checkpoint) -> None:
@@ -84,13 +85,33 @@ def restore_checkpoint(trainer, checkpoint) -> None:
 
 
 def export_model(checkpoint, out_dir: str | os.PathLike) -> None:
-    """Copies the model of a final checkpoint to ``out_dir`` (replacing what is there)."""
+    """Copies the model of a final checkpoint to ``out_dir`` (replacing what is there).
+
+    The copy is made beside ``out_dir`` and renamed into place, so a kill or a full disk
+    mid-copy leaves no half-written model where a finished one belongs.
+
+    Raises:
+        TrainingError: ``checkpoint`` holds no model (it is not a final one).
+        DiskFullError: the disk filled up during the copy (nothing is left of it).
+    """
     out_dir = Path(out_dir)
+    tmp = out_dir.with_name(f".{out_dir.name}.exporting")
+    with checkpoint.as_directory() as d:
+        model = Path(d) / MODEL_DIR
+        if not (model / "config.json").is_file():
+            raise TrainingError(f"the checkpoint {d} holds no trained model to export ({MODEL_DIR}/ is missing "
+                                f"or incomplete)")
+        shutil.rmtree(tmp, ignore_errors=True)
+        out_dir.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            with writing(out_dir):
+                shutil.copytree(model, tmp)
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
     if out_dir.exists():
         shutil.rmtree(out_dir)
-    out_dir.parent.mkdir(parents=True, exist_ok=True)
-    with checkpoint.as_directory() as d:
-        shutil.copytree(Path(d) / MODEL_DIR, out_dir)
+    os.replace(tmp, out_dir)
 
 
 # Messages, not types, for these two: torch raises a shape mismatch as a plain RuntimeError and
@@ -117,6 +138,8 @@ def is_permanent(error: BaseException) -> bool:
     lost node, out of memory, network errors) is transient and keeps Ray Train's restarts.
     """
     if isinstance(error, AugSBERTError):
+        return True
+    if is_disk_full(error):  # a retry seconds later meets the same full disk
         return True
     if type(error).__name__ == "SafetensorError":  # a weights file that does not deserialize
         return True
@@ -155,8 +178,11 @@ def _train_loop_per_worker(config: dict) -> None:
     except Exception as e:
         if not marker or not is_permanent(e):
             raise
-        _write_marker(marker, {"error": describe_error(e), "traceback": traceback.format_exc()},
-                      ctx.get_world_rank())
+        try:
+            _write_marker(marker, {"error": describe_error(e), "traceback": traceback.format_exc()},
+                          ctx.get_world_rank())
+        except OSError:  # a full disk: the error itself goes to the driver instead of its record
+            raise e from None
         if world > 1:
             raise  # the other ranks may be waiting for this one in a collective: Ray Train stops them
 
@@ -186,7 +212,6 @@ def _train(config: dict) -> None:
 
     from augsbert_ray.training.loop import HParams, PairTrainer
     from augsbert_ray.training.recipes import make_recipe
-    from augsbert_ray.training.warm_fit import latest_checkpoint, persist_checkpoint
 
     ctx = ray.train.get_context()
     rank, world = ctx.get_world_rank(), ctx.get_world_size()
@@ -208,24 +233,19 @@ def _train(config: dict) -> None:
 
     # Rank 0 reports its steps to the job's display when it has one (its lines: _worker_lines).
     progress = config.get("progress") if rank == 0 else None
-    trainer = PairTrainer(
-        recipe,
-        *schema.pair_lists(table),
-        HParams(**config["hparams"]),
-        silver=schema.silver_flags(table),
-        device=str(device),
-        rank=rank,
-        world=world,
-        wrap=wrap,
-        name=config["name"],
-    )
+    def new_trainer() -> PairTrainer:
+        return PairTrainer(recipe, *schema.pair_lists(table), HParams(**config["hparams"]),
+                           silver=schema.silver_flags(table), device=str(device), rank=rank, world=world,
+                           wrap=wrap, name=config["name"])
+
+    trainer = new_trainer()
     checkpoint = ray.train.get_checkpoint()
     persisted = config.get("checkpoint_dir")  # a warm host's run: checkpoints are written here (warm_fit)
-    if checkpoint is None and persisted:
-        latest = latest_checkpoint(persisted, STATE_FILE)
-        checkpoint = ray.train.Checkpoint.from_directory(str(latest)) if latest is not None else None
     if checkpoint is not None:  # a restarted worker group: continue where the last checkpoint left off
         restore_checkpoint(trainer, checkpoint)
+    elif persisted:
+        trainer, checkpoint = _restore_persisted(trainer, new_trainer, persisted, config["name"])
+    if checkpoint is not None:
         # A restarted worker group, or a re-run of a stage whose driver died mid-training.
         log.info(f"[{config['name']}] resumed from the checkpoint at step {trainer.step}/{trainer.total}")
     resumed_from = trainer.step
@@ -234,6 +254,7 @@ def _train(config: dict) -> None:
     last_saved = time.monotonic()
     fault = config.get("fault")
     after_step = _chain(fault(rank) if fault is not None else None, _step_reporter(progress, trainer))
+    reported = False
     while trainer.step < trainer.total:
         trainer.run(until=min(trainer.total, (trainer.step // every + 1) * every), after_step=after_step)
         if progress is not None:
@@ -241,17 +262,56 @@ def _train(config: dict) -> None:
         if trainer.step < trainer.total and not _agreed(time.monotonic() - last_saved >= min_gap, world, device):
             continue  # too soon after the last checkpoint: writing it would cost more than it could save
         last_saved = time.monotonic()
-        metrics = {**trainer.stats(), "resumed_from_step": resumed_from}
-        if persisted:
-            saved = persist_checkpoint(lambda d: write_checkpoint(trainer, recipe, d), persisted, trainer.step)
-            ray.train.report(metrics, checkpoint=ray.train.Checkpoint.from_directory(str(saved)))
-            continue
-        with tempfile.TemporaryDirectory() as tmp:
-            ckpt = None
-            if rank == 0:
-                write_checkpoint(trainer, recipe, tmp)
-                ckpt = ray.train.Checkpoint.from_directory(tmp)
-            ray.train.report(metrics, checkpoint=ckpt)
+        _report(trainer, recipe, {**trainer.stats(), "resumed_from_step": resumed_from}, persisted, rank)
+        reported = True
+    if not reported:
+        # Resumed from the final checkpoint (the driver was stopped after the last step, or the
+        # export failed): the model is written again from its state, so the run has one to export.
+        _report(trainer, recipe, {**trainer.stats(), "resumed_from_step": resumed_from}, persisted, rank)
+
+
+def _report(trainer, recipe, metrics: dict, persisted: str | None, rank: int) -> None:
+    """Writes a checkpoint of ``trainer`` and reports it with ``metrics`` to Ray Train: into
+    ``persisted`` on a warm host (``warm_fit``), else rank 0's from a temporary folder."""
+    import ray.train
+
+    from augsbert_ray.training.warm_fit import persist_checkpoint
+
+    if persisted:
+        saved = persist_checkpoint(lambda d: write_checkpoint(trainer, recipe, d), persisted, trainer.step)
+        ray.train.report(metrics, checkpoint=ray.train.Checkpoint.from_directory(str(saved)))
+        return
+    with tempfile.TemporaryDirectory() as tmp:
+        ckpt = None
+        if rank == 0:
+            write_checkpoint(trainer, recipe, tmp)
+            ckpt = ray.train.Checkpoint.from_directory(tmp)
+        ray.train.report(metrics, checkpoint=ckpt)
+
+
+def _restore_persisted(trainer, new_trainer, run_dir: str, name: str):
+    """Restores the newest checkpoint under ``run_dir`` that loads, into ``trainer``.
+
+    A checkpoint that does not load (a file cut short by a full disk, or by a kill while
+    another writer copied it in) is removed with a warning and the next older one is tried;
+    the training starts over when none is left. Returns (the trainer, the checkpoint or None):
+    a new trainer when a failed load may have changed the one given.
+    """
+    import ray.train
+
+    from augsbert_ray.training.warm_fit import checkpoints_newest_first
+
+    for found in checkpoints_newest_first(run_dir, STATE_FILE):
+        checkpoint = ray.train.Checkpoint.from_directory(str(found))
+        try:
+            restore_checkpoint(trainer, checkpoint)
+            return trainer, checkpoint
+        except Exception as e:  # noqa: BLE001 - any failure to load means the checkpoint is unusable
+            log.warning(f"[{name}] the checkpoint {found} does not load ({describe_error(e)}); "
+                        f"removed, an older one is used")
+            shutil.rmtree(found, ignore_errors=True)
+            trainer = new_trainer()
+    return trainer, None
 
 
 def _agreed(flag: bool, world: int, device) -> bool:
@@ -340,8 +400,11 @@ def _save_traceback(storage: str, run: str, trace: str) -> str | None:
     if is_uri(storage) or not trace:
         return None
     path = Path(storage) / f"{run}.error.txt"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(trace, encoding="utf-8")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(trace, encoding="utf-8")
+    except OSError:  # a full disk, often the error being reported: the message goes without it
+        return None
     return str(path)
 
 
@@ -433,6 +496,9 @@ def train_on_ray(
     except RestartsExhausted as e:
         raise _restarts_exhausted(name, resources, storage, run, describe_error(e.cause)) from None
     _raise_recorded_error(marker, name, storage, run)
+    if trained.checkpoint is None:  # not expected: every attempt that ends reports a final checkpoint
+        raise TrainingError(f"training {name} ended without a final checkpoint in {storage.rstrip('/')}/{run}; "
+                            f"a re-run resumes from the latest one there")
     export_model(trained.checkpoint, out_dir)
     return {**trained.metrics, "storage_filesystem": trained.filesystem}
 

@@ -16,18 +16,26 @@ import os
 import shutil
 from pathlib import Path
 
+from augsbert_ray import signals
+from augsbert_ray.errors import DiskFullError
+
 CHECKPOINT_PREFIX = "checkpoint_"
 KEEP = 2  # the latest two training states, as the worker group's CheckpointConfig keeps
 
 
-def latest_checkpoint(run_dir: str | os.PathLike, state_file: str) -> Path | None:
-    """The newest checkpoint holding ``state_file`` under a run's folder (one of this module's,
-    or one that Ray Train's worker group wrote there), or None."""
+def checkpoints_newest_first(run_dir: str | os.PathLike, state_file: str) -> list[Path]:
+    """The checkpoints holding ``state_file`` under a run's folder (this module's, or ones that
+    Ray Train's worker group wrote there), the newest first."""
     run_dir = Path(run_dir)
     if not run_dir.is_dir():
-        return None
+        return []
     found = [p for p in run_dir.glob(f"{CHECKPOINT_PREFIX}*") if (p / state_file).is_file()]
-    return max(found, key=lambda p: (p / state_file).stat().st_mtime_ns, default=None)
+    return sorted(found, key=lambda p: (p / state_file).stat().st_mtime_ns, reverse=True)
+
+
+def latest_checkpoint(run_dir: str | os.PathLike, state_file: str) -> Path | None:
+    """The newest checkpoint holding ``state_file`` under a run's folder, or None."""
+    return next(iter(checkpoints_newest_first(run_dir, state_file)), None)
 
 
 def persist_checkpoint(write, run_dir: str | os.PathLike, step: int) -> Path:
@@ -41,7 +49,11 @@ def persist_checkpoint(write, run_dir: str | os.PathLike, step: int) -> Path:
     tmp = run_dir / f".{final.name}.writing"
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
-    write(tmp)
+    try:
+        write(tmp)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)  # a full disk: give back what the partial write took
+        raise
     shutil.rmtree(final, ignore_errors=True)
     os.replace(tmp, final)
     ours = sorted(p for p in run_dir.glob(f"{CHECKPOINT_PREFIX}*") if p.name[len(CHECKPOINT_PREFIX):].isdigit())
@@ -101,6 +113,10 @@ def fit_on_host(pool, train_fn, config: dict, *, run: str, storage: str, cpus: f
                 metrics = {**metrics, "host_start_seconds": started}
             return metrics, out["checkpoint"]
         except (RayActorError, RayTaskError) as e:  # the host died, or the training raised
+            if signals.stopping():  # the job is stopping (its Ray with it): no new attempt
+                raise signals.Interrupted(signals.received()) from None
+            if isinstance(_cause(e), DiskFullError):  # a new host would meet the same full disk
+                raise _cause(e) from None
             failures += 1
             if failures > max_failures:
                 raise RestartsExhausted(_cause(e)) from None

@@ -435,3 +435,20 @@ def test_grouped_training_runs_the_same_steps_and_learns(tiny_model):
     assert trainer.lengths is not None and len(trainer.lengths) == len(labels) and plain.lengths is None
     trainer.run()
     assert trainer.step == plain.total and np.isfinite(trainer.stats()["final_loss"])
+
+
+def test_a_diverged_training_stops_at_the_first_read_naming_the_step_and_is_not_retried(tiny_model, tmp_path):
+    from augsbert_ray.errors import TrainingError
+    from augsbert_ray.training.loop import PairTrainer
+    from augsbert_ray.training.ray_trainer import is_permanent
+
+    s1, s2, labels = _toy_pairs()
+    # An infinite learning rate: step 1's loss is finite, its update makes every weight NaN.
+    trainer = PairTrainer(_recipe("bi", tiny_model), s1, s2, labels,
+                          HParams(epochs=2, lr=float("inf"), batch_size=8, warmup_ratio=0.0, seed=1), name="student")
+    with pytest.raises(TrainingError, match=r"student: the training loss is nan at step 2/6 \(epoch 1\)") as raised:
+        trainer.run()
+    assert is_permanent(raised.value) and raised.value.permanent
+    with pytest.raises(TrainingError):  # nor can a checkpoint of it be written
+        trainer.save_state(tmp_path / "state.pt")
+    assert not (tmp_path / "state.pt").exists()
