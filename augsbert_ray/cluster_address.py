@@ -147,9 +147,9 @@ def _speaks_grpc(host: str, port: int, timeout_s: float) -> bool:
 def _auto(choice: AddressChoice) -> tuple[str | None, int | None]:
     """Where ``auto`` points: the cluster of the last ``ray start`` on this host."""
     try:
-        from ray._private.services import canonicalize_bootstrap_address
+        from augsbert_ray.runtime.ray_private import auto_address
 
-        found = canonicalize_bootstrap_address("auto")
+        found = auto_address()
     except Exception as e:  # noqa: BLE001 - Ray finds no cluster (or several)
         raise ClusterAddressError(f"{choice.describe()}: {str(e).splitlines()[0] if str(e) else type(e).__name__}"
                                   ) from None

@@ -4,7 +4,6 @@ sentence-transformers as the job's own code reads them."""
 import os
 
 import numpy as np
-import pytest
 import yaml
 
 from augsbert_ray.model_card import EMBEDDED_HUB_ID, CardData, SilverFacts, TrainingFacts, render_card

@@ -34,7 +34,7 @@ def test_ray_train_does_not_take_ctrl_c_over():
     import importlib.util
     from pathlib import Path
 
-    from augsbert_ray.training.executors import _JobOwnsCtrlC
+    from augsbert_ray.runtime.ray_private import JobOwnsCtrlC as _JobOwnsCtrlC
 
     # The hook is still Ray Train's (read, not imported: importing Ray Train takes seconds).
     ray_dir = Path(importlib.util.find_spec("ray").origin).parent

@@ -215,11 +215,13 @@ def pool_actors(actor_class: str) -> list:
 
     from ray.actor import ActorHandle
 
+    from augsbert_ray.runtime.ray_private import actor_class_name
+
     out = []
     for obj in gc.get_objects():
         # the type, not isinstance: that would read __class__ of every object (lazy modules warn)
         if issubclass(type(obj), ActorHandle):
-            name = getattr(getattr(obj, "_ray_actor_creation_function_descriptor", None), "class_name", "")
+            name = actor_class_name(obj)
             if name.startswith("MapWorker(") and f"MapBatches({actor_class})" in name:
                 out.append(obj)
     return out

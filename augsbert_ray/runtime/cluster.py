@@ -27,7 +27,7 @@ import psutil
 
 from augsbert_ray import signals
 from augsbert_ray.errors import AugSBERTError
-from augsbert_ray.runtime import state
+from augsbert_ray.runtime import ray_private, state
 from augsbert_ray.runtime.isolation import local_only, pin_driver, pin_worker_to_cluster, unpin
 from augsbert_ray.runtime.output import quiet_ray_output, restore_ray_output
 from augsbert_ray.runtime.reaping import descendants, kill_leftovers
@@ -74,7 +74,7 @@ def local_ray_options(num_cpus: int | None = None) -> dict:
     """
     cpus = num_cpus or os.cpu_count() or 1
     return {"num_cpus": cpus,
-            "_system_config": {"num_workers_soft_limit": int(cpus) + 8, "enable_metrics_collection": False}}
+            **ray_private.system_config(num_workers_soft_limit=int(cpus) + 8, enable_metrics_collection=False)}
 
 
 def start_ray(address: str | None = None, num_cpus: int | None = None,
@@ -239,14 +239,8 @@ def _auto_connect(allowed: bool) -> None:
     does by default (``RAY_ENABLE_AUTO_CONNECT``). Off once the job's Ray is stopped while its
     stage threads still unwind (Ctrl-C, an error): their next Ray call must fail, not join the
     cluster just stopped and wait a minute for its GCS; a job that ends whole leaves it as it
-    was. On again at the next ``start_ray``. (Ray's module flag: an internal that may move;
-    without it Ray keeps its default.)"""
-    try:
-        from ray._private import auto_init_hook
-    except ImportError:
-        return
-    if hasattr(auto_init_hook, "enable_auto_connect"):
-        auto_init_hook.enable_auto_connect = allowed and os.environ.get("RAY_ENABLE_AUTO_CONNECT", "") != "0"
+    was. On again at the next ``start_ray``. (A flag internal to Ray: ``ray_private``.)"""
+    ray_private.set_auto_connect(allowed)
 
 
 def _end_autoscaler_monitor(processes: list) -> None:

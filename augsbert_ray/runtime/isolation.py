@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import os
 
-from augsbert_ray.runtime import state
+from augsbert_ray.runtime import ray_private, state
 
 # Ray's single-host mode. Ray turns an explicit _node_ip_address="127.0.0.1" into the host's
 # routable address (services.resolve_ip_for_localhost), so that option cannot keep a local
@@ -31,21 +31,17 @@ class local_only:
     """
 
     def __enter__(self):
-        from ray._private import ray_constants
-
         self._env = os.environ.get(_SINGLE_HOST_ENV)
-        self._flag = ray_constants.ENABLE_RAY_CLUSTER
+        self._flag = ray_private.cluster_flag()
         if self._env is None:
             os.environ[_SINGLE_HOST_ENV] = "0"
-            ray_constants.ENABLE_RAY_CLUSTER = False
+            ray_private.set_cluster_flag(False)
         return self
 
     def __exit__(self, *exc):
-        from ray._private import ray_constants
-
         if self._env is None:
             os.environ.pop(_SINGLE_HOST_ENV, None)
-        ray_constants.ENABLE_RAY_CLUSTER = self._flag
+        ray_private.set_cluster_flag(self._flag)
         return False
 
 

@@ -63,32 +63,19 @@ _UNUSED_ON_ONE_NODE = "PlacementGroupCleanerCallback"
 _trainer_cls = None
 
 
-class _JobOwnsCtrlC:
-    """Ray Train's ``fit`` installs a SIGINT handler that aborts the training run and ends the
-    process with status 1; Ctrl-C ends the whole job instead (``augsbert_ray.signals``: status
-    130, its clean-up), and a re-run resumes the training from its latest checkpoint."""
-
-    def _register_sigint_handler(self, controller):
-        pass
-
-
 def trainer_class():
-    """``TorchTrainer`` without the default helpers a run of ours does not use (see above)."""
+    """``TorchTrainer`` without the default helpers a run of ours does not use (see above), and
+    without a Ctrl-C handler of its own (``runtime.ray_private.lean_torch_trainer``)."""
     global _trainer_cls
     if _trainer_cls is None:
-        from ray.train.torch import TorchTrainer
-
         from augsbert_ray.runtime import driver_is_the_only_node
+        from augsbert_ray.runtime.ray_private import lean_torch_trainer
 
-        class _LeanTorchTrainer(_JobOwnsCtrlC, TorchTrainer):
-            def _create_default_callbacks(self):
-                callbacks = super()._create_default_callbacks()
-                unused = set() if self.datasets else {_UNUSED_WITHOUT_DATASETS}
-                if driver_is_the_only_node():
-                    unused.add(_UNUSED_ON_ONE_NODE)
-                return [cb for cb in callbacks if type(cb).__name__ not in unused]
+        def unused(trainer) -> set[str]:
+            out = set() if trainer.datasets else {_UNUSED_WITHOUT_DATASETS}
+            return out | ({_UNUSED_ON_ONE_NODE} if driver_is_the_only_node() else set())
 
-        _trainer_cls = _LeanTorchTrainer
+        _trainer_cls = lean_torch_trainer(unused)
     return _trainer_cls
 
 
