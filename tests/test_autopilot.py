@@ -95,7 +95,9 @@ def test_the_autopilot_chooses_the_one_setting_that_can_help(tmp_path, tiny_stsb
     assert a["chosen"] == right and a["why"].startswith("the best pilot on dev")
     by_label = {r["setting"]: r for r in a["settings"]}
     assert by_label[own]["pilot_dev"] is None and by_label[right]["pilot_dev"] is not None
-    gold_in_pilots = {r["pilot_train_pairs"] - r["silver"] for r in a["settings"]}
+    # the diverged teacher stopped its setting (a permanent training error), and only that one
+    assert by_label[own]["fate"].startswith("failed: ") and "loss is nan" in by_label[own]["fate"]
+    gold_in_pilots = {r["pilot_train_pairs"] - r["silver"] for r in a["settings"] if "pilot_train_pairs" in r}
     job = choice.cfg
     assert (job.cross_encoder.lr, job.bi_encoder.gold_repeat, job.auto.enabled) == (1e-4, 2, False)
     assert runner.done == {} and runner.artifacts == {}  # the search ran in runners of its own
@@ -106,19 +108,20 @@ def test_the_autopilot_chooses_the_one_setting_that_can_help(tmp_path, tiny_stsb
     assert {"cross_encoder", "candidates", "silver"} <= set(m.stages_reused)
     assert m.stage("augsbert").result.train_pairs == by_label[right]["pilot_train_pairs"]
     assert m.bi_encoder_objective == "cosent-distill"
-    assert gold_in_pilots == {2 * m.result("gold").train}  # gold counted twice beside the silver, in both pilots
+    assert gold_in_pilots == {2 * m.result("gold").train}  # gold counted twice beside the silver
     teachers = list((cfg.resolved_run_dir / "stages" / "cross_encoder").iterdir())
-    assert len(teachers) == 2  # one per recipe, each made once
+    assert len(teachers) == 2  # one per recipe (the diverged one never finished)
     search = json.loads(next((cfg.resolved_run_dir / "stages" / "auto").glob("*/search.json")).read_text())
     assert search["chosen"] == right
     summary = (cfg.resolved_run_dir / "summary.md").read_text()
     assert "Autopilot: 2 settings" in summary and f"| {own} (the job's own) |" in summary
     assert f"Chose {right}: {a['why']}" in summary
-    # A re-run does nothing again: every setting's stages and the pilots are reused.
+    # A re-run does nothing again but try the diverged teacher once more (a failure is not kept):
+    # every finished stage of every setting and the pilots are reused.
     lines = []
     with lines_to(lines.append):
         again = run_job(cfg)
     assert again.result("auto").chosen == right and again.scores == m.scores
     started = sorted(line for line in lines if line.endswith("] started"))  # (gold and auto run at once)
-    assert started == ["[auto] started", "[gold] started", "[gold] started", "[ship] started",
-                       "[teacher_check] started"], started
+    assert started == [f"[auto: {own}] [cross_encoder] started", "[auto] started", "[gold] started",
+                       "[gold] started", "[ship] started", "[teacher_check] started"], started

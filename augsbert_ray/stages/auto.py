@@ -38,6 +38,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from augsbert_ray.config import AutoConfig
+from augsbert_ray.errors import TrainingError
 from augsbert_ray.stages.base import Declaration, Stage, StageParams, StageResult, SummaryContext
 
 log = logging.getLogger(__name__)
@@ -210,11 +211,24 @@ def choose(cfg, runner, recipe, progress=None) -> Choice:
         stages = [s for s in recipe(scfg) if not s.loads]
         silver = silver_artifact(scfg)
         needed = _upstream(child, stages, {silver.split("/")[0], "eval_cross_encoder"})
-        seconds = 0.0
-        for stage in stages:
-            if stage.name in needed:
-                done = child.run(stage)
-                seconds += 0.0 if done.reused else done.seconds
+        seconds, t0 = 0.0, time.perf_counter()
+        try:
+            for stage in stages:
+                if stage.name in needed:
+                    done = child.run(stage)
+                    seconds += 0.0 if done.reused else done.seconds
+        except TrainingError as e:
+            if not e.permanent:
+                raise
+            # A setting whose training cannot succeed (a teacher that diverges) is not piloted;
+            # the others are. It is tried again on a re-run: a failure is not kept.
+            log.warning(f"[auto] {setting.label}: {e}")
+            records.append({"setting": setting.label, "overrides": setting.overrides, "job_setting": setting is own,
+                            "fate": f"failed: {str(e).split(': ', 1)[-1][:200]}", "pilot_dev": None,
+                            "seconds": time.perf_counter() - t0})
+            if progress is not None:
+                progress.advance(1)
+            continue
         key = f"auto/{len(tried)}"
         pilots_runner.artifacts[key] = child.artifacts[silver]
         tried[setting.label] = key
