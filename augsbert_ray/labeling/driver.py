@@ -4,6 +4,11 @@ It cuts the candidates into shards, skips those a ``ShardStore`` already holds, 
 rest to an actor pool (``pool.run_pool``; small sets within a job go to the job's warm hosts,
 ``hosts.run_on_hosts``), commits each shard as it comes back, and tries again when an attempt
 fails, up to ``labeling.pool_retries``.
+
+From a candidates file (``label_candidates_file``) the driver does less: the shards' bounds
+come from the file's footer, a re-run's committed shards are verified in Ray tasks, and each
+actor checks and commits the shards it labels (``commit``, ``pool.run_committing_pool``): the
+driver receives one small record per shard and keeps a few bytes per pending shard.
 """
 
 from __future__ import annotations
@@ -96,13 +101,16 @@ def label_candidates_file(candidates_path, silver_path, model_dir: str, cfg, max
                           progress=None, scorer=None, hosts=None) -> int:
     """``label_candidates`` from a Parquet file of candidates to a Parquet file of silver pairs.
 
-    The driver never holds all the pairs: it reads the candidates a shard at a time to
-    fingerprint them and keeps, per pending shard, a digest of its pairs' ids, for the
-    completeness check. The pool's Ray Data tasks read the shards from the file themselves, on the driver's
-    node, as the actors are ready for them (with Ray Client, whose driver is not on a node of
-    the cluster, the driver puts each shard in the object store instead). Labelled shards are
-    committed to ``store`` as they arrive and dropped, and ``silver_path`` is written from the
-    committed shards one at a time (under a temporary name, then renamed).
+    The driver neither reads nor holds the shards while they are labelled: their bounds come
+    from the file's footer, the pool's Ray Data tasks read them from the file, on the driver's
+    node, as the actors are ready for them, and each actor checks the shards it labels against
+    their input and commits them to ``store`` itself (``commit.CommittingScorer``; an actor on a
+    node that does not see the store's folder sends its shards to the driver, which commits
+    them). A re-run verifies the shards committed before in Ray tasks (``commit.verify_committed``).
+    Small sets labelled on the job's warm hosts, and runs through Ray Client (whose driver is
+    on no node of the cluster), are cut and committed by the driver, as ``label_candidates``
+    does. ``silver_path`` is then written from the committed shards one at a time (under a
+    temporary name, then renamed).
     Rows keep the candidates' order, so candidates sorted by (id1, id2), as every sampler
     writes them, give silver pairs sorted the same way.
 
@@ -112,9 +120,8 @@ def label_candidates_file(candidates_path, silver_path, model_dir: str, cfg, max
     import pyarrow.parquet as pq
 
     total = pq.ParquetFile(candidates_path).metadata.num_rows
-    count = _label(file_shards(candidates_path, cfg.block_size), None, model_dir, cfg, max_length, cpus_per_actor,
-                   store, on_commit, report, actors, progress, scorer, source=file_source(candidates_path, cfg),
-                   hosts=hosts)
+    count = label_file(candidates_path, store, model_dir, cfg, max_length, cpus_per_actor, on_commit, report, actors,
+                       progress, scorer, hosts)
     out = Path(silver_path)
     tmp = out.with_name(f".{out.name}.tmp")
     written = 0
@@ -128,6 +135,123 @@ def label_candidates_file(candidates_path, silver_path, model_dir: str, cfg, max
         raise LabelingError(f"labelling returned {written} rows for {total} candidates in {candidates_path}")
     os.replace(tmp, out)
     return written
+
+
+def label_file(candidates_path, store: ShardStore, model_dir: str, cfg, max_length: int, cpus_per_actor: float,
+               on_commit=None, report: LabelingReport | None = None, actors: int | None = None, progress=None,
+               scorer=None, hosts=None) -> int:
+    """Labels a Parquet file of candidates into ``store``'s shards, each committed once
+    (``label_candidates_file`` without the silver file; see there).
+
+    Returns:
+        The number of shards.
+    """
+    import pyarrow.parquet as pq
+
+    from augsbert_ray.labeling.hosts import use_hosts
+
+    total = pq.ParquetFile(candidates_path).metadata.num_rows
+    source = file_source(candidates_path, cfg)
+    if source is None or not hasattr(store, "open_for_workers") or use_hosts(cfg.executor, total, hosts is not None):
+        return _label(file_shards(candidates_path, cfg.block_size), None, model_dir, cfg, max_length, cpus_per_actor,
+                      store, on_commit, report, actors, progress, scorer, source=source, hosts=hosts)
+    return _label_committing(source, total, store, model_dir, cfg, max_length, cpus_per_actor, on_commit, report,
+                             actors, progress, scorer)
+
+
+def _label_committing(source: FileSource, total: int, store: ShardStore, model_dir, cfg, max_length, cpus_per_actor,
+                      on_commit, report, actors, progress, scorer) -> int:
+    """``label_file`` with the shards committed by the actors that label them."""
+    import ray
+
+    from augsbert_ray.labeling.commit import StoreTarget, decode, verify_committed
+    from augsbert_ray.labeling.pool import run_committing_pool
+
+    report = report if report is not None else LabelingReport()
+    size = cfg.block_size
+    count = -(-total // size)
+    target = StoreTarget(str(store.root.resolve()), store.open_for_workers(), size, total)
+    verified = verify_committed(source.path, store, size, total, source.node_id)
+    pending = {i: target.rows(i) for i in range(count) if i not in verified}  # index -> rows: all the driver keeps
+    report.shards, report.reused = count, len(verified)
+    if verified:
+        log.info(f"[silver] {len(verified)} of {count} shards labelled by an earlier run; {len(pending)} to label")
+    if progress is not None:
+        progress.set_total(total, unit="pairs")
+        progress.update(total - sum(pending.values()))
+    driver_node = ray.get_runtime_context().get_node_id()
+    t0 = time.perf_counter()
+    last_log = [t0]
+
+    def on_record(record: dict) -> None:
+        i = record["shard"]
+        if i not in pending:
+            raise LabelingError(f"shard {i} came back twice from the actor pool")
+        if record["rows"] != pending[i]:
+            raise LabelingError(f"shard {i} came back with {record['rows']} rows, {pending[i]} expected")
+        if record["table"] is not None:  # its actor did not see the store's folder
+            store.commit(i, decode(record["table"]), record["input"], writer=driver_node)
+        if on_commit is not None:
+            on_commit()
+        rows = pending.pop(i)
+        report.labelled += 1
+        if report.first_shard_seconds is None:
+            report.first_shard_seconds = time.perf_counter() - t0
+        report.labelled_pairs += rows
+        report.redone_shards.append(i)
+        if progress is not None:
+            progress.advance(rows)
+        now = time.perf_counter()
+        if (progress is None and now - last_log[0] > 10) or not pending:
+            last_log[0] = now
+            log.info(f"[silver] {count - len(pending)}/{count} shards labelled "
+                     f"({report.labelled_pairs / (now - t0):.1f} pairs/s)")
+
+    _attempts(lambda: run_committing_pool(source, pending, target, on_record, model_dir, cfg, max_length,
+                                          cpus_per_actor, actors, scorer),
+              pending, count, cfg, store, "CommittingScorer")
+    report.seconds = time.perf_counter() - t0
+    return count
+
+
+def _attempts(run_once, pending: dict, count: int, cfg, store, actor_class: str) -> None:
+    """Runs ``run_once`` (one pool over the ``pending`` shards, which it empties as they are
+    committed) until no shard is pending, starting a new pool after a failed one up to
+    ``labeling.pool_retries`` times.
+
+    Raises:
+        LabelingError: the retries are spent (naming the settings and the error), or a pool ended
+            with shards pending; a ``LabelingError`` or ``DiskFullError`` from the pool at once.
+        signals.Interrupted: the job is stopping.
+    """
+    attempt = 0
+    while pending:
+        failure = None
+        try:
+            run_once()
+        except (LabelingError, DiskFullError):  # a new pool would meet them again
+            raise
+        except Exception as e:  # actor restarts or task retries exhausted, a lost actor, the pool failed
+            failure = e
+        if failure is not None:  # handled out here: within the except clause, see release_failed_pool
+            release_failed_pool(failure, actor_class)
+            if signals.stopping():  # the pool failed because the job is stopping: no new pool
+                raise signals.Interrupted(signals.received()) from None
+            why = describe_error(failure)
+            if attempt < cfg.pool_retries:
+                attempt += 1
+                log.info(f"[silver] the actor pool failed ({why[:300]}); a new pool labels the {len(pending)} shards "
+                         f"not committed (retry {attempt} of labeling.pool_retries={cfg.pool_retries})")
+                continue
+            committed = count - len(pending)
+            where = f"; the {committed} committed shards in {store.root} are kept and a re-run resumes from them" \
+                if store is not None and committed else ""
+            raise LabelingError(
+                f"labelling failed with {len(pending)} of {count} shards not labelled (labeling.max_restarts="
+                f"{cfg.max_restarts}, max_task_retries={cfg.max_task_retries}, pool_retries={cfg.pool_retries})"
+                f"{where}: {why}") from failure
+        if pending:
+            raise LabelingError(f"shards {sorted(pending)} came back incomplete from the actor pool")
 
 
 def label_shards(shards, model_dir, cfg, max_length: int, cpus_per_actor: float, store: ShardStore,
@@ -288,32 +412,8 @@ def _label(shards, done: dict | None, model_dir, cfg, max_length, cpus_per_actor
             last_log[0] = now
             log.info(f"[silver] {len(finished)}/{len(digests)} shards labelled ({report.labelled_pairs / (now - t0):.1f} pairs/s)")
 
-    attempt = 0
-    while pending:
-        failure = None
-        try:
-            _run_attempt(pending, finished, commit, model_dir, cfg, max_length, cpus_per_actor, actors, scorer, hosts)
-        except (LabelingError, DiskFullError):  # a new pool would meet them again
-            raise
-        except Exception as e:  # actor restarts or task retries exhausted, a lost actor, the pool failed
-            failure = e
-        if failure is not None:  # handled out here: within the except clause, see release_failed_pool
-            release_failed_pool(failure, _actor_class(scorer))
-            if signals.stopping():  # the pool failed because the job is stopping: no new pool
-                raise signals.Interrupted(signals.received()) from None
-            why = describe_error(failure)
-            if attempt < cfg.pool_retries:
-                attempt += 1
-                log.info(f"[silver] the actor pool failed ({why[:300]}); a new pool labels the {len(pending)} shards "
-                         f"not committed (retry {attempt} of labeling.pool_retries={cfg.pool_retries})")
-                continue
-            where = f"; the {len(finished)} committed shards in {store.root} are kept and a re-run resumes from them" \
-                if store is not None and finished else ""
-            raise LabelingError(
-                f"labelling failed with {len(pending)} of {len(digests)} shards not labelled (labeling.max_restarts="
-                f"{cfg.max_restarts}, max_task_retries={cfg.max_task_retries}, pool_retries={cfg.pool_retries})"
-                f"{where}: {why}") from failure
-        if pending:
-            raise LabelingError(f"shards {sorted(pending)} came back incomplete from the actor pool")
+    _attempts(lambda: _run_attempt(pending, finished, commit, model_dir, cfg, max_length, cpus_per_actor, actors,
+                                   scorer, hosts),
+              pending, len(digests), cfg, store, _actor_class(scorer))
     report.seconds = time.perf_counter() - t0
     return len(digests)

@@ -81,8 +81,12 @@ class FileSource:
         actor a task's rows as one block and the actor's labels come back as one block, so a
         shard per task is what lets each shard be committed on its own (``block_size``), as soon
         as it is labelled."""
+        return self.tasks_for({i: p.rows for i, p in pending.items()})
+
+    def tasks_for(self, rows: dict[int, int]) -> list[dict]:
+        """``tasks`` for shards given as index -> rows."""
         return [{"path": self.path, "block_size": self.block_size, "shards": [i], "start": i * self.block_size,
-                 "stop": i * self.block_size + pending[i].rows} for i in sorted(pending)]
+                 "stop": i * self.block_size + rows[i]} for i in sorted(rows)]
 
     def block(self, pending) -> pa.Table:
         """One pending shard (a ``driver._Pending``) with its ``SHARD`` column, read alone."""
@@ -121,6 +125,34 @@ def run_pool(pending: dict, finished: set, commit, model_dir, cfg, max_length, c
         # and its actor pool down) now; after a failure the error's traceback keeps the
         # generator alive, and that clean-up would wait for garbage collection.
         batches.close()
+
+
+def run_committing_pool(source: FileSource, pending: dict[int, int], target, on_record, model_dir, cfg,
+                        max_length, cpus_per_actor, actors: int | None = None,
+                        scorer: ScorerSpec | None = None) -> None:
+    """One actor pool over the ``pending`` shards of a candidates file (index -> rows), each actor
+    committing the shards it labels to ``target``'s store (``commit.CommittingScorer``);
+    ``on_record(record)`` is called with each shard's commit record (``commit.RECORD_SCHEMA``)
+    as it comes back.
+
+    Raises:
+        Exception: whatever ended the pool (actor restarts or task retries exhausted, a lost actor).
+    """
+    from augsbert_ray.labeling.commit import committing_spec
+
+    if scorer is None:
+        scorer = ScorerSpec(PairScorer, pair_scorer_kwargs(model_dir, cfg, max_length, cpus_per_actor))
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=".*ray_remote_args.*deprecated", category=DeprecationWarning)
+        records = labelled_dataset((source, source.tasks_for(pending)), model_dir, cfg, max_length, cpus_per_actor,
+                                   actors, committing_spec(scorer, target))
+    batches = iter(records.iter_batches(batch_size=None, batch_format="pyarrow"))
+    try:
+        for batch in batches:
+            for record in batch.to_pylist():
+                on_record(record)
+    finally:
+        batches.close()  # Ray Data's clean-up now (see run_pool)
 
 
 def pool_input(pending: dict):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import uuid
 from pathlib import Path
 
 import numpy as np
@@ -14,6 +15,11 @@ from augsbert_ray.models import file_sha256
 
 SHARD = "_shard"  # the shard a candidate row belongs to (dropped from the silver table)
 KEY_COLUMNS = [schema.ID1, schema.ID2]
+# What a shard's input digest covers, with one type each: the digest is then the same whether the
+# driver cut the shard or a worker read it (a read may add metadata or give other nullability).
+INPUT_SCHEMA = pa.schema([schema.CANDIDATE_SCHEMA.field(c) for c in
+                          (schema.ID1, schema.ID2, schema.SENTENCE1, schema.SENTENCE2)])
+TOKEN_FILE = ".writers"  # the token that tells a worker it sees the driver's store (``ShardStore.open_for_workers``)
 
 
 class ShardStore:
@@ -21,10 +27,11 @@ class ShardStore:
 
     Shard ``i`` holds candidate rows ``[i * size, (i + 1) * size)``. Its labelled rows go to
     ``part-{i:06d}.parquet`` (written under a temporary name, then renamed) and then its
-    manifest ``part-{i:06d}.json`` (the shard's input digest, row count and the file's sha256),
-    also renamed into place. A shard counts as done only when its manifest matches the input
-    and the file it names: a crash at any point leaves a shard either done or redone, never
-    half there.
+    manifest ``part-{i:06d}.json`` (the shard's input digest, row count, the file's sha256 and
+    the node that wrote it), also renamed into place. A shard counts as done only when its
+    manifest matches the input and the file it names: a crash at any point leaves a shard either
+    done or redone, never half there. A commit runs in the driver or in the labelling actor that
+    labelled the shard (``labeling.commit``), where the store's folder is shared with the workers.
     """
 
     def __init__(self, root: str | os.PathLike):
@@ -46,21 +53,56 @@ class ShardStore:
         except (OSError, ValueError, KeyError):
             return False
 
-    def commit(self, i: int, table: pa.Table, digest: str) -> None:
+    def committed(self) -> set[int]:
+        """The shards with a manifest (a listing, nothing read): those a resume has to verify."""
+        folder = self.manifest(0).parent
+        return {int(p.stem.split("-")[1]) for p in folder.glob("part-*.json") if p.stem.split("-")[1].isdigit()}
+
+    def commit(self, i: int, table: pa.Table, digest: str, writer: str | None = None) -> dict:
+        """Writes shard ``i``'s labelled rows, then its manifest; returns the manifest.
+
+        Idempotent: a shard written twice (a labelling task retried after its commit) ends as one
+        file with one manifest naming that file's sha256. Each write has a temporary name of its
+        own, and after the manifest is in place the file is hashed again: where another writer
+        replaced the file meanwhile, the manifest is rewritten for the file that is there.
+
+        Args:
+            writer: what wrote it (a Ray node id), recorded in the manifest.
+        """
         import pyarrow.parquet as pq
 
         from augsbert_ray.rundir import written_whole
 
         part = self.part(i)
-        tmp = part.with_name(f".{part.name}.tmp")
+        tmp = part.with_name(f".{part.name}.{uuid.uuid4().hex[:12]}.tmp")
         with written_whole(tmp, part):  # a full disk: one error naming the part, no partial file kept
             pq.write_table(table, tmp)
+        sha = file_sha256(tmp)
         os.replace(tmp, part)
-        record = {"input": digest, "rows": table.num_rows, "bytes": part.stat().st_size, "sha256": file_sha256(part)}
-        tmp = self.manifest(i).with_name(f".{self.manifest(i).name}.tmp")
-        with written_whole(tmp, self.manifest(i)):
-            tmp.write_text(json.dumps(record), encoding="utf-8")
-        os.replace(tmp, self.manifest(i))
+        for _ in range(3):
+            record = {"input": digest, "rows": table.num_rows, "bytes": part.stat().st_size, "sha256": sha,
+                      "writer": writer}
+            manifest = self.manifest(i)
+            tmp = manifest.with_name(f".{manifest.name}.{uuid.uuid4().hex[:12]}.tmp")
+            with written_whole(tmp, manifest):
+                tmp.write_text(json.dumps(record), encoding="utf-8")
+            os.replace(tmp, manifest)
+            now = file_sha256(part)
+            if now == sha:
+                return record
+            sha = now  # another writer's file of the same rows: name it
+        return record
+
+    def open_for_workers(self) -> str:
+        """Writes a new token into the store's folder and returns it: a labelling actor that reads
+        the same token there sees this folder (a shared file system, or the driver's node) and
+        commits its shards itself; one that does not sends them to the driver."""
+        token = uuid.uuid4().hex
+        path = self.root / TOKEN_FILE
+        tmp = path.with_name(f"{path.name}.{token}.tmp")
+        tmp.write_text(token, encoding="utf-8")
+        os.replace(tmp, path)
+        return token
 
     def read(self, i: int) -> pa.Table:
         import pyarrow.parquet as pq
@@ -68,11 +110,21 @@ class ShardStore:
         return pq.read_table(self.part(i), use_threads=False)  # a shard is small: threads only hold memory
 
 
+def sees_store(root: str | os.PathLike, token: str) -> bool:
+    """Whether this process sees the store folder ``root`` that ``ShardStore.open_for_workers``
+    wrote ``token`` into (nothing is created where it does not)."""
+    try:
+        return (Path(root) / TOKEN_FILE).read_text(encoding="utf-8") == token
+    except OSError:
+        return False
+
+
 def keys_digest(table: pa.Table) -> str:
-    """What identifies a shard's input: its pairs' ids and sentences, in order."""
+    """What identifies a shard's input: its pairs' ids and sentences, in order (``INPUT_SCHEMA``)."""
     from augsbert_ray.rundir import table_fingerprint
 
-    return table_fingerprint(table.select([*KEY_COLUMNS, schema.SENTENCE1, schema.SENTENCE2]).combine_chunks())
+    cols = [table.column(f.name).cast(f.type) for f in INPUT_SCHEMA]
+    return table_fingerprint(pa.Table.from_arrays(cols, schema=INPUT_SCHEMA).combine_chunks())
 
 
 def pairs_digest(table: pa.Table) -> str:
