@@ -1,12 +1,12 @@
 """The control plane's ceiling: where the time of a labelling run with no model work goes.
 
 With a scorer that does no model work, the labelling pipeline's rate is what the engine
-itself can move: the driver cutting shards, fingerprinting them and putting them in Ray's
-object store, Ray Data handing them to the actors and back, the driver checking each
-shard's pairs and committing it (Parquet and its sha256). That rate, divided by one GPU's
-steady labelling rate, is how many GPUs one driver can keep busy. ``analyse`` splits a
-run's time into those phases and names the one that limits it; it is pure arithmetic on
-``PhaseTimes``, measured by ``control_plane``.
+itself can move: the driver reading the candidates file's footer and having a re-run's
+committed shards verified, Ray Data reading the shards and handing them to the actors, each
+actor checking its shard and committing it (Parquet, sha256, manifest) and the driver taking one
+small record per shard. That rate, divided by one GPU's steady labelling rate, is how many GPUs
+one driver can keep busy. ``analyse`` splits a run's time into those phases and names the one
+that limits it; it is pure arithmetic on ``PhaseTimes``, measured by ``control_plane``.
 """
 
 from __future__ import annotations
@@ -24,10 +24,10 @@ class PhaseTimes:
     pairs: int
     shards: int
     wall: float  # the whole labelling call
-    input: float  # making the input shards (here: synthetic; in ``augsbert label``: reading files)
+    input: float  # making the input (here: synthetic pairs written as the candidates stage writes them)
     queued: float  # from the start until every shard is queued for the pool (includes ``input``)
     first_shard: float  # from then until the first shard is committed (the actor pool's start)
-    commit: float  # in the driver's shard commits (Parquet, sha256, manifest)
+    commit: float  # in the driver's shard commits (Parquet, sha256, manifest); none where the actors commit
     driver_cpu_queued: float  # the driver process's CPU seconds while queueing
     driver_cpu_pool: float  # ... while the pool ran
     peak_rss: int  # the driver's peak resident memory, bytes
@@ -59,6 +59,8 @@ class Ceiling:
 
 
 START = "starting the actor pool (to the first shard back)"
+QUEUE = "driver: the shards' bounds and a re-run's verified shards, before the pool"
+POOL = "Ray Data: shards read, labelled, checked and committed by the actors, a record each to the driver"
 
 
 def analyse(t: PhaseTimes) -> Ceiling:
@@ -77,17 +79,17 @@ def analyse(t: PhaseTimes) -> Ceiling:
         raise ValueError(f"inconsistent times: wall {t.wall}, queued {t.queued}, input {t.input}")
     start = min(t.first_shard, t.pool)
     phases = {
-        "making the input shards": t.input,
-        "driver: fingerprinting shards and queueing them (the spool on its disk)": t.queued - t.input,
+        "making the input": t.input,
+        QUEUE: t.queued - t.input,
         START: start,
-        "Ray Data: shards to the actors and back, the driver's checks": max(0.0, t.pool - start - t.commit),
+        POOL: max(0.0, t.pool - start - t.commit),
         "driver: committing shards (Parquet, sha256, manifest)": t.commit,
     }
     growing = {k: v for k, v in phases.items() if k != START}
     worst = max(growing, key=growing.get)
     busy_q = t.driver_cpu_queued / t.queued if t.queued else 0.0
     busy_p = t.driver_cpu_pool / t.pool if t.pool else 0.0
-    busy = busy_q if worst.startswith(("making", "driver: fingerprinting")) else busy_p
+    busy = busy_q if worst in ("making the input", QUEUE) else busy_p
     limit = f"{worst} ({100 * phases[worst] / sum(growing.values()):.0f}% of the time that grows with the pairs)"
     limit += (f"; the driver process is CPU-bound there ({busy:.2f} CPU-s per s)" if busy >= DRIVER_BUSY
               else f"; the driver process is not CPU-bound there ({busy:.2f} CPU-s per s)")

@@ -62,12 +62,12 @@ def test_the_ceiling_names_the_longest_phase_that_grows_with_the_pairs():
     c = ceiling.analyse(_times())
     # pool 16 s: start 6 (paid once: not the limit), commits 2, transfer 8
     assert c.phases[ceiling.START] == 6.0
-    assert c.phases["Ray Data: shards to the actors and back, the driver's checks"] == pytest.approx(8.0)
+    assert c.phases[ceiling.POOL] == pytest.approx(8.0)
     assert c.limit.startswith("Ray Data") and "not CPU-bound" in c.limit
     assert c.pairs_per_s == 12_000.0 and c.end_to_end_pairs_per_s == 5_000.0 and c.peak_rss_mib == 300.0
     assert c.rss_growth_mib == 100.0
     slow_queue = ceiling.analyse(_times(queued=15.0, wall=27.0, driver_cpu_queued=14.0))
-    assert slow_queue.limit.startswith("driver: fingerprinting") and "CPU-bound there (0.93" in slow_queue.limit
+    assert slow_queue.limit.startswith(ceiling.QUEUE) and "CPU-bound there (0.93" in slow_queue.limit
     assert ceiling.analyse(_times(steady_pairs_per_s=None)).pairs_per_s == pytest.approx(100_000 / 16)
     with pytest.raises(ValueError, match="inconsistent"):
         ceiling.analyse(_times(queued=30.0))
@@ -78,6 +78,15 @@ def test_steady_rates_and_the_devices_one_driver_feeds():
     assert ceiling.steady_rate([5.0, 6.0, 7.0], [100, 100, 50]) == pytest.approx(75.0)
     assert ceiling.devices_fed(100_000, 25_000) == 4.0
     assert ceiling.devices_fed(100_000, None) is None
+
+
+def test_gpus_one_driver_feeds_follow_from_its_cpu_per_shard():
+    from augsbert_ray.bench.control_plane import driver_ms_per_shard, gpus_fed
+
+    # 8,192 pairs per 2 ms of driver CPU: 4,096,000 pairs/s, 16.4 GPUs at 250,000 pairs/s each
+    assert gpus_fed(2.0, 8192, 250_000) == pytest.approx(16.384)
+    assert gpus_fed(35.1, 8192, 100_000) == pytest.approx(2.334, abs=1e-3)
+    assert driver_ms_per_shard(_times(driver_cpu_queued=1.0, driver_cpu_pool=4.0)) == pytest.approx(50.0)
 
 
 def test_the_cpu_model_comes_from_lscpu_else_cpuinfo():
