@@ -74,7 +74,7 @@ class CommittingScorer:
         self.scorer = scorer_cls(**scorer_kwargs)
         self.target = target
         self.store = ShardStore(target.root) if sees_store(target.root, target.token) else None
-        self.node = ray.get_runtime_context().get_node_id()
+        self.node = ray.get_runtime_context().get_node_id() if ray.is_initialized() else None
         self._inputs: dict[int, list[pa.Table]] = {}
         self._labelled: dict[int, list[pa.Table]] = {}
 

@@ -1,0 +1,94 @@
+"""Shards committed where they are labelled (``labeling.commit``): the actor-side wrapper checks a
+shard's labels against its input and commits it once; a shard written twice ends as one file
+with one manifest. Pure: no Ray."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pyarrow as pa
+import pytest
+
+from augsbert_ray import schema
+from augsbert_ray.errors import LabelingError
+from augsbert_ray.labeling.commit import CommittingScorer, StoreTarget, decode
+from augsbert_ray.labeling.shards import SHARD, ShardStore, keys_digest
+
+
+def _shard(i: int, rows: int, size: int) -> pa.Table:
+    ids = np.arange(i * size, i * size + rows, dtype=np.int64)
+    return pa.table({schema.ID1: ids, schema.ID2: ids + 1000, schema.SENTENCE1: [f"a man {j}" for j in ids],
+                     schema.SENTENCE2: [f"a dog {j}" for j in ids], schema.ORIGIN: ["bm25"] * rows,
+                     schema.RETRIEVAL_SCORE: pa.array(np.ones(rows), pa.float32()), SHARD: np.full(rows, i)})
+
+
+class Scorer:
+    """Labels each pair id1 / 100 (``drop``: loses the last row of every batch); counts calls."""
+
+    calls = 0
+
+    def __init__(self, drop: bool = False):
+        self.drop = drop
+
+    def __call__(self, batch: pa.Table) -> pa.Table:
+        type(self).calls += 1
+        if self.drop:
+            batch = batch.slice(0, batch.num_rows - 1)
+        labels = batch.column(schema.ID1).to_numpy().astype(np.float32) / 100
+        return batch.append_column(schema.LABEL, pa.array(labels))
+
+
+def _actor(store: ShardStore, total: int, size: int, token: str | None = None, **kwargs) -> CommittingScorer:
+    target = StoreTarget(str(store.root), token or store.open_for_workers(), size, total)
+    return CommittingScorer(Scorer, kwargs, target)
+
+
+def test_a_shard_in_pieces_is_committed_whole_by_the_call_that_completes_it(tmp_path):
+    store = ShardStore(tmp_path / "shards")
+    actor = _actor(store, total=10, size=4)  # shards of 4, 4 and 2 rows
+    first, second = _shard(1, 4, 4), _shard(2, 2, 4)
+    assert actor(first.slice(0, 3)).num_rows == 0  # shard 1 not whole yet: nothing written
+    assert not store.part(1).exists()
+    out = actor(pa.concat_tables([first.slice(3), second]))  # the rest of 1, and 2 whole
+    assert out.column("shard").to_pylist() == [1, 2] and out.column("rows").to_pylist() == [4, 2]
+    assert out.column("table").null_count == 2  # committed here: only the record comes back
+    for i, shard in ((1, first), (2, second)):
+        record = json.loads(store.manifest(i).read_text())
+        assert store.done(i, keys_digest(shard)) and record["rows"] == shard.num_rows
+        assert store.read(i).column(schema.LABEL).to_pylist() == pytest.approx(
+            (shard.column(schema.ID1).to_numpy() / 100).tolist())
+    assert len(out.column("input")[0].as_py()) == 64 and out.slice(0, 1).get_total_buffer_size() < 1024
+
+
+def test_labels_that_lose_a_pair_are_refused_and_nothing_is_committed(tmp_path):
+    store = ShardStore(tmp_path / "shards")
+    actor = _actor(store, total=8, size=4, drop=True)
+    with pytest.raises(LabelingError, match="shard 0: the labelled pairs differ"):
+        actor(_shard(0, 4, 4))
+    assert not list(store.root.glob("*part-000000*"))
+    assert not actor._inputs and not actor._labelled  # a failed call keeps no pieces for the retry
+
+
+def test_an_actor_that_does_not_see_the_store_sends_the_checked_shard(tmp_path):
+    store = ShardStore(tmp_path / "shards")
+    store.open_for_workers()
+    actor = _actor(store, total=4, size=4, token="another-run")  # as on a node with a disk of its own
+    out = actor(_shard(0, 4, 4))
+    table = decode(out.column("table")[0].as_py())
+    assert table.num_rows == 4 and table.schema == schema.SILVER_SCHEMA and not store.part(0).exists()
+
+
+def test_a_shard_written_twice_ends_as_one_file_and_one_manifest_and_is_not_labelled_again(tmp_path):
+    store = ShardStore(tmp_path / "shards")
+    actor = _actor(store, total=8, size=4)
+    shard = _shard(1, 4, 4)
+    first = actor(shard).to_pylist()[0]
+    calls = Scorer.calls
+    again = actor(shard).to_pylist()[0]  # a task retried after its commit: the store holds the shard
+    assert Scorer.calls == calls and again["sha256"] == first["sha256"]
+    labelled = store.read(1)
+    record = store.commit(1, labelled, first["input"], writer="another node")  # written twice all the same
+    assert sorted(p.name for p in store.root.iterdir()) == [".writers", "part-000001.json", "part-000001.parquet"]
+    assert json.loads(store.manifest(1).read_text()) == record and record["writer"] == "another node"
+    assert store.done(1, first["input"]) and store.committed() == {1}
