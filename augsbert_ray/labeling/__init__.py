@@ -8,18 +8,20 @@
 - ``shards``: candidates cut into shards, and the ``ShardStore`` that commits each once;
 - ``sizing``: the pool's size and each actor's CPUs (pure);
 - ``pool``: one actor pool over the pending shards (the Ray edge);
+- ``commit``: each shard of a candidates file checked and committed by the actor that labels it;
 - ``hosts``: the same shards on the job's warm hosts, for small sets within a job;
 - ``driver``: ``label_candidates`` and friends, with resume and pool retries.
 """
 
 from augsbert_ray.labeling.codec import tokenize_batch
-from augsbert_ray.labeling.driver import LabelingReport, label_candidates, label_candidates_file, label_shards
+from augsbert_ray.labeling.driver import (LabelingReport, label_candidates, label_candidates_file, label_file,
+                                          label_shards)
 from augsbert_ray.labeling.scorer import TRACE_ENV, PairScorer, ScorerSpec
 from augsbert_ray.labeling.shards import ShardStore, exact_shards
 from augsbert_ray.labeling.sizing import (TOKENIZE_CPUS, actor_cpus, labelling_requests, pool_size,
                                           separate_tokenizer)
 from augsbert_ray.scoring import score_pairs
 
-__all__ = ["score_pairs", "label_candidates", "label_candidates_file", "label_shards", "ShardStore", "LabelingReport",
+__all__ = ["score_pairs", "label_candidates", "label_candidates_file", "label_file", "label_shards", "ShardStore", "LabelingReport",
            "PairScorer", "ScorerSpec", "TRACE_ENV", "TOKENIZE_CPUS", "actor_cpus", "exact_shards", "labelling_requests",
            "pool_size", "separate_tokenizer", "tokenize_batch"]
