@@ -196,7 +196,7 @@ def verify_committed(path: str, store: ShardStore, block_size: int, total: int, 
     done, running = set(), []
     while chunks or running:
         while chunks and len(running) < VERIFY_TASKS:
-            running.append(task.remote(path, str(store.root), block_size, total, chunks.pop(0)))
+            running.append(task.remote(path, str(store.root.resolve()), block_size, total, chunks.pop(0)))
         ready, running = ray.wait(running, num_returns=1)
         done.update(ray.get(ready[0]))
     return done
