@@ -146,7 +146,9 @@ def run_committing_pool(source: FileSource, pending: dict[int, int], target, on_
         warnings.filterwarnings("ignore", message=".*ray_remote_args.*deprecated", category=DeprecationWarning)
         records = labelled_dataset((source, source.tasks_for(pending)), model_dir, cfg, max_length, cpus_per_actor,
                                    actors, committing_spec(scorer, target))
-    batches = iter(records.iter_batches(batch_size=None, batch_format="pyarrow"))
+    # No prefetching thread: records are small, and each thread waiting on Ray Data's output polls
+    # it a hundred times a second, CPU the driver spends for the whole run.
+    batches = iter(records.iter_batches(batch_size=None, batch_format="pyarrow", prefetch_batches=0))
     try:
         for batch in batches:
             for record in batch.to_pylist():

@@ -80,17 +80,16 @@ class ShardStore:
         sha = file_sha256(tmp)
         os.replace(tmp, part)
         for _ in range(3):
-            record = {"input": digest, "rows": table.num_rows, "bytes": part.stat().st_size, "sha256": sha,
-                      "writer": writer}
+            placed = _identity(part)
+            record = {"input": digest, "rows": table.num_rows, "bytes": placed[1], "sha256": sha, "writer": writer}
             manifest = self.manifest(i)
             tmp = manifest.with_name(f".{manifest.name}.{uuid.uuid4().hex[:12]}.tmp")
             with written_whole(tmp, manifest):
                 tmp.write_text(json.dumps(record), encoding="utf-8")
             os.replace(tmp, manifest)
-            now = file_sha256(part)
-            if now == sha:
+            if _identity(part) == placed:  # the file the manifest names is still the one in place
                 return record
-            sha = now  # another writer's file of the same rows: name it
+            sha = file_sha256(part)  # another writer's file of the same rows replaced it: name that one
         return record
 
     def open_for_workers(self) -> str:
@@ -108,6 +107,12 @@ class ShardStore:
         import pyarrow.parquet as pq
 
         return pq.read_table(self.part(i), use_threads=False)  # a shard is small: threads only hold memory
+
+
+def _identity(path: Path) -> tuple[int, int, int]:
+    """What tells one file from another put in its place: inode, size, modification time."""
+    st = path.stat()
+    return st.st_ino, st.st_size, st.st_mtime_ns
 
 
 def sees_store(root: str | os.PathLike, token: str) -> bool:
