@@ -83,10 +83,18 @@ class FileSource:
         as it is labelled."""
         return self.tasks_for({i: p.rows for i, p in pending.items()})
 
-    def tasks_for(self, rows: dict[int, int]) -> list[dict]:
-        """``tasks`` for shards given as index -> rows."""
-        return [{"path": self.path, "block_size": self.block_size, "shards": [i], "start": i * self.block_size,
-                 "stop": i * self.block_size + rows[i]} for i in sorted(rows)]
+    def tasks_for(self, rows: dict[int, int], per_task: int = 1) -> list[dict]:
+        """``tasks`` for shards given as index -> rows, up to ``per_task`` consecutive shards a task."""
+        out: list[dict] = []
+        for i in sorted(rows):
+            last = out[-1] if out else None
+            if last is not None and len(last["shards"]) < per_task and last["shards"][-1] == i - 1:
+                last["shards"].append(i)
+                last["stop"] = i * self.block_size + rows[i]
+            else:
+                out.append({"path": self.path, "block_size": self.block_size, "shards": [i],
+                            "start": i * self.block_size, "stop": i * self.block_size + rows[i]})
+        return out
 
     def block(self, pending) -> pa.Table:
         """One pending shard (a ``driver._Pending``) with its ``SHARD`` column, read alone."""
@@ -127,6 +135,18 @@ def run_pool(pending: dict, finished: set, commit, model_dir, cfg, max_length, c
         batches.close()
 
 
+# Most shards a reading task (and so an actor's task) takes where actors commit their shards.
+MAX_SHARDS_PER_TASK = 8
+
+
+def shards_per_task(pending: int, actors: int) -> int:
+    """Shards per reading task where the actors commit: one while there are few (each shard's
+    record reaches the driver as soon as it is committed), up to ``MAX_SHARDS_PER_TASK`` where
+    every actor has many, since the driver's scheduling is per task, not per shard. An actor
+    still labels and commits one shard per call (its batches are ``labeling.block_size`` rows)."""
+    return max(1, min(MAX_SHARDS_PER_TASK, pending // (64 * max(1, actors))))
+
+
 def run_committing_pool(source: FileSource, pending: dict[int, int], target, on_record, model_dir, cfg,
                         max_length, cpus_per_actor, actors: int | None = None,
                         scorer: ScorerSpec | None = None) -> None:
@@ -142,9 +162,10 @@ def run_committing_pool(source: FileSource, pending: dict[int, int], target, on_
 
     if scorer is None:
         scorer = ScorerSpec(PairScorer, pair_scorer_kwargs(model_dir, cfg, max_length, cpus_per_actor))
+    tasks = source.tasks_for(pending, shards_per_task(len(pending), actors or 1))
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message=".*ray_remote_args.*deprecated", category=DeprecationWarning)
-        records = labelled_dataset((source, source.tasks_for(pending)), model_dir, cfg, max_length, cpus_per_actor,
+        records = labelled_dataset((source, tasks), model_dir, cfg, max_length, cpus_per_actor,
                                    actors, committing_spec(scorer, target))
     # No prefetching thread: records are small, and each thread waiting on Ray Data's output polls
     # it a hundred times a second, CPU the driver spends for the whole run.
