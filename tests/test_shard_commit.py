@@ -92,3 +92,12 @@ def test_a_shard_written_twice_ends_as_one_file_and_one_manifest_and_is_not_labe
     assert sorted(p.name for p in store.root.iterdir()) == [".writers", "part-000001.json", "part-000001.parquet"]
     assert json.loads(store.manifest(1).read_text()) == record and record["writer"] == "another node"
     assert store.done(1, first["input"]) and store.committed() == {1}
+
+
+def test_reading_tasks_take_consecutive_shards_only_where_many_are_pending():
+    from augsbert_ray.labeling.pool import MAX_SHARDS_PER_TASK, FileSource, shards_per_task
+
+    tasks = FileSource("c.parquet", 4, "node").tasks_for({0: 4, 1: 4, 2: 4, 4: 4, 5: 2}, per_task=2)
+    assert [(t["shards"], t["start"], t["stop"]) for t in tasks] == [([0, 1], 0, 8), ([2], 8, 12), ([4, 5], 16, 22)]
+    assert shards_per_task(5, 1) == 1 and shards_per_task(1221, 1) == MAX_SHARDS_PER_TASK
+    assert shards_per_task(300, 4) == 1  # 75 shards an actor: each its own task
