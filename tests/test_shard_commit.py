@@ -101,3 +101,24 @@ def test_reading_tasks_take_consecutive_shards_only_where_many_are_pending():
     assert [(t["shards"], t["start"], t["stop"]) for t in tasks] == [([0, 1], 0, 8), ([2], 8, 12), ([4, 5], 16, 22)]
     assert shards_per_task(5, 1) == 1 and shards_per_task(1221, 1) == MAX_SHARDS_PER_TASK
     assert shards_per_task(300, 4) == 1  # 75 shards an actor: each its own task
+
+
+def test_actors_commit_each_shard_of_a_reading_task_of_several(ray_local, tmp_path, monkeypatch):
+    import pyarrow.parquet as pq
+
+    from augsbert_ray.bench.control_plane import NULL_LABEL, NullScorer
+    from augsbert_ray.config import LabelingConfig
+    from augsbert_ray.labeling import LabelingReport, ScorerSpec, label_candidates_file, pool
+
+    monkeypatch.setattr(pool, "shards_per_task", lambda pending, actors: 3)
+    cands = pa.concat_tables([_shard(i, 4, 4) for i in range(10)] + [_shard(10, 3, 4)]).drop_columns([SHARD])
+    pq.write_table(cands, tmp_path / "candidates.parquet", row_group_size=7)
+    store, report = ShardStore(tmp_path / "shards"), LabelingReport()
+    cfg = LabelingConfig(actors=1, block_size=4, tokenize_stage="actor", executor="pool")
+    n = label_candidates_file(tmp_path / "candidates.parquet", tmp_path / "silver.parquet", "unused", cfg, 32, 1.0,
+                              store=store, report=report, actors=1, scorer=ScorerSpec(NullScorer))
+    silver = pq.read_table(tmp_path / "silver.parquet")
+    assert n == 43 and silver.column(schema.ID1).to_pylist() == cands.column(schema.ID1).to_pylist()
+    assert set(silver.column(schema.LABEL).to_pylist()) == {NULL_LABEL} and report.labelled == 11
+    node = ray_local.get_runtime_context().get_node_id()
+    assert {json.loads(store.manifest(i).read_text())["writer"] for i in range(11)} == {node}
