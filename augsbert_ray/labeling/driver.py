@@ -164,7 +164,7 @@ def _label_committing(source: FileSource, total: int, store: ShardStore, model_d
     """``label_file`` with the shards committed by the actors that label them."""
     import ray
 
-    from augsbert_ray.labeling.commit import StoreTarget, decode, verify_committed
+    from augsbert_ray.labeling.commit import StoreTarget, committing_spec, decode, verify_committed
     from augsbert_ray.labeling.pool import run_committing_pool
 
     report = report if report is not None else LabelingReport()
@@ -207,9 +207,17 @@ def _label_committing(source: FileSource, total: int, store: ShardStore, model_d
             log.info(f"[silver] {count - len(pending)}/{count} shards labelled "
                      f"({report.labelled_pairs / (now - t0):.1f} pairs/s)")
 
-    _attempts(lambda: run_committing_pool(source, pending, target, on_record, model_dir, cfg, max_length,
-                                          cpus_per_actor, actors, scorer),
-              pending, count, cfg, store, "CommittingScorer")
+    def attempt() -> None:
+        from augsbert_ray.labeling import pool as actor_pool
+        from augsbert_ray.labeling.scorer import ScorerSpec, pair_scorer_kwargs
+
+        # PairScorer looked up at each attempt, as the pool does (tests put a failing one in its place)
+        inner = scorer or ScorerSpec(actor_pool.PairScorer,
+                                     pair_scorer_kwargs(model_dir, cfg, max_length, cpus_per_actor))
+        run_committing_pool(source, pending, committing_spec(inner, target), on_record, model_dir, cfg, max_length,
+                            cpus_per_actor, actors)
+
+    _attempts(attempt, pending, count, cfg, store, "CommittingScorer")
     report.seconds = time.perf_counter() - t0
     return count
 

@@ -147,28 +147,20 @@ def shards_per_task(pending: int, actors: int) -> int:
     return max(1, min(MAX_SHARDS_PER_TASK, pending // (64 * max(1, actors))))
 
 
-def run_committing_pool(source: FileSource, pending: dict[int, int], target, on_record, model_dir, cfg,
-                        max_length, cpus_per_actor, actors: int | None = None,
-                        scorer: ScorerSpec | None = None) -> None:
-    """One actor pool over the ``pending`` shards of a candidates file (index -> rows), each actor
-    committing the shards it labels to ``target``'s store (``commit.CommittingScorer``);
+def run_committing_pool(source: FileSource, pending: dict[int, int], actors_spec: ScorerSpec, on_record, model_dir,
+                        cfg, max_length, cpus_per_actor, actors: int | None = None) -> None:
+    """One actor pool over the ``pending`` shards of a candidates file (index -> rows), its actors
+    ``actors_spec`` (``commit.committing_spec``: a scorer that commits the shards it labels);
     ``on_record(record)`` is called with each shard's commit record (``commit.RECORD_SCHEMA``)
     as it comes back.
 
     Raises:
         Exception: whatever ended the pool (actor restarts or task retries exhausted, a lost actor).
     """
-    from augsbert_ray.labeling.commit import committing_spec
-
-    if scorer is None:
-        scorer = ScorerSpec(PairScorer, pair_scorer_kwargs(model_dir, cfg, max_length, cpus_per_actor))
     tasks = source.tasks_for(pending, shards_per_task(len(pending), actors or 1))
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message=".*ray_remote_args.*deprecated", category=DeprecationWarning)
-        records = labelled_dataset((source, tasks), model_dir, cfg, max_length, cpus_per_actor,
-                                   actors, committing_spec(scorer, target))
-    # No prefetching thread: records are small, and each thread waiting on Ray Data's output polls
-    # it a hundred times a second, CPU the driver spends for the whole run.
+        records = labelled_dataset((source, tasks), model_dir, cfg, max_length, cpus_per_actor, actors, actors_spec)
     batches = iter(records.iter_batches(batch_size=None, batch_format="pyarrow", prefetch_batches=0))
     try:
         for batch in batches:
