@@ -138,12 +138,14 @@ def _training_columns(table: pa.Table, flag: bool | None, as_classes: bool) -> p
 @dataclass(frozen=True)
 class StagedPairs:
     """A staged training set: ``location`` (a path or URI) holds ``rows`` pairs in blocks of
-    ``block`` rows; ``folder`` also holds the token lengths cached by the workers."""
+    ``block`` rows, whose content ``digest`` names; ``folder`` also holds the token lengths
+    cached by the workers."""
 
     location: str
     folder: str
     rows: int
-    block: int = ROWS_PER_BLOCK
+    block: int
+    digest: str
 
 
 def _filesystem(location: str):
@@ -182,34 +184,57 @@ def _rechunked(tables: Iterable[pa.Table], rows: int) -> Iterator[pa.Table]:
 def stage(pairs: pa.Table | TrainingSet, folder: str) -> StagedPairs:
     """Writes ``pairs`` to ``folder/pairs.arrow`` in blocks (see the module), whole or not at all.
 
-    The file is written under a temporary name and moved into place; token lengths cached by
-    an earlier staging are removed (they were for its rows). The driver reads the pairs a few
-    thousand at a time: its memory does not grow with them.
+    The file is written under a temporary name and moved into place. Token lengths cached for
+    other content are removed; those of the same content (a re-run staging the same pairs) are
+    kept. The driver reads the pairs a few thousand at a time: its memory does not grow with them.
 
     Raises:
         ValueError: no pairs.
     """
     fs, base = _filesystem(folder)
     fs.create_dir(base, recursive=True)
-    for info in fs.get_file_info(_selector(base)):
-        if info.base_name.startswith(_LENGTHS_PREFIX):
-            fs.delete_file(info.path)
     silver = (schema.IS_SILVER in pairs.column_names) if isinstance(pairs, pa.Table) else pairs.has_silver_flags
     out_schema = _staged_schema(silver)
     chunks = (pairs.slice(i, 65_536) for i in range(0, pairs.num_rows, 65_536)) if isinstance(pairs, pa.Table) \
         else pairs.batches()
     path, tmp = f"{base}/{STAGED_FILE}", f"{base}/.{STAGED_FILE}.writing"
-    rows = 0
+    rows, digest = 0, hashlib.sha256()
     with fs.open_output_stream(tmp) as sink, pa.ipc.new_file(sink, out_schema) as writer:
         for block in _rechunked((c.select(out_schema.names).cast(out_schema) for c in chunks), ROWS_PER_BLOCK):
-            writer.write_table(block.combine_chunks(), max_chunksize=ROWS_PER_BLOCK)  # one record batch
+            batch = block.combine_chunks().to_batches()[0]  # one record batch per block
+            writer.write_batch(batch)
+            digest.update(batch.serialize())
             rows += block.num_rows
     if rows == 0:
         fs.delete_file(tmp)
         raise ValueError("no training pairs")
     fs.move(tmp, path)
+    digest = digest.hexdigest()
+    for info in fs.get_file_info(_selector(base)):
+        if info.base_name.startswith(_LENGTHS_PREFIX) and not info.base_name.startswith(_lengths_prefix(digest)):
+            fs.delete_file(info.path)
     where = path if _is_uri(folder) else os.path.abspath(path)
-    return StagedPairs(where, folder if _is_uri(folder) else os.path.abspath(folder), rows, ROWS_PER_BLOCK)
+    return StagedPairs(where, folder if _is_uri(folder) else os.path.abspath(folder), rows, ROWS_PER_BLOCK, digest)
+
+
+def _lengths_prefix(digest: str) -> str:
+    return f"{_LENGTHS_PREFIX}{digest[:16]}-"
+
+
+def lengths_path(staged: StagedPairs, key: dict) -> str:
+    """Where the token lengths of ``staged``'s pairs under the tokenisation ``key`` are cached."""
+    tokenisation = hashlib.sha256(json.dumps(key, sort_keys=True, default=str).encode()).hexdigest()[:16]
+    return f"{_filesystem(staged.folder)[1]}/{_lengths_prefix(staged.digest)}{tokenisation}.npy"
+
+
+def write_lengths(staged: StagedPairs, key: dict, lengths: np.ndarray, rank: int = 0) -> None:
+    """Caches ``lengths`` (one per pair, ``uint16``) for ``staged`` under ``key``, whole or not at all."""
+    fs, _ = _filesystem(staged.folder)
+    path = lengths_path(staged, key)
+    tmp = f"{path}.{rank}.writing"  # several ranks may compute them at once: each moves its own
+    with fs.open_output_stream(tmp) as f:
+        f.write(np.ascontiguousarray(lengths, dtype=np.uint16).tobytes())
+    fs.move(tmp, path)
 
 
 def _is_uri(location: str) -> bool:
@@ -283,9 +308,8 @@ class PairReader:
         settings). The recipe's model must be built (its tokenizer)."""
         from augsbert_ray.training.loop import pair_lengths
 
-        digest = hashlib.sha256(json.dumps(key, sort_keys=True, default=str).encode()).hexdigest()[:16]
-        fs, base = _filesystem(self.staged.folder)
-        path = f"{base}/{_LENGTHS_PREFIX}{digest}.npy"
+        fs, _ = _filesystem(self.staged.folder)
+        path = lengths_path(self.staged, key)
         try:
             with fs.open_input_file(path) as f:
                 cached = np.frombuffer(f.read(), dtype=np.uint16)
@@ -299,10 +323,10 @@ class PairReader:
             s1 = block.column(schema.SENTENCE1).to_pylist()
             s2 = block.column(schema.SENTENCE2).to_pylist()
             n = len(s1)
-            out[at:at + n] = pair_lengths(recipe, recipe.pretokenize(s1, s2), n)
+            got = pair_lengths(recipe, recipe.pretokenize(s1, s2), n)
+            if got.max() > np.iinfo(np.uint16).max:
+                raise ValueError(f"a pair of {int(got.max())} tokens: token lengths are kept as uint16")
+            out[at:at + n] = got
             at += n
-        tmp = f"{path}.{rank}.writing"  # several ranks may compute it at once: each moves its own
-        with fs.open_output_stream(tmp) as f:
-            f.write(out.tobytes())
-        fs.move(tmp, path)
+        write_lengths(self.staged, key, out, rank)
         return out

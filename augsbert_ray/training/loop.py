@@ -11,6 +11,7 @@ import logging
 import math
 import os
 import time
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import Callable
 
@@ -77,10 +78,11 @@ def shard_order(n: int, epoch: int, seed: int, rank: int, world: int) -> np.ndar
     """
     perm = np.arange(n, dtype=index_dtype(n))
     np.random.default_rng([seed, epoch]).shuffle(perm)
-    per_rank = math.ceil(n / world)
-    positions = np.arange(rank, per_rank * world, world)
-    positions %= n  # repeats from the start to pad
-    return perm[positions]
+    mine = perm[rank::world]
+    last = rank + (math.ceil(n / world) - 1) * world  # the rank's last position in the padded order
+    if last < n:
+        return mine.copy()  # not a view: the whole permutation is freed
+    return np.concatenate([mine, perm[last % n:last % n + 1]])  # padded by repeating from the start
 
 
 def index_dtype(n: int):
@@ -88,8 +90,31 @@ def index_dtype(n: int):
     return np.int32 if 2 * n < 2**31 else np.int64
 
 
+class EpochBatches(Sequence):
+    """An epoch's batches: batch ``k`` is ``rows[at[k] * size:(at[k] + 1) * size]``, a view made
+    when it is read, so an epoch costs its row indices and one index per batch, not an array
+    object per batch."""
+
+    def __init__(self, rows: np.ndarray, size: int, at: np.ndarray | None = None):
+        self.rows, self.size = rows, size
+        self.at = at
+
+    def __len__(self) -> int:
+        return -(-len(self.rows) // self.size)
+
+    def __getitem__(self, k):
+        if isinstance(k, slice):
+            return [self[i] for i in range(*k.indices(len(self)))]
+        if k < 0:
+            k += len(self)
+        if not 0 <= k < len(self):
+            raise IndexError(k)
+        start = (int(self.at[k]) if self.at is not None else k) * self.size
+        return self.rows[start:start + self.size]
+
+
 def length_grouped_batches(order: np.ndarray, lengths: np.ndarray | None, batch: int, group: int,
-                           seed: int, epoch: int) -> list[np.ndarray]:
+                           seed: int, epoch: int) -> EpochBatches:
     """An epoch's batches: ``order`` cut into batches of ``batch`` rows, with rows of similar
     lengths put together when ``group`` > 0.
 
@@ -101,13 +126,14 @@ def length_grouped_batches(order: np.ndarray, lengths: np.ndarray | None, batch:
     at ``group`` 50). The grouping of Hugging Face's ``group_by_length``, made deterministic.
     """
     if group <= 0 or lengths is None:
-        return [order[i:i + batch] for i in range(0, len(order), batch)]
+        return EpochBatches(order, batch)
     chunk = batch * group
-    grouped = np.concatenate([c[np.argsort(lengths[c], kind="stable")]
-                              for c in (order[i:i + chunk] for i in range(0, len(order), chunk))])
-    batches = [grouped[i:i + batch] for i in range(0, len(grouped), batch)]
-    shuffle = np.random.default_rng([seed, epoch, 7]).permutation(len(batches))
-    return [batches[i] for i in shuffle]
+    grouped = np.empty_like(order)
+    for i in range(0, len(order), chunk):
+        c = order[i:i + chunk]
+        grouped[i:i + len(c)] = c[np.argsort(lengths[c], kind="stable")]
+    at = np.random.default_rng([seed, epoch, 7]).permutation(-(-len(grouped) // batch))
+    return EpochBatches(grouped, batch, at)
 
 
 class PairTrainer:
@@ -175,7 +201,7 @@ class PairTrainer:
         if hp.length_grouping > 0:
             self.lengths = rows.lengths(recipe, lengths_key or {}, rank) if rows is not None \
                 else self._pair_lengths(s1, s2)
-        self._epoch_batches: tuple[int, list] | None = None
+        self._epoch_batches: tuple[int, EpochBatches] | None = None
         self.per_epoch = steps_per_epoch(self.n, self.rank_batch, world)
         self.total = self.per_epoch * hp.epochs
         warmup = int(self.total * hp.warmup_ratio)
@@ -275,7 +301,7 @@ class PairTrainer:
         lengths = getattr(self.recipe, "lengths", None)
         return lengths(s1, s2) if lengths is not None else None
 
-    def _batches(self, epoch: int) -> list[np.ndarray]:
+    def _batches(self, epoch: int) -> EpochBatches:
         """This rank's batches of ``epoch`` (a function of the seed and the epoch alone, so a
         resumed run takes the same batches as one that never stopped)."""
         if self._epoch_batches is None or self._epoch_batches[0] != epoch:

@@ -18,7 +18,7 @@ from augsbert_ray import schema
 from augsbert_ray.stages.student import student_training_set
 from augsbert_ray.training import ingest
 from augsbert_ray.training.ingest import PairReader, TrainingSet, stage
-from augsbert_ray.training.loop import HParams, PairTrainer, shard_order
+from augsbert_ray.training.loop import HParams, PairTrainer, length_grouped_batches, shard_order
 from augsbert_ray.training.recipes import make_recipe
 
 
@@ -35,13 +35,22 @@ def _pairs(n: int, seed: int, label_type=pa.float32()) -> pa.Table:
 
 
 @pytest.mark.parametrize("n", [1, 7, 1000, 65_537])
-def test_the_rank_orders_are_the_seeded_permutation_padded_and_strided(n):
-    # The order every training used: numpy's permutation of every row, padded by wrapping, strided by rank.
+def test_the_epochs_batches_are_those_of_the_in_memory_order(n):
+    # The order every training used: numpy's permutation of every row, padded by wrapping, strided
+    # by rank; then chunks of `group` batches sorted by length, the batches shuffled.
+    lengths = np.random.default_rng(n).integers(1, 128, size=n).astype(np.uint16)
     for world in (1, 3, 8):
         perm = np.random.default_rng([11, 2]).permutation(n)
         padded = np.resize(perm, math.ceil(n / world) * world)
         for rank in range(world):
-            np.testing.assert_array_equal(shard_order(n, 2, 11, rank, world), padded[rank::world])
+            mine = padded[rank::world]
+            np.testing.assert_array_equal(shard_order(n, 2, 11, rank, world), mine)
+            chunks = [mine[i:i + 4 * 3] for i in range(0, len(mine), 4 * 3)]
+            grouped = np.concatenate([c[np.argsort(lengths[c], kind="stable")] for c in chunks])
+            batches = [grouped[i:i + 4] for i in range(0, len(grouped), 4)]
+            expected = [batches[i] for i in np.random.default_rng([11, 2, 7]).permutation(len(batches))]
+            got = length_grouped_batches(shard_order(n, 2, 11, rank, world), lengths, 4, 3, seed=11, epoch=2)
+            assert len(got) == len(expected) and all(np.array_equal(a, b) for a, b in zip(got, expected))
 
 
 def test_staged_files_hold_the_student_training_set_in_order(tmp_path, monkeypatch):
