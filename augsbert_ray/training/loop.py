@@ -100,7 +100,7 @@ class EpochBatches(Sequence):
         self.at = at
 
     def __len__(self) -> int:
-        return -(-len(self.rows) // self.size)
+        return (len(self.rows) + self.size - 1) // self.size
 
     def __getitem__(self, k):
         if isinstance(k, slice):

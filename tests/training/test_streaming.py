@@ -18,11 +18,16 @@ from augsbert_ray import schema
 from augsbert_ray.stages.student import student_training_set
 from augsbert_ray.training import ingest
 from augsbert_ray.training.ingest import PairReader, TrainingSet, stage
-from augsbert_ray.training.loop import HParams, PairTrainer, length_grouped_batches, shard_order
+from augsbert_ray.training.loop import (
+    HParams,
+    PairTrainer,
+    length_grouped_batches,
+    shard_order,
+)
 from augsbert_ray.training.recipes import make_recipe
 
 
-def _pairs(n: int, seed: int, label_type=pa.float32()) -> pa.Table:
+def _pairs(n: int, seed: int) -> pa.Table:
     rng = random.Random(seed)
 
     def sentence() -> str:  # lengths that differ, and spaces the tokenisation strips
@@ -31,7 +36,7 @@ def _pairs(n: int, seed: int, label_type=pa.float32()) -> pa.Table:
 
     rows = [(sentence(), sentence(), rng.random()) for _ in range(n)]
     return pa.table({"sentence1": [r[0] for r in rows], "sentence2": [r[1] for r in rows],
-                     "label": pa.array([r[2] for r in rows], label_type)})
+                     "label": pa.array([r[2] for r in rows], pa.float32())})
 
 
 @pytest.mark.parametrize("n", [1, 7, 1000, 65_537])
