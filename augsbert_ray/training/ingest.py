@@ -213,7 +213,7 @@ def stage(pairs: pa.Table | TrainingSet, folder: str) -> StagedPairs:
     for info in fs.get_file_info(_selector(base)):
         if info.base_name.startswith(_LENGTHS_PREFIX) and not info.base_name.startswith(_lengths_prefix(digest)):
             fs.delete_file(info.path)
-    where = path if _is_uri(folder) else os.path.abspath(path)
+    where = f"{folder.rstrip('/')}/{STAGED_FILE}" if _is_uri(folder) else os.path.abspath(path)
     return StagedPairs(where, folder if _is_uri(folder) else os.path.abspath(folder), rows, ROWS_PER_BLOCK, digest)
 
 

@@ -142,3 +142,22 @@ def test_a_worker_group_streams_a_ray_data_dataset_to_the_weights_of_the_in_memo
     a, b = load_file(tmp_path / "held" / "model.safetensors"), load_file(tmp_path / "streamed" / "model.safetensors")
     differ = {k: float((a[k] - b[k]).abs().max()) for k in a if not torch.equal(a[k], b[k])}
     assert a.keys() == b.keys() and not differ, differ
+
+
+def test_a_set_staged_in_storage_given_as_a_uri_is_read_and_its_lengths_kept_for_the_same_content(tmp_path,
+                                                                                                  monkeypatch):
+    from augsbert_ray import rundir
+
+    # file:// through pyarrow's URI parsing, as s3:// would go (the project reads file:// as a path)
+    monkeypatch.setattr(rundir, "is_uri", lambda location: str(location).startswith("file://"))
+    folder = f"file://{tmp_path}/staged"
+    table = _pairs(5, 7)
+    staged = stage(table, folder)
+    assert staged.location == f"{folder}/pairs.arrow" and staged.rows == 5
+    s1, _, labels, silver = PairReader(staged).fetch(np.array([4, 0]))
+    assert s1 == [table.column("sentence1")[4].as_py(), table.column("sentence1")[0].as_py()] and silver is None
+    ingest.write_lengths(staged, {"kind": "x"}, np.array([3, 4, 5, 6, 7]))
+    assert stage(table, folder).digest == staged.digest  # the same pairs: their cached lengths stay
+    assert len(list((tmp_path / "staged").glob("lengths-*.npy"))) == 1
+    stage(_pairs(5, 8), folder)  # other pairs: lengths of the old ones go
+    assert not list((tmp_path / "staged").glob("lengths-*.npy"))
