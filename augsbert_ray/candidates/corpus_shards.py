@@ -1,0 +1,252 @@
+"""A large corpus's distinct sentences, made by Ray Data tasks as shards on storage.
+
+No process holds the corpus: four rounds of tasks, each over a bounded slice of it, write
+their results as Parquet files under ``work`` (the stage's folder; on a cluster of several
+nodes it must be storage every node reads and writes, as the run directory is).
+
+1. **read**: one task per byte range of the corpus files (``loaders.corpus.RANGE_BYTES``)
+   cleans its lines as ``read_corpus`` does, counts them, and writes the kept texts, each
+   with its line's position in the corpus, into hash shards (a text's shard is a stable
+   hash of the text, so every copy of a sentence lands in the same shard).
+2. **dedup**: one task per hash shard keeps each text once, at its first position.
+3. **number**: a sentence's id is the number of distinct texts that first appear before it:
+   each shard's task counts them in every shard's sorted first positions (read one shard's
+   positions at a time), and writes its sentences into id buckets of ``BUCKET_SENTENCES``.
+4. **bucket**: one task per id bucket sorts it by id and writes ``part-NNNNN.parquet``.
+
+The ids are therefore those of ``read_corpus`` (order of first appearance, and the same seeded
+``max_sentences`` sample), whatever the cluster's size or the number of shards: the samplers
+find the same pairs. What the driver keeps grows with the number of files and shards, not the
+lines; with ``max_sentences``, the ids kept (8 bytes each) go through the object store.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import shutil
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from augsbert_ray import schema
+
+log = logging.getLogger(__name__)
+
+SHARD_BYTES = 32 << 20  # corpus bytes per hash shard: what one dedup task holds, about
+BUCKET_SENTENCES = 262_144  # sentences per id bucket: a sentence part, and the pairs of one pair task
+QUERY_BLOCK = 16_384  # sentences per row group of a part: one query task's block (``sharded``)
+POS = "pos"  # a line's position: its byte range's index << 32 | its line's index in the range
+FORMATS = ("lines", "jsonl")  # text formats, whose lines have positions; CSV and Parquet do not (yet)
+
+
+@dataclass
+class SentenceParts:
+    """The corpus's distinct sentences as id-ordered Parquet parts (``schema.SENTENCE_SCHEMA``)."""
+
+    folder: Path
+    sentences: int
+    bucket: int  # sentences per part: part ``b`` holds ids ``b * bucket`` to ``(b + 1) * bucket - 1``
+    counts: dict = field(default_factory=dict)  # what happened to every line (as ``read_corpus``)
+
+    @property
+    def parts(self) -> list[Path]:
+        return [part_path(self.folder, b) for b in range(math.ceil(self.sentences / self.bucket))]
+
+
+def part_path(folder: Path, b: int) -> Path:
+    return Path(folder) / f"part-{b:05d}.parquet"
+
+
+def write_atomic(path: Path, table: pa.Table, row_group: int = 65_536) -> None:
+    """A Parquet file written under a temporary name, then renamed: a retried task rewrites it
+    whole, and a reader never sees half of it."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp")
+    pq.write_table(table, tmp, row_group_size=row_group)
+    tmp.replace(path)
+
+
+def _stable_hash(texts: pa.Array) -> np.ndarray:
+    """A hash of each text that every process computes alike (Python's ``hash`` is salted per process)."""
+    import pandas as pd
+
+    return pd.util.hash_array(texts.to_numpy(zero_copy_only=False)).astype(np.uint64)
+
+
+def _first_positions(texts: pa.Array, pos: np.ndarray) -> pa.Table:
+    """Each distinct text once, with its smallest position."""
+    t = pa.table({schema.TEXT: texts, POS: pa.array(pos, pa.int64())})
+    return t.group_by(schema.TEXT).aggregate([(POS, "min")]).rename_columns([schema.TEXT, POS])
+
+
+def _read_range(batch: pa.Table, work: str, shards: int, fmt: str, column: str | None, max_chars: int,
+                long_lines: str, on_bad_lines: str) -> pa.Table:
+    """Round 1, one byte range: its counts (or its first bad line's error, as JSON)."""
+    from augsbert_ray.loaders import corpus as loader
+
+    row = batch.to_pylist()[0]
+    i = row["index"]
+    lines = loader.read_ranges({k: [row[k]] for k in ("path", "size", "start", "end")}, fmt, column, max_chars,
+                               long_lines, on_bad_lines)
+    status = lines.column(loader.STATUS)
+    errors = lines.filter(pc.equal(status, loader.ERROR))
+    if errors.num_rows:
+        return _range_row(i, None, errors.column(schema.TEXT)[0].as_py())
+    counts = {item["values"]: item["counts"] for item in pc.value_counts(status).to_pylist()}
+    counts["lines"] = lines.num_rows
+    texts = lines.column(schema.TEXT).combine_chunks()
+    kept = pc.is_valid(texts)
+    pos = (np.int64(i) << 32) + np.flatnonzero(kept.to_numpy(zero_copy_only=False)).astype(np.int64)
+    distinct = _first_positions(texts.filter(kept), pos)
+    if distinct.num_rows:
+        shard = _stable_hash(distinct.column(schema.TEXT).combine_chunks()) % np.uint64(shards)
+        for s in np.unique(shard).tolist():
+            write_atomic(Path(work) / "lines" / f"{s:05d}" / f"{i:06d}.parquet",
+                         distinct.filter(pa.array(shard == s)))
+    return _range_row(i, json.dumps(counts), None)
+
+
+def _range_row(i: int, counts: str | None, error: str | None) -> pa.Table:
+    return pa.table({"index": pa.array([i], pa.int64()), "counts": pa.array([counts], pa.string()),
+                     "error": pa.array([error], pa.string())})
+
+
+def _dedup_shard(batch: pa.Table, work: str) -> pa.Table:
+    """Round 2, one hash shard: each text once at its first position, sorted by position."""
+    s = batch.column("index")[0].as_py()
+    folder = Path(work) / "lines" / f"{s:05d}"
+    files = sorted(folder.glob("*.parquet")) if folder.exists() else []
+    table = pa.concat_tables([pq.read_table(f) for f in files]) if files else pa.table(
+        {schema.TEXT: pa.array([], pa.string()), POS: pa.array([], pa.int64())})
+    distinct = _first_positions(table.column(schema.TEXT).combine_chunks(), table.column(POS).to_numpy())
+    distinct = distinct.sort_by(POS)
+    write_atomic(Path(work) / "distinct" / f"{s:05d}.parquet", distinct.select([POS, schema.TEXT]))
+    shutil.rmtree(folder, ignore_errors=True)
+    return pa.table({"index": [s], "distinct": [distinct.num_rows]})
+
+
+def _number_shard(batch: pa.Table, work: str, shards: int, bucket: int, keep_ref) -> pa.Table:
+    """Round 3, one hash shard: its sentences' ids (their first positions' rank among every
+    shard's), written into id buckets."""
+    import ray
+
+    s = batch.column("index")[0].as_py()
+    own = pq.read_table(Path(work) / "distinct" / f"{s:05d}.parquet")
+    pos = own.column(POS).to_numpy()
+    ids = np.zeros(len(pos), np.int64)
+    for other in range(shards):  # one shard's positions at a time
+        theirs = pq.read_table(Path(work) / "distinct" / f"{other:05d}.parquet", columns=[POS]).column(0).to_numpy()
+        ids += np.searchsorted(theirs, pos)
+    texts = own.column(schema.TEXT)
+    if keep_ref is not None:  # a seeded sample of the ids, renumbered in order
+        keep = ray.get(keep_ref)
+        at = np.minimum(np.searchsorted(keep, ids), len(keep) - 1)
+        kept = keep[at] == ids
+        ids, texts = at[kept], texts.filter(pa.array(kept))
+    which = ids // bucket
+    for b in np.unique(which).tolist():
+        mask = which == b
+        write_atomic(Path(work) / "ids" / f"{b:05d}" / f"{s:05d}.parquet",
+                     pa.table({schema.SENTENCE_ID: pa.array(ids[mask]), schema.TEXT: texts.filter(pa.array(mask))}))
+    return pa.table({"index": [s], "kept": [len(ids)]})
+
+
+def _write_bucket(batch: pa.Table, work: str, out: str, bucket: int, total: int, row_group: int) -> pa.Table:
+    """Round 4, one id bucket: its sentences sorted by id, checked complete, as one part."""
+    b = batch.column("index")[0].as_py()
+    folder = Path(work) / "ids" / f"{b:05d}"
+    table = pa.concat_tables([pq.read_table(f) for f in sorted(folder.glob("*.parquet"))]).sort_by(schema.SENTENCE_ID)
+    lo, hi = b * bucket, min(total, (b + 1) * bucket)
+    if not np.array_equal(table.column(schema.SENTENCE_ID).to_numpy(), np.arange(lo, hi)):
+        raise RuntimeError(f"sentence bucket {b}: ids are not exactly {lo}..{hi - 1}")
+    write_atomic(part_path(Path(out), b), table.cast(schema.SENTENCE_SCHEMA), row_group)
+    return pa.table({"index": [b], "rows": [table.num_rows]})
+
+
+def each(indices: list[int], fn, **kwargs) -> list[dict]:
+    """``fn`` over one-row blocks ``{"index": i}`` as Ray Data tasks (one CPU each); their rows."""
+    import ray
+
+    if not indices:
+        return []
+    ds = ray.data.from_items([{"index": i} for i in indices], override_num_blocks=len(indices))
+    return ds.map_batches(fn, batch_size=1, batch_format="pyarrow", fn_kwargs=kwargs, num_cpus=1).take_all()
+
+
+def shard_corpus(cfg, files: list[tuple], out: Path, seed: int = 0) -> SentenceParts:
+    """Reads, cleans and deduplicates the corpus (``config.CorpusConfig``, format ``lines`` or
+    ``jsonl``) in Ray Data tasks, into id-ordered sentence parts under ``out / "sentences.parts"``.
+
+    Args:
+        files: the corpus's ``loaders.corpus.list_files`` entries.
+        out: the stage's folder (scratch files go to ``out / "_shards"``, removed at the end).
+        seed: the job seed (the ``max_sentences`` sample, as ``read_corpus`` draws it).
+
+    Raises:
+        DataError: a bad line (``on_bad_lines: error``): the first in corpus order, as ``read_corpus``.
+        ValueError: a format without line positions (CSV, TSV, Parquet).
+    """
+    from augsbert_ray.errors import DataError
+    from augsbert_ray.loaders import corpus as loader
+
+    if cfg.format not in FORMATS:
+        raise ValueError(f"corpus format '{cfg.format}' is not sharded; sharded: {', '.join(FORMATS)}")
+    out = Path(out)
+    work, parts = out / "_shards", out / "sentences.parts"
+    for folder in (work, parts):
+        shutil.rmtree(folder, ignore_errors=True)
+    total_bytes = sum(size for _, size, _ in files)
+    shards = max(1, math.ceil(total_bytes / SHARD_BYTES))
+    ranges = [{"path": p, "size": s, "start": a, "end": min(a + loader.RANGE_BYTES, s)}
+              for p, s, _ in files for a in range(0, s, loader.RANGE_BYTES)]
+    log.info(f"[corpus] {len(files)} files, {total_bytes / 2**20:.1f} MiB, from {cfg.path}: {len(ranges)} read tasks, "
+             f"{shards} hash shards")
+    rows = _each_range(ranges, work, shards, cfg)
+    bad = sorted((r for r in rows if r["error"] is not None), key=lambda r: r["index"])
+    if bad:
+        shutil.rmtree(work, ignore_errors=True)
+        raise DataError(**json.loads(bad[0]["error"]))
+    counts = {k: 0 for k in ("lines", loader.OK, loader.TRUNCATED, loader.EMPTY, loader.TOO_LONG, loader.BAD)}
+    for r in rows:
+        for k, v in json.loads(r["counts"]).items():
+            counts[k] += v
+    distinct = sum(r["distinct"] for r in each(list(range(shards)), _dedup_shard, work=str(work)))
+    kept = counts[loader.OK] + counts[loader.TRUNCATED]
+    counts.update(duplicates=kept - distinct, distinct=distinct, sampled_out=0)
+    keep_ref, n = None, distinct
+    if cfg.max_sentences is not None and distinct > cfg.max_sentences:
+        import ray
+
+        # read_corpus's own draw, so the sample is the same sentences
+        keep = np.sort(np.random.default_rng([seed, 7]).choice(distinct, cfg.max_sentences, replace=False))
+        keep_ref, n = ray.put(keep), len(keep)
+        del keep
+        counts["sampled_out"] = distinct - n
+    counts["sentences"] = n
+    each(list(range(shards)), _number_shard, work=str(work), shards=shards, bucket=BUCKET_SENTENCES, keep_ref=keep_ref)
+    each(list(range(math.ceil(n / BUCKET_SENTENCES))), _write_bucket, work=str(work), out=str(parts),
+         bucket=BUCKET_SENTENCES, total=n, row_group=QUERY_BLOCK)
+    shutil.rmtree(work, ignore_errors=True)
+    log.info(f"[corpus] {counts['lines']:,} lines: {counts[loader.OK]:,} kept as they are, "
+             f"{counts[loader.TRUNCATED]:,} truncated, {counts[loader.EMPTY]:,} empty, {counts[loader.TOO_LONG]:,} too "
+             f"long and {counts[loader.BAD]:,} bad left out, {counts['duplicates']:,} repeats; {n:,} sentences"
+             + (f" (a seeded sample of {distinct:,})" if counts["sampled_out"] else "")
+             + f" in {math.ceil(n / BUCKET_SENTENCES)} parts")
+    return SentenceParts(parts, n, BUCKET_SENTENCES, counts)
+
+
+def _each_range(ranges: list[dict], work: Path, shards: int, cfg) -> list[dict]:
+    import ray
+
+    if not ranges:
+        return []
+    ds = ray.data.from_items([{"index": i, **r} for i, r in enumerate(ranges)], override_num_blocks=len(ranges))
+    return ds.map_batches(_read_range, batch_size=1, batch_format="pyarrow", num_cpus=1, fn_kwargs={
+        "work": str(work), "shards": shards, "fmt": cfg.format, "column": cfg.column, "max_chars": cfg.max_chars,
+        "long_lines": cfg.long_lines, "on_bad_lines": cfg.on_bad_lines}).take_all()
