@@ -41,6 +41,7 @@ log = logging.getLogger(__name__)
 SHARD_BYTES = 32 << 20  # corpus bytes per hash shard: what one dedup task holds, about
 BUCKET_SENTENCES = 262_144  # sentences per id bucket: a sentence part, and the pairs of one pair task
 QUERY_BLOCK = 16_384  # sentences per row group of a part: one query task's block (``sharded``)
+WRITTEN, FOUND = "written", "found"  # a task's row: which folders it wrote a file to; how many files it read
 POS = "pos"  # a line's position: its byte range's index << 32 | its line's index in the range
 FORMATS = ("lines", "jsonl")  # text formats, whose lines have positions; CSV and Parquet do not (yet)
 
@@ -97,24 +98,50 @@ def _read_range(batch: pa.Table, work: str, shards: int, fmt: str, column: str |
     status = lines.column(loader.STATUS)
     errors = lines.filter(pc.equal(status, loader.ERROR))
     if errors.num_rows:
-        return _range_row(i, None, errors.column(schema.TEXT)[0].as_py())
+        return _range_row(i, None, errors.column(schema.TEXT)[0].as_py(), [])
     counts = {item["values"]: item["counts"] for item in pc.value_counts(status).to_pylist()}
     counts["lines"] = lines.num_rows
     texts = lines.column(schema.TEXT).combine_chunks()
     kept = pc.is_valid(texts)
     pos = (np.int64(i) << 32) + np.flatnonzero(kept.to_numpy(zero_copy_only=False)).astype(np.int64)
     distinct = _first_positions(texts.filter(kept), pos)
+    written = []
     if distinct.num_rows:
         shard = _stable_hash(distinct.column(schema.TEXT).combine_chunks()) % np.uint64(shards)
         for s in np.unique(shard).tolist():
             write_atomic(Path(work) / "lines" / f"{s:05d}" / f"{i:06d}.parquet",
                          distinct.filter(pa.array(shard == s)))
-    return _range_row(i, json.dumps(counts), None)
+            written.append(s)
+    return _range_row(i, json.dumps(counts), None, written)
 
 
-def _range_row(i: int, counts: str | None, error: str | None) -> pa.Table:
+def _range_row(i: int, counts: str | None, error: str | None, written: list[int]) -> pa.Table:
     return pa.table({"index": pa.array([i], pa.int64()), "counts": pa.array([counts], pa.string()),
-                     "error": pa.array([error], pa.string())})
+                     "error": pa.array([error], pa.string()), WRITTEN: pa.array([json.dumps(written)], pa.string())})
+
+
+def expected_files(rows: list[dict], size: int) -> list[int]:
+    """How many files each of ``size`` folders should hold, from the rows of the tasks that wrote them."""
+    expected = [0] * size
+    for r in rows:
+        for f in json.loads(r[WRITTEN]):
+            expected[f] += 1
+    return expected
+
+
+def check_found(rows: list[dict], expected: list[int], folder: Path) -> None:
+    """Every file a round wrote was found by the task of the next round that reads it.
+
+    Raises:
+        AugSBERTError: some were not: written on a node whose disk the reader does not see.
+    """
+    from augsbert_ray.errors import AugSBERTError
+
+    missing = sum(max(0, expected[r["index"]] - r[FOUND]) for r in rows)
+    if missing:
+        raise AugSBERTError(f"{folder}: {missing} of {sum(expected)} files written by Ray tasks were not found by the "
+                            "tasks that read them: on a cluster of several nodes, the run directory must be on "
+                            "storage that every node reads and writes (a shared file system)")
 
 
 def _dedup_shard(batch: pa.Table, work: str) -> pa.Table:
@@ -128,7 +155,7 @@ def _dedup_shard(batch: pa.Table, work: str) -> pa.Table:
     distinct = distinct.sort_by(POS)
     write_atomic(Path(work) / "distinct" / f"{s:05d}.parquet", distinct.select([POS, schema.TEXT]))
     shutil.rmtree(folder, ignore_errors=True)
-    return pa.table({"index": [s], "distinct": [distinct.num_rows]})
+    return pa.table({"index": [s], "distinct": [distinct.num_rows], FOUND: [len(files)]})
 
 
 def _number_shard(batch: pa.Table, work: str, shards: int, bucket: int, keep_ref) -> pa.Table:
@@ -150,23 +177,29 @@ def _number_shard(batch: pa.Table, work: str, shards: int, bucket: int, keep_ref
         kept = keep[at] == ids
         ids, texts = at[kept], texts.filter(pa.array(kept))
     which = ids // bucket
-    for b in np.unique(which).tolist():
+    written = np.unique(which).tolist()
+    for b in written:
         mask = which == b
         write_atomic(Path(work) / "ids" / f"{b:05d}" / f"{s:05d}.parquet",
                      pa.table({schema.SENTENCE_ID: pa.array(ids[mask]), schema.TEXT: texts.filter(pa.array(mask))}))
-    return pa.table({"index": [s], "kept": [len(ids)]})
+    return pa.table({"index": [s], WRITTEN: [json.dumps(written)]})
 
 
-def _write_bucket(batch: pa.Table, work: str, out: str, bucket: int, total: int, row_group: int) -> pa.Table:
+def _write_bucket(batch: pa.Table, work: str, out: str, bucket: int, total: int, row_group: int,
+                  expected: list[int]) -> pa.Table:
     """Round 4, one id bucket: its sentences sorted by id, checked complete, as one part."""
     b = batch.column("index")[0].as_py()
     folder = Path(work) / "ids" / f"{b:05d}"
-    table = pa.concat_tables([pq.read_table(f) for f in sorted(folder.glob("*.parquet"))]).sort_by(schema.SENTENCE_ID)
+    files = sorted(folder.glob("*.parquet")) if folder.exists() else []
+    table = pa.concat_tables([pq.read_table(f) for f in files] or [pa.table(
+        {schema.SENTENCE_ID: pa.array([], pa.int64()), schema.TEXT: pa.array([], pa.string())})]).sort_by(schema.SENTENCE_ID)
     lo, hi = b * bucket, min(total, (b + 1) * bucket)
+    if len(files) != expected[b]:
+        return pa.table({"index": [b], FOUND: [len(files)]})  # the driver says which storage is missing
     if not np.array_equal(table.column(schema.SENTENCE_ID).to_numpy(), np.arange(lo, hi)):
         raise RuntimeError(f"sentence bucket {b}: ids are not exactly {lo}..{hi - 1}")
     write_atomic(part_path(Path(out), b), table.cast(schema.SENTENCE_SCHEMA), row_group)
-    return pa.table({"index": [b], "rows": [table.num_rows]})
+    return pa.table({"index": [b], FOUND: [len(files)]})
 
 
 def each(indices: list[int], fn, **kwargs) -> list[dict]:
@@ -216,7 +249,9 @@ def shard_corpus(cfg, files: list[tuple], out: Path, seed: int = 0) -> SentenceP
     for r in rows:
         for k, v in json.loads(r["counts"]).items():
             counts[k] += v
-    distinct = sum(r["distinct"] for r in each(list(range(shards)), _dedup_shard, work=str(work)))
+    deduped = each(list(range(shards)), _dedup_shard, work=str(work))
+    check_found(deduped, expected_files(rows, shards), work / "lines")
+    distinct = sum(r["distinct"] for r in deduped)
     kept = counts[loader.OK] + counts[loader.TRUNCATED]
     counts.update(duplicates=kept - distinct, distinct=distinct, sampled_out=0)
     keep_ref, n = None, distinct
@@ -229,9 +264,12 @@ def shard_corpus(cfg, files: list[tuple], out: Path, seed: int = 0) -> SentenceP
         del keep
         counts["sampled_out"] = distinct - n
     counts["sentences"] = n
-    each(list(range(shards)), _number_shard, work=str(work), shards=shards, bucket=BUCKET_SENTENCES, keep_ref=keep_ref)
-    each(list(range(math.ceil(n / BUCKET_SENTENCES))), _write_bucket, work=str(work), out=str(parts),
-         bucket=BUCKET_SENTENCES, total=n, row_group=QUERY_BLOCK)
+    numbered = each(list(range(shards)), _number_shard, work=str(work), shards=shards, bucket=BUCKET_SENTENCES,
+                    keep_ref=keep_ref)
+    buckets = math.ceil(n / BUCKET_SENTENCES)
+    expected = expected_files(numbered, buckets)
+    check_found(each(list(range(buckets)), _write_bucket, work=str(work), out=str(parts), bucket=BUCKET_SENTENCES,
+                     total=n, row_group=QUERY_BLOCK, expected=expected), expected, work / "ids")
     shutil.rmtree(work, ignore_errors=True)
     log.info(f"[corpus] {counts['lines']:,} lines: {counts[loader.OK]:,} kept as they are, "
              f"{counts[loader.TRUNCATED]:,} truncated, {counts[loader.EMPTY]:,} empty, {counts[loader.TOO_LONG]:,} too "

@@ -26,6 +26,7 @@ queries, one bucket's pairs and one sentence part at a time.
 
 from __future__ import annotations
 
+import json
 import logging
 import shutil
 from pathlib import Path
@@ -35,7 +36,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from augsbert_ray import schema
-from augsbert_ray.candidates.corpus_shards import SentenceParts, each, part_path, write_atomic
+from augsbert_ray.candidates.corpus_shards import (FOUND, WRITTEN, SentenceParts, check_found, each, expected_files,
+                                                   part_path, write_atomic)
 
 log = logging.getLogger(__name__)
 
@@ -56,13 +58,14 @@ def wanted(corpus_cfg, strategy: str) -> bool:
     return ENABLED and corpus_cfg.format in FORMATS and strategy in SHARDED
 
 
-def _spill(hits: pa.Table, work: str, first_id: int, bucket: int) -> int:
-    """Writes a block's hits (``schema.HITS_SCHEMA``) into their pair buckets; how many."""
+def _spill(hits: pa.Table, work: str, first_id: int, bucket: int) -> pa.Table:
+    """Writes a block's hits (``schema.HITS_SCHEMA``) into their pair buckets; the task's row."""
     q, h = hits.column("query_id").to_numpy(), hits.column("hit_id").to_numpy()
     which = np.minimum(q, h) // bucket
-    for b in np.unique(which).tolist():
+    written = np.unique(which).tolist()
+    for b in written:
         write_atomic(Path(work) / f"{b:05d}" / f"{first_id:012d}.parquet", hits.filter(pa.array(which == b)))
-    return hits.num_rows
+    return pa.table({WRITTEN: [json.dumps(written)]})
 
 
 def _block(item: pa.Table, columns: list[str] | None = None) -> tuple[pa.Table, int]:
@@ -79,7 +82,7 @@ def _draw(item: pa.Table, n_sentences: int, k: int, seed: int, progress, work: s
 
     batch, first = _block(item, [schema.SENTENCE_ID])
     hits = draw_batch(batch, n_sentences, k, seed, progress)
-    return pa.table({"hits": [_spill(hits, work, first, bucket)]})
+    return _spill(hits, work, first, bucket)
 
 
 class _Search:
@@ -95,7 +98,7 @@ class _Search:
         batch, first = _block(item)
         hits = pa.concat_tables([self.searcher(batch.slice(at, self.step))
                                  for at in range(0, batch.num_rows, self.step)] or [self.searcher(batch)])
-        return pa.table({"hits": [_spill(hits, self.work, first, self.bucket)]})
+        return _spill(hits, self.work, first, self.bucket)
 
 
 def _texts(parts: SentenceParts, b: int) -> pa.Array:
@@ -129,7 +132,7 @@ def _pair_bucket(batch: pa.Table, work: str, parts: SentenceParts, out: str, ori
                       schema.RETRIEVAL_SCORE: pa.array(scores, pa.float32())})
     write_atomic(part_path(Path(out), b), table.cast(schema.CANDIDATE_SCHEMA), ROW_GROUP)
     shutil.rmtree(folder, ignore_errors=True)
-    return pa.table({"index": [b], "rows": [table.num_rows]})
+    return pa.table({"index": [b], "rows": [table.num_rows], FOUND: [len(files)]})
 
 
 def concat_parts(parts: list[str], out: str, target_schema: pa.Schema, row_group: int = ROW_GROUP) -> int:
@@ -182,7 +185,7 @@ def sample_parts(ctx, parts: SentenceParts, out: Path) -> int:
     work, folder = Path(out) / "_hits", Path(out) / "candidates.parts"
     for f in (work, folder):
         shutil.rmtree(f, ignore_errors=True)
-    buckets = list(range(len(parts.parts)))
+    buckets, spilled = list(range(len(parts.parts))), []
     if ctx.progress is not None:
         ctx.progress.add_total(n, unit="sentences")
     paths = [str(p) for p in parts.parts]
@@ -192,16 +195,16 @@ def sample_parts(ctx, parts: SentenceParts, out: Path) -> int:
     if cfg.strategy in ("rs", "kde"):
         k, origin = (cfg.random_per_sentence, "rs") if cfg.strategy == "rs" else (cfg.kde.pool_per_sentence, "kde")
         if blocks:
-            ray.data.from_items(blocks, override_num_blocks=len(blocks)).map_batches(
+            spilled = ray.data.from_items(blocks, override_num_blocks=len(blocks)).map_batches(
                 _draw, batch_size=1, batch_format="pyarrow", num_cpus=1,
                 fn_kwargs={"n_sentences": n, "k": k, "seed": ctx.seed, "progress": ctx.progress, "work": str(work),
-                           "bucket": parts.bucket}).take_all()
+                           "bucket": parts.bucket}).take_all()  # a row per block: a few bytes
     elif cfg.strategy in ("bm25", "bm25-kde"):
         origin = "bm25"
         require_resources([{"CPU": 1}] * cfg.searchers, "BM25 search (sampling.searchers, one CPU each)")
         index_dir = off_driver.run(_build_index, paths, str(Path(ctx.work_dir) / "bm25_index"))
         if blocks:
-            ray.data.from_items(blocks, override_num_blocks=len(blocks)).map_batches(
+            spilled = ray.data.from_items(blocks, override_num_blocks=len(blocks)).map_batches(
                 _Search, batch_size=1, batch_format="pyarrow", num_cpus=1,
                 compute=ActorPoolStrategy(size=cfg.searchers),
                 fn_constructor_kwargs={"index_dir": index_dir, "top_k": cfg.top_k, "progress": ctx.progress,
@@ -211,6 +214,7 @@ def sample_parts(ctx, parts: SentenceParts, out: Path) -> int:
         raise ValueError(f"sampling strategy '{cfg.strategy}' is not sampled on shards; sharded: "
                          f"{', '.join(sorted(SHARDED))}")
     rows = each(buckets, _pair_bucket, work=str(work), parts=parts, out=str(folder), origin=origin)
+    check_found(rows, expected_files(spilled, len(buckets)), work)
     shutil.rmtree(work, ignore_errors=True)
     pair_parts = [str(part_path(folder, b)) for b in buckets]
     written = off_driver.run(concat_parts, pair_parts, str(Path(out) / "candidates.parquet"), schema.CANDIDATE_SCHEMA)

@@ -17,7 +17,7 @@ from conftest import make_sentence
 from augsbert_ray import schema
 from augsbert_ray.candidates import corpus_shards, off_driver, sharded
 from augsbert_ray.config import CorpusConfig, SamplingConfig
-from augsbert_ray.errors import DataError
+from augsbert_ray.errors import AugSBERTError, DataError
 from augsbert_ray.loaders import corpus as loader
 from augsbert_ray.stages import candidates as stage
 from test_off_driver import _env, _NoInputs
@@ -98,3 +98,12 @@ def test_a_bad_line_on_shards_is_the_first_in_the_corpus(tmp_path, ray_local, mo
     with pytest.raises(DataError) as on_shards:
         corpus_shards.shard_corpus(cfg, loader.list_files(str(path)), tmp_path / "out")
     assert str(on_shards.value) == str(on_driver.value) and "31" in str(on_driver.value)
+
+
+def test_files_a_reader_does_not_find_stop_the_stage(tmp_path):
+    written = [{corpus_shards.WRITTEN: "[0, 1]"}, {corpus_shards.WRITTEN: "[1]"}]
+    expected = corpus_shards.expected_files(written, 2)
+    assert expected == [1, 2]
+    corpus_shards.check_found([{"index": 0, "found": 1}, {"index": 1, "found": 2}], expected, tmp_path)
+    with pytest.raises(AugSBERTError, match="1 of 3 files .* shared file system"):
+        corpus_shards.check_found([{"index": 0, "found": 1}, {"index": 1, "found": 1}], expected, tmp_path)
