@@ -11,6 +11,8 @@ the job's config:
 
 Every source writes ``sentences.parquet`` (``schema.SENTENCE_SCHEMA``) and
 ``candidates.parquet`` (``schema.CANDIDATE_SCHEMA``, ``id1 < id2``, no self-pairs, no repeats).
+A large text corpus sampled on shards (``candidates.sharded``) also leaves them as parts, in
+order: ``sentences.parts/`` and ``candidates.parts/``.
 """
 
 from __future__ import annotations
@@ -213,7 +215,7 @@ def _corpus_run(inputs, params: CandidatesParams, env) -> CandidatesResult:
 
     files = list_files(params.corpus.path)
     embedder = inputs.path("embedder") if "embedder" in inputs else None
-    if off_driver.wanted(files) and sharded.wanted(params.corpus, params.sampling.strategy):
+    if off_driver.wanted(files) and sharded.wanted(params.corpus, params.sampling.strategy) and _shared_folder(env):
         counts, n, candidates, where = _corpus_sharded(files, params, env, embedder)
     elif off_driver.wanted(files):
         counts, n, candidates, where = _corpus_off_driver(files, params, env, embedder)
@@ -244,6 +246,16 @@ def _corpus_off_driver(files, params: CandidatesParams, env, embedder) -> tuple[
     ctx = _context(None, np.empty(0, np.int64), params, env, embedder, hosts=None)
     candidates, sample_pid = off_driver.run(off_driver.sample_to_file, ctx, str(env.out))
     return counts, n, candidates, f" (read and sampled in worker processes, pids {read_pid} and {sample_pid})"
+
+
+def _shared_folder(env) -> bool:
+    """Whether Ray tasks on every node read and write the stage's folder: one node, or a run directory
+    on a mounted file system (the cluster's must be shared). A storage URI is staged on the driver's
+    disk, so a cluster of several nodes keeps the single-task path there."""
+    from augsbert_ray.rundir import is_uri
+
+    storage = getattr(env, "storage", None)
+    return env.cluster.nodes <= 1 or storage is None or not is_uri(storage)
 
 
 def _corpus_sharded(files, params: CandidatesParams, env, embedder) -> tuple[dict, int, int, str]:

@@ -29,7 +29,7 @@ class _NoInputs:
 
 def _env(out: Path, progress=None) -> SimpleNamespace:
     out.mkdir(parents=True, exist_ok=True)
-    return SimpleNamespace(out=out, cluster=SimpleNamespace(cpus=2), ship=None, base_model=None,
+    return SimpleNamespace(out=out, cluster=SimpleNamespace(cpus=2, nodes=1), ship=None, base_model=None,
                            reporter=lambda: progress, hosts=None)  # no warm hosts: the stage's own pools
 
 

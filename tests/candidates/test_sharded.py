@@ -107,3 +107,14 @@ def test_files_a_reader_does_not_find_stop_the_stage(tmp_path):
     corpus_shards.check_found([{"index": 0, "found": 1}, {"index": 1, "found": 2}], expected, tmp_path)
     with pytest.raises(AugSBERTError, match="1 of 3 files .* shared file system"):
         corpus_shards.check_found([{"index": 0, "found": 1}, {"index": 1, "found": 1}], expected, tmp_path)
+
+
+def test_a_staged_run_directory_keeps_a_cluster_on_the_single_task():
+    from types import SimpleNamespace
+
+    def env(nodes, storage):
+        return SimpleNamespace(cluster=SimpleNamespace(nodes=nodes), storage=storage)
+
+    assert stage._shared_folder(env(1, "s3://bucket/runs/a/stages/candidates"))
+    assert stage._shared_folder(env(3, "/mnt/augsbert/runs/a/stages/candidates"))
+    assert not stage._shared_folder(env(3, "s3://bucket/runs/a/stages/candidates"))
