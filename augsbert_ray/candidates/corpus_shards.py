@@ -8,16 +8,18 @@ nodes it must be storage every node reads and writes, as the run directory is).
    cleans its lines as ``read_corpus`` does, counts them, and writes the kept texts, each
    with its line's position in the corpus, into hash shards (a text's shard is a stable
    hash of the text, so every copy of a sentence lands in the same shard).
-2. **dedup**: one task per hash shard keeps each text once, at its first position.
+2. **dedup**: one task per hash shard keeps each text once, at its first position, and writes
+   it back by the byte range of that position, counting them.
 3. **number**: a sentence's id is the number of distinct texts that first appear before it:
-   each shard's task counts them in every shard's sorted first positions (read one shard's
-   positions at a time), and writes its sentences into id buckets of ``BUCKET_SENTENCES``.
-4. **bucket**: one task per id bucket sorts it by id and writes ``part-NNNNN.parquet``.
+   those of the earlier byte ranges (the driver sums the counts), then its rank within its own
+   range. One task per byte range sorts its first appearances and writes ``part-NNNNN.parquet``
+   (a range with none makes no part).
 
 The ids are therefore those of ``read_corpus`` (order of first appearance, and the same seeded
 ``max_sentences`` sample), whatever the cluster's size or the number of shards: the samplers
-find the same pairs. What the driver keeps grows with the number of files and shards, not the
-lines; with ``max_sentences``, the ids kept (8 bytes each) go through the object store.
+find the same pairs. What the driver keeps grows with the number of byte ranges and shards (a
+few integers each), not the lines; with ``max_sentences``, the ids kept (8 bytes each) are drawn
+on the driver, as ``read_corpus`` draws them, and reach the tasks through the object store.
 """
 
 from __future__ import annotations
@@ -39,7 +41,6 @@ from augsbert_ray import schema
 log = logging.getLogger(__name__)
 
 SHARD_BYTES = 32 << 20  # corpus bytes per hash shard: what one dedup task holds, about
-BUCKET_SENTENCES = 262_144  # sentences per id bucket: a sentence part, and the pairs of one pair task
 QUERY_BLOCK = 16_384  # sentences per row group of a part: one query task's block (``sharded``)
 WRITTEN, FOUND = "written", "found"  # a task's row: which folders it wrote a file to; how many files it read
 POS = "pos"  # a line's position: its byte range's index << 32 | its line's index in the range
@@ -52,12 +53,12 @@ class SentenceParts:
 
     folder: Path
     sentences: int
-    bucket: int  # sentences per part: part ``b`` holds ids ``b * bucket`` to ``(b + 1) * bucket - 1``
+    offsets: list[int]  # part ``p`` holds ids ``offsets[p]`` to ``offsets[p + 1] - 1``
     counts: dict = field(default_factory=dict)  # what happened to every line (as ``read_corpus``)
 
     @property
     def parts(self) -> list[Path]:
-        return [part_path(self.folder, b) for b in range(math.ceil(self.sentences / self.bucket))]
+        return [part_path(self.folder, p) for p in range(len(self.offsets) - 1)]
 
 
 def part_path(folder: Path, b: int) -> Path:
@@ -137,7 +138,7 @@ def check_found(rows: list[dict], expected: list[int], folder: Path) -> None:
     """
     from augsbert_ray.errors import AugSBERTError
 
-    missing = sum(max(0, expected[r["index"]] - r[FOUND]) for r in rows)
+    missing = sum(max(0, expected[r["index"]] - r[FOUND]) for r in rows if expected[r["index"]])
     if missing:
         raise AugSBERTError(f"{folder}: {missing} of {sum(expected)} files written by Ray tasks were not found by the "
                             "tasks that read them: on a cluster of several nodes, the run directory must be on "
@@ -145,61 +146,49 @@ def check_found(rows: list[dict], expected: list[int], folder: Path) -> None:
 
 
 def _dedup_shard(batch: pa.Table, work: str) -> pa.Table:
-    """Round 2, one hash shard: each text once at its first position, sorted by position."""
+    """Round 2, one hash shard: each text once at its first position, written by the byte range
+    of that position; how many it holds from each range."""
     s = batch.column("index")[0].as_py()
     folder = Path(work) / "lines" / f"{s:05d}"
     files = sorted(folder.glob("*.parquet")) if folder.exists() else []
     table = pa.concat_tables([pq.read_table(f) for f in files]) if files else pa.table(
         {schema.TEXT: pa.array([], pa.string()), POS: pa.array([], pa.int64())})
     distinct = _first_positions(table.column(schema.TEXT).combine_chunks(), table.column(POS).to_numpy())
-    distinct = distinct.sort_by(POS)
-    write_atomic(Path(work) / "distinct" / f"{s:05d}.parquet", distinct.select([POS, schema.TEXT]))
+    del table
+    where = distinct.column(POS).to_numpy() >> 32
+    ranges, sizes = np.unique(where, return_counts=True)
+    for i in ranges.tolist():
+        write_atomic(Path(work) / "ranges" / f"{i:06d}" / f"{s:05d}.parquet", distinct.filter(pa.array(where == i)))
     shutil.rmtree(folder, ignore_errors=True)
-    return pa.table({"index": [s], "distinct": [distinct.num_rows], FOUND: [len(files)]})
+    return pa.table({"index": [s], FOUND: [len(files)], WRITTEN: [json.dumps(ranges.tolist())],
+                     "sizes": [json.dumps(sizes.tolist())]})
 
 
-def _number_shard(batch: pa.Table, work: str, shards: int, bucket: int, keep_ref) -> pa.Table:
-    """Round 3, one hash shard: its sentences' ids (their first positions' rank among every
-    shard's), written into id buckets."""
+def _number_range(batch: pa.Table, work: str, out: str, ranges: list[int], first_ids: list[int],
+                  new_ids: list[int], expected: list[int], keep_ref, row_group: int) -> pa.Table:
+    """Round 3, one byte range's first appearances: their ids (``first_ids[p]`` on, in position
+    order), the seeded sample kept (renumbered from ``new_ids[p]``), as sentence part ``p``."""
     import ray
 
-    s = batch.column("index")[0].as_py()
-    own = pq.read_table(Path(work) / "distinct" / f"{s:05d}.parquet")
-    pos = own.column(POS).to_numpy()
-    ids = np.zeros(len(pos), np.int64)
-    for other in range(shards):  # one shard's positions at a time
-        theirs = pq.read_table(Path(work) / "distinct" / f"{other:05d}.parquet", columns=[POS]).column(0).to_numpy()
-        ids += np.searchsorted(theirs, pos)
-    texts = own.column(schema.TEXT)
+    p = batch.column("index")[0].as_py()
+    i = ranges[p]
+    folder = Path(work) / "ranges" / f"{i:06d}"
+    files = sorted(folder.glob("*.parquet")) if folder.exists() else []
+    if len(files) != expected[i]:
+        return pa.table({"index": [i], FOUND: [len(files)]})  # the driver says which storage is missing
+    table = pa.concat_tables([pq.read_table(f) for f in files]).sort_by(POS)
+    ids = first_ids[p] + np.arange(table.num_rows, dtype=np.int64)
+    texts = table.column(schema.TEXT)
     if keep_ref is not None:  # a seeded sample of the ids, renumbered in order
         keep = ray.get(keep_ref)
         at = np.minimum(np.searchsorted(keep, ids), len(keep) - 1)
         kept = keep[at] == ids
         ids, texts = at[kept], texts.filter(pa.array(kept))
-    which = ids // bucket
-    written = np.unique(which).tolist()
-    for b in written:
-        mask = which == b
-        write_atomic(Path(work) / "ids" / f"{b:05d}" / f"{s:05d}.parquet",
-                     pa.table({schema.SENTENCE_ID: pa.array(ids[mask]), schema.TEXT: texts.filter(pa.array(mask))}))
-    return pa.table({"index": [s], WRITTEN: [json.dumps(written)]})
-
-
-def _write_bucket(batch: pa.Table, work: str, out: str, bucket: int, total: int, row_group: int,
-                  expected: list[int]) -> pa.Table:
-    """Round 4, one id bucket: its sentences sorted by id, checked complete, as one part."""
-    b = batch.column("index")[0].as_py()
-    folder = Path(work) / "ids" / f"{b:05d}"
-    files = sorted(folder.glob("*.parquet")) if folder.exists() else []
-    table = pa.concat_tables([pq.read_table(f) for f in files] or [pa.table(
-        {schema.SENTENCE_ID: pa.array([], pa.int64()), schema.TEXT: pa.array([], pa.string())})]).sort_by(schema.SENTENCE_ID)
-    lo, hi = b * bucket, min(total, (b + 1) * bucket)
-    if len(files) != expected[b]:
-        return pa.table({"index": [b], FOUND: [len(files)]})  # the driver says which storage is missing
-    if not np.array_equal(table.column(schema.SENTENCE_ID).to_numpy(), np.arange(lo, hi)):
-        raise RuntimeError(f"sentence bucket {b}: ids are not exactly {lo}..{hi - 1}")
-    write_atomic(part_path(Path(out), b), table.cast(schema.SENTENCE_SCHEMA), row_group)
-    return pa.table({"index": [b], FOUND: [len(files)]})
+    if len(ids) and ids[0] != new_ids[p]:
+        raise RuntimeError(f"sentence part {p}: ids start at {ids[0]}, not {new_ids[p]}")
+    write_atomic(part_path(Path(out), p), pa.table({schema.SENTENCE_ID: pa.array(ids, pa.int64()), schema.TEXT: texts},
+                                                   schema=schema.SENTENCE_SCHEMA), row_group)
+    return pa.table({"index": [i], FOUND: [len(files)]})
 
 
 def each(indices: list[int], fn, **kwargs) -> list[dict]:
@@ -251,32 +240,40 @@ def shard_corpus(cfg, files: list[tuple], out: Path, seed: int = 0) -> SentenceP
             counts[k] += v
     deduped = each(list(range(shards)), _dedup_shard, work=str(work))
     check_found(deduped, expected_files(rows, shards), work / "lines")
-    distinct = sum(r["distinct"] for r in deduped)
+    # A sentence's id is its first appearance's rank: the sentences first seen in earlier byte
+    # ranges, then its rank within its own range.
+    per_range = np.zeros(len(ranges), np.int64)
+    for r in deduped:
+        per_range[json.loads(r[WRITTEN])] += json.loads(r["sizes"])
+    first_ids = np.concatenate([[0], np.cumsum(per_range)])
+    distinct = int(first_ids[-1])
     kept = counts[loader.OK] + counts[loader.TRUNCATED]
     counts.update(duplicates=kept - distinct, distinct=distinct, sampled_out=0)
-    keep_ref, n = None, distinct
+    keep_ref, new_ids = None, first_ids
     if cfg.max_sentences is not None and distinct > cfg.max_sentences:
         import ray
 
         # read_corpus's own draw, so the sample is the same sentences
         keep = np.sort(np.random.default_rng([seed, 7]).choice(distinct, cfg.max_sentences, replace=False))
-        keep_ref, n = ray.put(keep), len(keep)
+        keep_ref, new_ids = ray.put(keep), np.searchsorted(keep, first_ids)
         del keep
-        counts["sampled_out"] = distinct - n
+        counts["sampled_out"] = distinct - int(new_ids[-1])
+    n = int(new_ids[-1])
     counts["sentences"] = n
-    numbered = each(list(range(shards)), _number_shard, work=str(work), shards=shards, bucket=BUCKET_SENTENCES,
-                    keep_ref=keep_ref)
-    buckets = math.ceil(n / BUCKET_SENTENCES)
-    expected = expected_files(numbered, buckets)
-    check_found(each(list(range(buckets)), _write_bucket, work=str(work), out=str(parts), bucket=BUCKET_SENTENCES,
-                     total=n, row_group=QUERY_BLOCK, expected=expected), expected, work / "ids")
+    nonempty = [i for i in range(len(ranges)) if new_ids[i + 1] > new_ids[i]]  # one part each, in order
+    expected = expected_files(deduped, len(ranges))
+    numbered = each(list(range(len(nonempty))), _number_range, work=str(work), out=str(parts), ranges=nonempty,
+                    first_ids=[int(first_ids[i]) for i in nonempty], new_ids=[int(new_ids[i]) for i in nonempty],
+                    expected=expected, keep_ref=keep_ref, row_group=QUERY_BLOCK)
+    check_found(numbered, expected, work / "ranges")
+    offsets = [int(new_ids[i]) for i in nonempty] + [n]
     shutil.rmtree(work, ignore_errors=True)
     log.info(f"[corpus] {counts['lines']:,} lines: {counts[loader.OK]:,} kept as they are, "
              f"{counts[loader.TRUNCATED]:,} truncated, {counts[loader.EMPTY]:,} empty, {counts[loader.TOO_LONG]:,} too "
              f"long and {counts[loader.BAD]:,} bad left out, {counts['duplicates']:,} repeats; {n:,} sentences"
              + (f" (a seeded sample of {distinct:,})" if counts["sampled_out"] else "")
-             + f" in {math.ceil(n / BUCKET_SENTENCES)} parts")
-    return SentenceParts(parts, n, BUCKET_SENTENCES, counts)
+             + f" in {len(nonempty)} parts")
+    return SentenceParts(parts, n, offsets, counts)
 
 
 def _each_range(ranges: list[dict], work: Path, shards: int, cfg) -> list[dict]:

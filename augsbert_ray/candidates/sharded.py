@@ -6,8 +6,8 @@ The samplers' own code, run on shards:
   (``corpus_shards.QUERY_BLOCK`` sentences) at a time, which the task reads itself: random draws (``rs``, ``kde``) in plain tasks, BM25 (``bm25``, ``bm25-kde``) in a pool of
   ``sampling.searchers`` actors that open one Tantivy index, built once from the parts (by one
   task that streams them) in the stage's folder, where every node reads it. Each block's hits
-  are written to storage at once, split by pair bucket: a pair belongs to the id bucket of its
-  smaller id (``corpus_shards.BUCKET_SENTENCES``);
+  are written to storage at once, split by pair bucket: a pair belongs to the sentence part
+  that holds its smaller id;
 - **pairs**: one Ray Data task per bucket reads its hits and applies ``pairs.finalize_candidates``'
   rules (``pairs.unique_pairs``), fetches the two texts of each pair from the sentence parts (its
   own, then each other part its pairs name, one at a time) and writes ``candidates.parts/
@@ -58,10 +58,10 @@ def wanted(corpus_cfg, strategy: str) -> bool:
     return ENABLED and corpus_cfg.format in FORMATS and strategy in SHARDED
 
 
-def _spill(hits: pa.Table, work: str, first_id: int, bucket: int) -> pa.Table:
+def _spill(hits: pa.Table, work: str, first_id: int, offsets: list[int]) -> pa.Table:
     """Writes a block's hits (``schema.HITS_SCHEMA``) into their pair buckets; the task's row."""
     q, h = hits.column("query_id").to_numpy(), hits.column("hit_id").to_numpy()
-    which = np.minimum(q, h) // bucket
+    which = np.searchsorted(np.asarray(offsets), np.minimum(q, h), side="right") - 1
     written = np.unique(which).tolist()
     for b in written:
         write_atomic(Path(work) / f"{b:05d}" / f"{first_id:012d}.parquet", hits.filter(pa.array(which == b)))
@@ -76,29 +76,29 @@ def _block(item: pa.Table, columns: list[str] | None = None) -> tuple[pa.Table, 
     return sentences, int(sentences.column(schema.SENTENCE_ID)[0].as_py())
 
 
-def _draw(item: pa.Table, n_sentences: int, k: int, seed: int, progress, work: str, bucket: int) -> pa.Table:
+def _draw(item: pa.Table, n_sentences: int, k: int, seed: int, progress, work: str, offsets: list[int]) -> pa.Table:
     """Ray Data task: the random partners of a block of sentences, spilled."""
     from augsbert_ray.candidates.random_pairs import draw_batch
 
     batch, first = _block(item, [schema.SENTENCE_ID])
     hits = draw_batch(batch, n_sentences, k, seed, progress)
-    return _spill(hits, work, first, bucket)
+    return _spill(hits, work, first, offsets)
 
 
 class _Search:
     """Ray Data callable: a BM25 searcher over the shared index; a block's hits, spilled."""
 
-    def __init__(self, index_dir: str, top_k: int, progress, work: str, bucket: int, step: int):
+    def __init__(self, index_dir: str, top_k: int, progress, work: str, offsets: list[int], step: int):
         from augsbert_ray.candidates.bm25 import BM25Searcher
 
         self.searcher = BM25Searcher(index_dir, top_k, progress)
-        self.work, self.bucket, self.step = work, bucket, max(1, step)
+        self.work, self.offsets, self.step = work, offsets, max(1, step)
 
     def __call__(self, item: pa.Table) -> pa.Table:
         batch, first = _block(item)
         hits = pa.concat_tables([self.searcher(batch.slice(at, self.step))
                                  for at in range(0, batch.num_rows, self.step)] or [self.searcher(batch)])
-        return _spill(hits, self.work, first, self.bucket)
+        return _spill(hits, self.work, first, self.offsets)
 
 
 def _texts(parts: SentenceParts, b: int) -> pa.Array:
@@ -109,7 +109,7 @@ def _pair_bucket(batch: pa.Table, work: str, parts: SentenceParts, out: str, ori
     """Ray Data task, one pair bucket: its hits as candidate rows (``schema.CANDIDATE_SCHEMA``)."""
     from augsbert_ray.candidates.pairs import unique_pairs
 
-    b, n, size = batch.column("index")[0].as_py(), parts.sentences, parts.bucket
+    b, n, offsets = batch.column("index")[0].as_py(), parts.sentences, np.asarray(parts.offsets)
     folder = Path(work) / f"{b:05d}"
     files = sorted(folder.glob("*.parquet")) if folder.exists() else []
     hits = pa.concat_tables([pq.read_table(f) for f in files]) if files else schema.HITS_SCHEMA.empty_table()
@@ -117,11 +117,11 @@ def _pair_bucket(batch: pa.Table, work: str, parts: SentenceParts, out: str, ori
                                 hits.column("score").to_numpy(), n, np.empty(0, np.int64))
     del hits
     id1, id2 = keys // n, keys % n
-    text1 = _texts(parts, b).take(pa.array(id1 - b * size)) if len(keys) else pa.array([], pa.string())
+    text1 = _texts(parts, b).take(pa.array(id1 - offsets[b])) if len(keys) else pa.array([], pa.string())
     order = np.argsort(id2, kind="stable")
     sorted2 = id2[order]
-    cuts = np.searchsorted(sorted2 // size, np.arange(len(parts.parts) + 1))
-    chunks = [_texts(parts, c).take(pa.array(sorted2[lo:hi] - c * size))
+    cuts = np.searchsorted(sorted2, offsets)
+    chunks = [_texts(parts, c).take(pa.array(sorted2[lo:hi] - offsets[c]))
               for c, (lo, hi) in enumerate(zip(cuts[:-1], cuts[1:])) if hi > lo]
     inverse = np.empty_like(order)
     inverse[order] = np.arange(len(order))
@@ -198,7 +198,7 @@ def sample_parts(ctx, parts: SentenceParts, out: Path) -> int:
             spilled = ray.data.from_items(blocks, override_num_blocks=len(blocks)).map_batches(
                 _draw, batch_size=1, batch_format="pyarrow", num_cpus=1,
                 fn_kwargs={"n_sentences": n, "k": k, "seed": ctx.seed, "progress": ctx.progress, "work": str(work),
-                           "bucket": parts.bucket}).take_all()  # a row per block: a few bytes
+                           "offsets": parts.offsets}).take_all()  # a row per block: a few bytes
     elif cfg.strategy in ("bm25", "bm25-kde"):
         origin = "bm25"
         require_resources([{"CPU": 1}] * cfg.searchers, "BM25 search (sampling.searchers, one CPU each)")
@@ -208,7 +208,7 @@ def sample_parts(ctx, parts: SentenceParts, out: Path) -> int:
                 _Search, batch_size=1, batch_format="pyarrow", num_cpus=1,
                 compute=ActorPoolStrategy(size=cfg.searchers),
                 fn_constructor_kwargs={"index_dir": index_dir, "top_k": cfg.top_k, "progress": ctx.progress,
-                                       "work": str(work), "bucket": parts.bucket,
+                                       "work": str(work), "offsets": parts.offsets,
                                        "step": cfg.query_batch_size}).take_all()
     else:
         raise ValueError(f"sampling strategy '{cfg.strategy}' is not sampled on shards; sharded: "

@@ -22,7 +22,8 @@ from augsbert_ray.loaders import corpus as loader
 from augsbert_ray.stages import candidates as stage
 from test_off_driver import _env, _NoInputs
 
-CUTS = {"small": (2048, 64, 50), "large": (8192, 150, 1000)}  # shard bytes, bucket sentences, query block
+# corpus bytes per read task and per hash shard, sentences per query block
+CUTS = {"small": (2048, 2048, 50), "large": (8192, 4096, 1000)}
 
 
 def _corpus(path: Path, n: int = 400) -> Path:
@@ -40,9 +41,9 @@ def _outputs(params, out: Path, caplog, monkeypatch, cuts: str | None):
     monkeypatch.setattr(off_driver, "OFF_DRIVER_BYTES", 0)
     monkeypatch.setattr(sharded, "ENABLED", cuts is not None)
     if cuts is not None:
-        monkeypatch.setattr(loader, "RANGE_BYTES", 4096)  # several read tasks
-        for name, value in zip(("SHARD_BYTES", "BUCKET_SENTENCES", "QUERY_BLOCK"), CUTS[cuts]):
-            monkeypatch.setattr(corpus_shards, name, value)
+        monkeypatch.setattr(loader, "RANGE_BYTES", CUTS[cuts][0])
+        monkeypatch.setattr(corpus_shards, "SHARD_BYTES", CUTS[cuts][1])
+        monkeypatch.setattr(corpus_shards, "QUERY_BLOCK", CUTS[cuts][2])
     caplog.clear()
     with caplog.at_level(logging.INFO, logger="augsbert_ray"):
         result = stage._corpus_run(_NoInputs(), params, _env(out))
@@ -69,8 +70,9 @@ def test_bm25_on_shards_finds_the_single_tasks_pairs(tmp_path, ray_local, monkey
     assert sentences.equals(single[1]) and _same(candidates, single[2])
     c = result.corpus_lines
     assert c["empty"] == 1 and c["truncated"] == 1 and c["duplicates"] >= 2 and result.candidates > result.sentences
-    parts = sorted((tmp_path / "sharded" / "candidates.parts").glob("part-*.parquet"))
-    assert len(parts) == -(-result.sentences // 64) > 1
+    sentence_parts = sorted((tmp_path / "sharded" / "sentences.parts").glob("part-*.parquet"))
+    pair_parts = sorted((tmp_path / "sharded" / "candidates.parts").glob("part-*.parquet"))
+    assert len(pair_parts) == len(sentence_parts) > 5
     assert not (tmp_path / "sharded" / "_shards").exists() and not (tmp_path / "sharded" / "_hits").exists()
 
 
