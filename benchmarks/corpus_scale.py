@@ -79,7 +79,7 @@ def one_run(args) -> dict:
 
 # Titles of the processes that read a corpus and sample its candidates: the sharded path's Ray Data
 # tasks and actors, the single-task path's task and its Ray Data tasks; both paths' driver-node tasks.
-CANDIDATE_WORK = ("_read_range", "_dedup_shard", "_number_shard", "_write_bucket", "_draw", "_Search",
+CANDIDATE_WORK = ("_read_range", "_dedup_shard", "_number_range", "_draw", "_Search",
                   "_pair_bucket", "_in_task", "read_ranges", "draw_batch", "BM25Searcher")
 
 
