@@ -16,6 +16,11 @@ under ``--work``. The default sampler is random recombination with one partner p
 random 2-layer BERT (hidden size 128) on the embedded tokenizer: the point is the engine's
 memory and time per stage, not the scores. ``--strategy bm25`` runs BM25 top-k instead.
 
+A corpus above 4 MiB has its candidates made on shards (``--candidates sharded``, the engine's
+path for text corpora with random or BM25 pairs) or in one task on the driver's node (``single``,
+the path before); ``--candidates sharded single`` runs each size both ways, and the table of the
+largest single processes sets them side by side.
+
 Memory is sampled four times a second (``augsbert_ray.bench.memory.MemorySampler``): the
 driver's RSS, and PSS summed over the driver and every process it started (Ray's GCS,
 raylet, workers and actors), so Ray's shared-memory object store is counted once.
@@ -24,6 +29,8 @@ raylet, workers and actors), so Ray's shared-memory object store is counted once
     python benchmarks/corpus_scale.py --sizes 20000 --work /tmp/cs --out /tmp/cs/result   # a quick look
     python benchmarks/corpus_scale.py --until candidates --work /tmp/cs --out /tmp/cs/candidates   # minutes
     python benchmarks/corpus_scale.py --sizes 100000 --set labeling.executor=pool --work /tmp/cs --out /tmp/cs/pool
+    python benchmarks/corpus_scale.py --until candidates --sizes 1000000 3000000 --candidates sharded single \
+        --work /tmp/cs --out /tmp/cs/distributed
 """
 
 from __future__ import annotations
