@@ -1,5 +1,5 @@
 """A large corpus deduplicated and sampled on shards: the same sentences, ids and pairs as the
-single-task path (``off_driver``), whatever the number of byte ranges, hash shards, id buckets
+single process (the driver's, or ``off_driver``'s task), whatever the number of byte ranges, hash shards, id buckets
 and query blocks."""
 
 from __future__ import annotations
@@ -37,8 +37,9 @@ def _corpus(path: Path, n: int = 400) -> Path:
 
 
 def _outputs(params, out: Path, caplog, monkeypatch, cuts: str | None):
-    """The stage's result, log line and two files: the single task's (``cuts`` None) or sharded."""
-    monkeypatch.setattr(off_driver, "OFF_DRIVER_BYTES", 0)
+    """The stage's result and two files: on the driver (``cuts`` None; what the single task writes too,
+    test_off_driver.py) or sharded."""
+    monkeypatch.setattr(off_driver, "OFF_DRIVER_BYTES", off_driver.OFF_DRIVER_BYTES if cuts is None else 0)
     monkeypatch.setattr(sharded, "ENABLED", cuts is not None)
     if cuts is not None:
         monkeypatch.setattr(loader, "RANGE_BYTES", CUTS[cuts][0])
@@ -59,9 +60,9 @@ def _same(a: pa.Table, b: pa.Table) -> bool:
             and np.array_equal(a.column(score).to_numpy(), b.column(score).to_numpy(), equal_nan=True))
 
 
-def test_bm25_on_shards_finds_the_single_tasks_pairs(tmp_path, ray_local, monkeypatch, caplog):
+def test_bm25_on_shards_finds_the_single_process_pairs(tmp_path, ray_local, monkeypatch, caplog):
     path = _corpus(tmp_path / "corpus.txt")
-    sampling = SamplingConfig(strategy="bm25", top_k=3, searchers=2, query_batch_size=16)
+    sampling = SamplingConfig(strategy="bm25", top_k=3, query_batch_size=16)
     params = stage.CandidatesParams(source="target corpus", seed=3, sampling=sampling,
                                     corpus=CorpusConfig(path=str(path), max_chars=200))
     single = _outputs(params, tmp_path / "single", caplog, monkeypatch, None)
