@@ -22,7 +22,12 @@ Example::
         p.message("[silver] 3 of 10 shards labelled by an earlier run")
 """
 
-from augsbert_ray.progress.display import DisplayHandler, JobProgress, StageProgress
+from augsbert_ray.progress.display import (
+    DisplayHandler,
+    JobProgress,
+    StageProgress,
+    log_event,
+)
 from augsbert_ray.progress.eta import format_duration
 
-__all__ = ["DisplayHandler", "JobProgress", "StageProgress", "format_duration"]
+__all__ = ["DisplayHandler", "JobProgress", "StageProgress", "format_duration", "log_event"]
