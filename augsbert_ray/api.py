@@ -88,9 +88,8 @@ def run(job, fresh: bool = False, *, verbose: bool = False, address=None, until:
             wrong type (``ArgumentTypeError``, also a ``TypeError``).
     """
     from augsbert_ray.api_arguments import check_run
+    from augsbert_ray.cluster_address import check, for_job
     from augsbert_ray.preflight import check_job
-
-    from augsbert_ray.cluster_address import AddressChoice, check, choose
     from augsbert_ray.run_lock import RunLock
     from augsbert_ray.rundir import check_storage, is_uri, local_root
 
@@ -98,10 +97,7 @@ def run(job, fresh: bool = False, *, verbose: bool = False, address=None, until:
     cfg = load_job(job) if isinstance(job, (str, os.PathLike)) else job
     if until is not None:
         job_stages(cfg, until)  # an unknown stage: a ConfigError before anything else
-    if isinstance(address, str):  # the job then connects there (runtime.start_ray reads ray.address)
-        cfg = cfg.model_copy(update={"ray": cfg.ray.model_copy(update={"address": address})})
-    if not isinstance(address, AddressChoice):
-        address = choose(cfg.ray.address, cfg.source, address)
+    cfg, address = for_job(cfg, address)  # the job then connects there (runtime.start_ray reads ray.address)
     check(address)
     location = cfg.resolved_run_dir
     if is_uri(location):
@@ -109,8 +105,8 @@ def run(job, fresh: bool = False, *, verbose: bool = False, address=None, until:
     with RunLock(local_root(location), shown=str(location)):
         # every check that needs no cluster, before the job's own files (its logs) exist; what is
         # allowed but likely a mistake is said before the display takes the terminal
-        check_job(cfg, warn=lambda line: print(f"augsbert: warning: {line}", file=sys.stderr))
-        return _run_watched(cfg, fresh=fresh, verbose=verbose, until=until)
+        inputs = check_job(cfg, warn=lambda line: print(f"augsbert: warning: {line}", file=sys.stderr))
+        return _run_watched(cfg, fresh=fresh, verbose=verbose, until=until, inputs=inputs)
 
 
 def job_stages(cfg, until: str | None = None) -> list[str]:
@@ -147,13 +143,16 @@ def _display(stack: ExitStack, logs: Path, stages: list[str], verbose: bool, log
     return progress
 
 
-def _run_watched(cfg, fresh: bool, verbose: bool, until: str | None = None):
-    from augsbert_ray.pipeline import run_job
+def _run_watched(cfg, fresh: bool, verbose: bool, until: str | None = None, inputs=None):
+    from augsbert_ray.pipeline import recipe, run_job, stage_names
     from augsbert_ray.rundir import local_root
 
+    stages = recipe(cfg)  # once: the display's stages and the job's
     with ExitStack() as stack:
-        progress = _display(stack, local_root(cfg.resolved_run_dir) / "logs", job_stages(cfg, until), verbose)
-        return run_job(cfg, fresh=fresh, progress=progress, verbose=verbose, until=until)
+        progress = _display(stack, local_root(cfg.resolved_run_dir) / "logs", stage_names(cfg, until, stages),
+                            verbose)
+        return run_job(cfg, fresh=fresh, progress=progress, verbose=verbose, until=until, inputs=inputs,
+                       stages=stages)
 
 
 def label(model: str, pairs: str | Sequence[str], out: str | os.PathLike, *, columns: str | dict | None = None,

@@ -1,5 +1,5 @@
-"""What a job's stages share while it runs: the cluster, the warm hosts, the progress channel
-and the models shipped to workers.
+"""What a job's stages share while it runs: the cluster, the warm hosts, the progress channel,
+the models shipped to workers and the inputs its pre-flight checks read.
 
 ``pipeline.run_job`` builds one ``JobContext`` per job and closes it when the job ends. Ray
 starts when the first stage that needs it runs (``ensure_started``; a job whose stages were
@@ -29,10 +29,14 @@ class JobContext:
             to it through a progress channel opened once Ray has started.
         track: the job is tracked (``tracking``): workers report through a progress channel even
             without a display, so that the trainings' loss and learning rate reach the driver.
+        inputs: the gold and target sets the pre-flight checks read
+            (``loaders.job_inputs.JobInputs``), which the loading stages write instead of
+            reading them again; None: they read them.
     """
 
-    def __init__(self, start: Callable[[], Any] | None = None, progress=None, track: bool = False):
+    def __init__(self, start: Callable[[], Any] | None = None, progress=None, track: bool = False, inputs=None):
         self._start = start
+        self.inputs = inputs
         self.progress = progress
         self.track = track
         self.cluster = None

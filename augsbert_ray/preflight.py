@@ -14,24 +14,11 @@ directory is created:
   what the job asks: its layers and positions (``model_checks``);
 - the gold splits and the target sets load (the loaders' own row checks), and the splits
   the job will use, after skipped rows, genres, a carved dev split and subsampling, are
-  large enough for the steps that need them (``require_pairs``, ``require_target``).
+  large enough for the steps that need them (``loaders.job_inputs``: the minimum sizes and
+  why are there).
 
-The minimum sizes, and why:
-
-- training needs at least one pair; a carved dev split (``data.dev: null``) needs enough
-  training pairs that dev gets ``MIN_EVAL_PAIRS`` and training keeps one;
-- dev and test need ``MIN_EVAL_PAIRS`` (2) pairs, and labels that can be scored: two
-  different labels for regression (Spearman's correlation is undefined otherwise), both
-  classes for binary tasks (dev picks the F1 threshold, AUC(0.05) needs positives and
-  negatives); the same holds for a domain-adaptation target's test and dev sets, under the
-  target's task;
-- target pairs need at least one pair that is not a self-pair (the teacher labels them);
-- KDE sampling on a regression task fits a density to the training labels: two different
-  labels at least.
-
-The gold and target files are read here and once more by the job itself (the checks run
-before the job exists, so nothing is handed over); for the STS benchmark's three files the
-check took 0.7 s on a busy 2-core machine.
+The gold and target sets are read here once: ``check_job`` returns them
+(``loaders.job_inputs.JobInputs``) and the job's gold and target stages write that read.
 """
 
 from __future__ import annotations
@@ -41,29 +28,21 @@ import os
 from pathlib import Path
 from typing import Callable
 
-import numpy as np
-import pyarrow as pa
-
-from augsbert_ray import schema
 from augsbert_ray.config import JobConfig
-from augsbert_ray.config.sampling import SELECTED
 from augsbert_ray.data_fetch import DATA_DIRS, DATASETS
 from augsbert_ray.data_fetch import ENV as DATA_ENV
-from augsbert_ray.errors import ConfigError, DataError
-from augsbert_ray.loaders import LoadResult, load_pairs
 from augsbert_ray.data_warnings import data_warnings
+from augsbert_ray.errors import ConfigError, DataError
+from augsbert_ray.loaders.job_inputs import SPLITS, JobInputs, kde_needs_labels, read_gold, read_target
+from augsbert_ray.missing_paths import unresolved
 from augsbert_ray.model_checks import check_models
 from augsbert_ray.optional_modules import job_needs, require
-from augsbert_ray.missing_paths import unresolved
 from augsbert_ray.resource_checks import check_local_cpus, check_local_gpus, runs_locally
-from augsbert_ray.tracking_checks import check_tracking
 from augsbert_ray.sources import DataSource
-
-SPLITS = ("train", "dev", "test")
-MIN_EVAL_PAIRS = 2
+from augsbert_ray.tracking_checks import check_tracking
 
 
-def check_job(cfg: JobConfig, warn: Callable[[str], None] | None = None) -> dict[str, pa.Table]:
+def check_job(cfg: JobConfig, warn: Callable[[str], None] | None = None) -> JobInputs:
     """Runs every pre-flight check of a job, in the order a user would fix them.
 
     Args:
@@ -72,7 +51,7 @@ def check_job(cfg: JobConfig, warn: Callable[[str], None] | None = None) -> dict
             check has passed; default: this module's logger.
 
     Returns:
-        The gold splits as the job will use them (train, dev, test).
+        The gold pairs and target sets as read and checked, for the job to use (read once).
 
     Raises:
         ConfigError: an optional module the settings need that is not installed, an input
@@ -85,16 +64,16 @@ def check_job(cfg: JobConfig, warn: Callable[[str], None] | None = None) -> dict
     check_tracking(cfg)
     check_paths(cfg)
     check_models(cfg)
-    gold = require_pairs(cfg.data, cfg.task, load_gold_sources(cfg.data, cfg.task), kde_labels=kde_needs_labels(cfg))
+    inputs = JobInputs(read_gold(cfg.data, cfg.task, kde_needs_labels(cfg)))
     if cfg.target is not None:
-        require_target(cfg.target, cfg.target_task,
-                       load_target_sources(cfg.target, cfg.target_task, cfg.data.on_bad_rows), cfg.data.on_bad_rows)
-    require_folds(cfg, gold["train"].num_rows)
+        inputs.keep_target(cfg.target, cfg.target_task, cfg.data.on_bad_rows,
+                           read_target(cfg.target, cfg.target_task, cfg.data.on_bad_rows))
+    require_folds(cfg, inputs.gold.tables["train"].num_rows)
     check_local_gpus(cfg)
     check_local_cpus(cfg)
-    for line in data_warnings(cfg, gold):
+    for line in data_warnings(cfg, inputs.gold.tables):
         (warn or logging.getLogger(__name__).warning)(line)
-    return gold
+    return inputs
 
 
 def check_for_validate(cfg: JobConfig, warn: Callable[[str], None] | None = None) -> list[str]:
@@ -132,25 +111,6 @@ def check_for_validate(cfg: JobConfig, warn: Callable[[str], None] | None = None
         not_checked.append("GPUs and CPUs (the job runs on a cluster, ray.address or RAY_ADDRESS: they are checked "
                            "there before the first stage that needs them)")
     return not_checked
-
-
-def load_gold_sources(data, task: str) -> dict[str, LoadResult]:
-    """The gold sources of ``data`` (``config.DataConfig``) as the loaders read them."""
-    return {split: load_pairs(getattr(data, split), split, binary=task == "binary", on_bad_rows=data.on_bad_rows)
-            for split in SPLITS if getattr(data, split) is not None}
-
-
-def load_target_sources(target, target_task: str, on_bad_rows: str) -> dict[str, LoadResult]:
-    """A domain-adaptation target's ``pairs``, ``test`` and ``dev`` (those it has), as read."""
-    return {name: load_pairs(source, f"target_{name}", binary=target_task == "binary" and name != "pairs",
-                             on_bad_rows=on_bad_rows)
-            for name, source in (("pairs", target.pairs), ("test", target.test), ("dev", target.dev))
-            if source is not None}
-
-
-def kde_needs_labels(cfg) -> bool:
-    """KDE selection fits a density to the gold training labels (in-domain regression jobs)."""
-    return cfg.sampling.strategy in SELECTED and cfg.task == "regression" and cfg.target is None
 
 
 # -- paths -----------------------------------------------------------------------------------
@@ -215,61 +175,6 @@ def compression(path: Path) -> str | None:
     return next((name for magic, name in COMPRESSION_MAGIC.items() if head.startswith(magic)), None)
 
 
-# -- sizes -----------------------------------------------------------------------------------
-def require_pairs(d, task: str, loaded: dict[str, LoadResult], kde_labels: bool = False) -> dict[str, pa.Table]:
-    """Checks the gold splits are large enough, and returns them as the job uses them.
-
-    Dev is carved from train when ``data.dev`` is null (``carve_dev_rows``), then
-    ``data.subsample`` applies (``subsample_rows``): the job's gold stage takes its splits
-    from here.
-
-    Args:
-        d: the job's ``data`` settings.
-        task: ``regression`` or ``binary``.
-        loaded: the loaded ``train``, ``test`` and (unless carved) ``dev``.
-        kde_labels: the job's sampling fits a density to the training labels (KDE).
-
-    Returns:
-        The final train, dev and test tables.
-
-    Raises:
-        DataError: naming the file and why its split is too small (see the module docstring).
-    """
-    _require_some(loaded["train"], "data.train", d.train, d.on_bad_rows, "for training")
-    tables = {split: result.table for split, result in loaded.items()}
-    if d.dev is None:
-        n = tables["train"].num_rows
-        need = carve_minimum(d.dev_fraction)
-        if n < need:
-            raise DataError(d.train.path, None, None,
-                            f"{_pairs(n)} are too few to carve a dev split from (data.dev is null, data.dev_fraction "
-                            f"{d.dev_fraction:g}): that takes at least {need} training pairs, {MIN_EVAL_PAIRS} for dev "
-                            "and one left for training; give data.dev, or more training pairs")
-        dev_rows = carve_dev_rows(n, d.dev_fraction, d.subsample_seed)
-        train = tables["train"]
-        dev = train.filter(pa.array(dev_rows))
-        dev = dev.set_column(dev.schema.get_field_index(schema.SPLIT), schema.SPLIT, pa.array(["dev"] * dev.num_rows))
-        tables["train"], tables["dev"] = train.filter(pa.array(~dev_rows)), dev
-    for split in SPLITS:
-        if split in d.subsample:
-            tables[split] = tables[split].take(subsample_rows(tables[split].num_rows, d.subsample[split],
-                                                              d.subsample_seed, SPLITS.index(split)))
-    for split in ("dev", "test"):
-        source = getattr(d, split) or d.train
-        origin = "carved from data.train" if getattr(d, split) is None else None
-        why = _accounting(loaded[split], source, d.on_bad_rows) if split in loaded else origin
-        if split in d.subsample:
-            why = "; ".join(w for w in (why, f"data.subsample.{split} keeps {d.subsample[split]}") if w)
-        require_scorable(tables[split], task, source.path, f"data.{split}", why)
-    if kde_labels:
-        labels = np.unique(tables["train"].column(schema.LABEL).to_numpy())
-        if len(labels) < 2:
-            raise DataError(d.train.path, None, schema.LABEL,
-                            f"every training pair has the label {labels[0]:g} (scaled): KDE sampling fits a density "
-                            "to the training labels and needs at least two different ones")
-    return tables
-
-
 def require_folds(cfg: JobConfig, train_pairs: int) -> None:
     """The fold pilots (``evaluation.pilot_folds``) have at least one training pair per fold.
 
@@ -284,113 +189,3 @@ def require_folds(cfg: JobConfig, train_pairs: int) -> None:
                           f"{train_pairs}, or 0 to score the pilots on dev")
 
 
-def require_target(t, target_task: str, loaded: dict[str, LoadResult], mode: str = "error") -> None:
-    """Checks the domain-adaptation target sets (``pairs``, ``test``, ``dev``) are usable.
-
-    Args:
-        t: the job's ``target`` settings; target_task: how the target sets are scored.
-        loaded: the loaded target sets; mode: ``data.on_bad_rows`` (named in messages).
-
-    Raises:
-        DataError: naming the file and why.
-    """
-    if "pairs" in loaded:
-        result = loaded["pairs"]
-        _require_some(result, "target.pairs", t.pairs, mode, "for the teacher to label")
-        table = result.table
-        s1, s2 = table.column(schema.SENTENCE1).to_pylist(), table.column(schema.SENTENCE2).to_pylist()
-        if all(a == b for a, b in zip(s1, s2)):
-            raise DataError(t.pairs.path, None, None, f"target.pairs: all {_pairs(len(s1))} pair a sentence with "
-                            "itself; the teacher has nothing to label")
-    for name in ("test", "dev"):
-        if name in loaded:
-            source = getattr(t, name)
-            require_scorable(loaded[name].table, target_task, source.path, f"target.{name}",
-                             _accounting(loaded[name], source, mode))
-
-
-def require_scorable(table: pa.Table, task: str, path: str, what: str, why: str | None = None) -> None:
-    """A dev or test split can be scored: ``MIN_EVAL_PAIRS`` pairs, two different labels
-    (regression) or both classes (binary).
-
-    Args:
-        table: the split's pairs (labels scaled to [0, 1]).
-        task: ``regression`` or ``binary``.
-        path: the file the split comes from (named by the error).
-        what: the split's key, e.g. ``data.dev``.
-        why: how the split came to be this small, added to the message.
-
-    Raises:
-        DataError: naming ``path`` and what is missing.
-    """
-    labels = table.column(schema.LABEL).to_numpy()
-    because = f" ({why})" if why else ""
-    if len(labels) < MIN_EVAL_PAIRS:
-        raise DataError(path, None, None, f"{what}: {_pairs(len(labels))} left{because}; scoring a model on it "
-                                          f"needs at least {MIN_EVAL_PAIRS}")
-    if task == "binary":
-        positives = int(np.sum(labels >= 0.5))
-        if positives in (0, len(labels)):
-            kind = "negatives (label 0)" if positives == 0 else "positives (label 1)"
-            raise DataError(path, None, schema.LABEL, f"{what}: all {len(labels)} pairs are {kind}{because}; "
-                                                      "F1 at a threshold chosen on dev and AUC(0.05) need both classes")
-    elif len(np.unique(labels)) < 2:
-        raise DataError(path, None, schema.LABEL, f"{what}: all {len(labels)} pairs have the same label{because}; "
-                                                  "Spearman's correlation needs at least two different labels")
-
-
-def _require_some(result: LoadResult, what: str, source: DataSource, mode: str, purpose: str) -> None:
-    if result.table.num_rows == 0:
-        raise DataError(source.path, None, None,
-                        f"no pairs left {purpose} in {what} ({_accounting(result, source, mode) or 'no rows'})")
-
-
-def _accounting(result: LoadResult, source: DataSource, mode: str) -> str | None:
-    """Where a source's rows went, when some did not become pairs: '12 rows read, 12 skipped as
-    malformed (...)', 'genres [x] kept none of 48 pairs'. None when every row is a pair."""
-    read, skipped, filtered = result.rows_read, len(result.skipped), result.filtered
-    if read == 0:
-        return "the file has no data rows"
-    parts = []
-    if skipped:
-        first = result.skipped[0]
-        field = f", field '{first.field}'" if first.field else ""
-        parts.append(f"{skipped} skipped as malformed under on_bad_rows: {mode} (the first at line {first.line}"
-                     f"{field}: {first.reason})")
-    if filtered:
-        kept = read - skipped - filtered
-        parts.append(f"genres {source.genres} kept {kept} of the {read - skipped} pairs")
-    return f"{read} rows read: " + ", ".join(parts) if parts else None
-
-
-def _pairs(n: int) -> str:
-    return f"{n} pair" if n == 1 else f"{n} pairs"
-
-
-# -- carving a dev split and subsampling (the job's gold stage uses these) -----------------------
-def carved_dev_size(n: int, fraction: float) -> int:
-    """How many of ``n`` training pairs a carved dev split takes."""
-    return max(1, round(n * fraction))
-
-
-def carve_minimum(fraction: float) -> int:
-    """The fewest training pairs from which a dev split of ``MIN_EVAL_PAIRS`` can be carved,
-    leaving at least one for training."""
-    n = MIN_EVAL_PAIRS + 1
-    while not (carved_dev_size(n, fraction) >= MIN_EVAL_PAIRS and n - carved_dev_size(n, fraction) >= 1):
-        n += 1
-    return n
-
-
-def carve_dev_rows(n: int, fraction: float, seed: int) -> np.ndarray:
-    """The mask of the training rows that become dev when ``data.dev`` is null (seeded)."""
-    dev_rows = np.zeros(n, dtype=bool)
-    dev_rows[np.random.default_rng([seed, 99]).choice(n, carved_dev_size(n, fraction), replace=False)] = True
-    return dev_rows
-
-
-def subsample_rows(n: int, keep: int, seed: int, split_index: int) -> np.ndarray:
-    """The rows ``data.subsample`` keeps of a split of ``n`` pairs, in file order."""
-    if keep >= n:
-        return np.arange(n)
-    return np.sort(np.random.default_rng([seed, split_index]).choice(n, keep, replace=False))

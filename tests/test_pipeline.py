@@ -358,7 +358,7 @@ def test_teacher_check_stops_when_asked(tmp_path):
 def test_carve_dev_is_seeded_and_disjoint():
     import pyarrow as pa
 
-    from augsbert_ray.stages.gold import carve_dev
+    from augsbert_ray.loaders.job_inputs import carve_dev
 
     t = pa.table({"sentence1": [f"s{i}" for i in range(50)], "split": ["train"] * 50})
     train, dev = carve_dev(t, 0.2, seed=1)

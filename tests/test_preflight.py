@@ -6,6 +6,7 @@ import pytest
 from conftest import fake_model, write_mrpc, write_stsb
 
 from augsbert_ray import preflight
+from augsbert_ray.loaders import job_inputs
 from augsbert_ray.config import load_job, validate_tree
 from augsbert_ray.errors import ConfigError, DataError
 from augsbert_ray.rundir import RunDir
@@ -29,7 +30,7 @@ def job(tmp_path, **data):
 
 
 def test_a_valid_job_passes_and_gets_its_splits(tmp_path):
-    gold = preflight.check_job(job(tmp_path))
+    gold = preflight.check_job(job(tmp_path)).gold.tables
     assert {s: t.num_rows for s, t in gold.items()} == {"train": 4, "dev": 4, "test": 4}
 
 
@@ -87,9 +88,9 @@ def test_too_few_pairs_to_carve_a_dev_split_names_how_many_are_needed(tmp_path):
 
 def test_carving_needs_the_fewest_pairs_that_leave_two_for_dev_and_one_for_training():
     for fraction, need in [(0.1, 15), (0.2, 8), (0.5, 3), (0.9, 5)]:
-        assert preflight.carve_minimum(fraction) == need
-        assert preflight.carved_dev_size(need, fraction) >= 2 and need - preflight.carved_dev_size(need, fraction) >= 1
-        fewer = preflight.carved_dev_size(need - 1, fraction)
+        assert job_inputs.carve_minimum(fraction) == need
+        assert job_inputs.carved_dev_size(need, fraction) >= 2 and need - job_inputs.carved_dev_size(need, fraction) >= 1
+        fewer = job_inputs.carved_dev_size(need - 1, fraction)
         assert fewer < 2 or fewer == need - 1  # one pair less: dev too small, or nothing left to train on
 
 
@@ -152,9 +153,31 @@ def test_the_splits_checked_are_the_splits_the_job_uses(tmp_path):
     done = Runner(cfg, RunDir(cfg.resolved_run_dir)).run(Gold())
     for split in ("train", "dev", "test"):
         used = pq.read_table(done.folder / f"{split}.parquet")
-        assert predicted[split].column("line").to_pylist() == used.column("line").to_pylist(), split
+        assert predicted.gold.tables[split].column("line").to_pylist() == used.column("line").to_pylist(), split
     assert (used.num_rows, pq.read_table(done.folder / "dev.parquet").num_rows) == (30, 9)
     assert set(pq.read_table(done.folder / "dev.parquet").column("split").to_pylist()) == {"dev"}
+
+
+def test_the_gold_stage_writes_what_the_checks_read_and_reads_again_only_under_other_settings(tmp_path,
+                                                                                              monkeypatch):
+    import pyarrow.parquet as pq
+
+    from augsbert_ray.context import JobContext
+    from augsbert_ray.runner import Runner
+    from augsbert_ray.stages import Gold
+
+    cfg = job(tmp_path)
+    handed = preflight.check_job(cfg)
+    reads = []
+    real = job_inputs.load_gold_sources
+    monkeypatch.setattr(job_inputs, "load_gold_sources", lambda *a: reads.append(a) or real(*a))
+    done = Runner(cfg, RunDir(cfg.resolved_run_dir), ctx=JobContext(inputs=handed)).run(Gold())
+    assert reads == []  # the checks' read, written as it is
+    for split in ("train", "dev", "test"):
+        assert pq.read_table(done.folder / f"{split}.parquet").equals(handed.gold.tables[split]), split
+    other = _with(cfg, "data", subsample={"train": 2})  # another setting: the handed read does not fit it
+    again = Runner(other, RunDir(cfg.resolved_run_dir), ctx=JobContext(inputs=handed)).run(Gold())
+    assert len(reads) == 1 and again.result.train == 2
 
 
 # -- paths -----------------------------------------------------------------------------------
@@ -381,17 +404,17 @@ def test_likely_mistakes_are_warned_about_not_refused(tmp_path):
     for split in ("dev", "test"):  # other sentences than train's
         path = tmp_path / f"{split}.csv"
         path.write_text(path.read_text().replace("playing", "singing"))
-    assert data_warnings(cfg, preflight.check_job(cfg)) == []
+    assert data_warnings(cfg, preflight.check_job(cfg).gold.tables) == []
     stsb_file(tmp_path / "dev.csv", [0.5, 2.0, 4.5, 3.0])  # now the same pairs as train
     warned = []
-    gold = preflight.check_job(_with(cfg, "sampling", top_k=100), warn=warned.append)
+    gold = preflight.check_job(_with(cfg, "sampling", top_k=100), warn=warned.append).gold.tables
     assert any("sampling.top_k=100 is not below the 8 distinct training sentences" in w for w in warned)
     assert any("dev.csv: 4 of the 4 data.dev pairs are also training pairs" in w for w in warned)
     rows = [STSB_ROW.format(i=i if i > 2 else 0, score=i) for i in range(6)]  # rows 1 and 2 repeat row 0
     (tmp_path / "train.csv").write_text("".join(r + "\n" for r in rows), encoding="utf-8")
     stsb_file(tmp_path / "dev.csv", [1.0, 2.0])
     (tmp_path / "dev.csv").write_text((tmp_path / "dev.csv").read_text().replace("playing", "singing"))
-    lines = data_warnings(cfg, preflight.check_job(cfg))
+    lines = data_warnings(cfg, preflight.check_job(cfg).gold.tables)
     assert lines == [f"{tmp_path / 'train.csv'}: 2 of the 6 gold training pairs repeat an earlier pair (the same two "
                      "sentences): they weigh those pairs more in training"]
     assert gold["train"].num_rows == 4
