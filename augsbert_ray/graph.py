@@ -73,6 +73,7 @@ def dependencies(nodes: Sequence[Node]) -> dict[str, tuple[str, ...]]:
 
 
 def _check_acyclic(deps: Mapping[str, tuple[str, ...]]) -> None:
+    # By hand, not graphlib's CycleError: the message names the cycle in the stages' own order.
     state: dict[str, int] = {}  # 1: on the current path, 2: finished
 
     def visit(name: str, path: list[str]) -> None:
