@@ -199,9 +199,9 @@ def label(model: str, pairs: str | Sequence[str], out: str | os.PathLike, *, col
     from augsbert_ray import label_files, label_output
     from augsbert_ray.api_arguments import check_label
     from augsbert_ray.cluster_address import check, choose
-    from augsbert_ray.model_checks import check_label_length
+    from augsbert_ray.preflight.model_checks import check_label_length
     from augsbert_ray.models import check_cross_encoder, model_content_id
-    from augsbert_ray.resource_checks import check_local_gpu_request, joined_ray
+    from augsbert_ray.preflight.resource_checks import check_local_gpu_request, joined_ray
     from augsbert_ray.run_lock import RunLock
 
     patterns = check_label(model, pairs, out, columns, format, score_column, max_length, precision, token_budget,

@@ -208,7 +208,7 @@ def plan(cfg: JobConfig, run_dir=None) -> dict[str, str]:
 
 def _start_cluster(cfg: JobConfig, rd: RunDir, verbose: bool = True):
     from augsbert_ray.models import TRUST_REMOTE_CODE_ENV
-    from augsbert_ray.resource_checks import check_cluster_gpus, runs_locally
+    from augsbert_ray.preflight.resource_checks import check_cluster_gpus, runs_locally
     from augsbert_ray.runtime import start_ray
 
     # Only a job that trusts remote code sets the flag for its workers (and its runtime env).

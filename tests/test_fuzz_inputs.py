@@ -59,7 +59,7 @@ from augsbert_ray.errors import ConfigError, DataError
 from augsbert_ray.loaders import load_pairs
 from augsbert_ray.loaders.mrpc import HEADER as MRPC_HEADER
 from augsbert_ray.loaders.stsb import FIELDS as STSB_FIELDS
-from augsbert_ray.model_checks import hub_offline
+from augsbert_ray.preflight.model_checks import hub_offline
 from augsbert_ray.sources import DataSource
 
 
@@ -1553,14 +1553,15 @@ def test_mistakes_knowable_before_ray_fail_there_in_one_line(workdir, case):
 
     from huggingface_hub import constants
 
-    from augsbert_ray import resource_checks, runtime
+    from augsbert_ray import runtime
+    from augsbert_ray.preflight import resource_checks
     from augsbert_ray.cli import main
 
     folder = _preflight_folder(workdir, case)
     env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"} | {"HF_HUB_OFFLINE": "1"}
     import importlib.util
 
-    from augsbert_ray import tracking_checks
+    from augsbert_ray.preflight import tracking_checks
 
     missing, find = case.damage.get("missing_module"), importlib.util.find_spec
     out, err = io.StringIO(), io.StringIO()
@@ -1944,7 +1945,8 @@ def _quiet_cli(args: list[str], suite: str):
     import time
     from unittest import mock
 
-    from augsbert_ray import resource_checks, runtime
+    from augsbert_ray import runtime
+    from augsbert_ray.preflight import resource_checks
     from augsbert_ray.cli import main
 
     out, err = io.StringIO(), io.StringIO()
@@ -1996,7 +1998,7 @@ def test_label_invocations_fail_in_one_line_or_reach_ray(workdir, listening_port
     import tempfile
     from pathlib import Path
 
-    from augsbert_ray.resource_checks import gpu_visible
+    from augsbert_ray.preflight.resource_checks import gpu_visible
     from augsbert_ray.run_lock import RunLock
 
     folder = Path(tempfile.mkdtemp(dir=workdir, prefix="label-"))
@@ -2050,7 +2052,7 @@ def _parts_doom(parts: tuple) -> bool | None:
     """Whether ``--parts`` dooms a benchmark: an unknown part, or a peer a part measures that is
     not installed here (the `bench` extra); None: no --parts (every part, each with its peer)."""
     from augsbert_ray.bench.suite import PARTS
-    from augsbert_ray.optional_modules import bench_needs, installed
+    from augsbert_ray.preflight.optional_modules import bench_needs, installed
 
     if not parts:
         return None

@@ -10,7 +10,8 @@ import time
 import pytest
 from test_cli import _one_error_line, _stsb_job
 
-from augsbert_ray import optional_modules, runtime
+from augsbert_ray import runtime
+from augsbert_ray.preflight import optional_modules
 from augsbert_ray.cli import main
 from augsbert_ray.config import load_job
 

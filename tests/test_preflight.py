@@ -336,8 +336,8 @@ def test_a_hub_id_while_the_hub_is_off_needs_a_cached_copy(tmp_path, monkeypatch
 
 
 def test_gpus_asked_for_a_local_run_need_a_gpu_here(tmp_path, monkeypatch):
-    from augsbert_ray import resource_checks
-    from augsbert_ray.resource_checks import asked_gpus, check_cluster_gpus, check_local_gpus
+    from augsbert_ray.preflight import resource_checks
+    from augsbert_ray.preflight.resource_checks import asked_gpus, check_cluster_gpus, check_local_gpus
 
     monkeypatch.delenv("RAY_ADDRESS", raising=False)
     monkeypatch.setattr(resource_checks, "joined_ray", lambda: False)  # another test file's Ray is not the job's
@@ -367,7 +367,7 @@ def test_gpus_asked_for_a_local_run_need_a_gpu_here(tmp_path, monkeypatch):
 
 
 def test_a_local_run_asking_for_a_gpu_on_a_machine_without_one_fails_before_ray(tmp_path, monkeypatch):
-    from augsbert_ray import resource_checks
+    from augsbert_ray.preflight import resource_checks
 
     monkeypatch.delenv("RAY_ADDRESS", raising=False)
     monkeypatch.setattr(resource_checks, "gpu_visible", lambda: False)
@@ -398,7 +398,7 @@ def test_a_compressed_data_file_is_named_as_compressed(tmp_path, magic, name):
 
 
 def test_likely_mistakes_are_warned_about_not_refused(tmp_path):
-    from augsbert_ray.data_warnings import data_warnings
+    from augsbert_ray.preflight.data_warnings import data_warnings
 
     cfg = job(tmp_path)
     for split in ("dev", "test"):  # other sentences than train's
@@ -443,7 +443,7 @@ def test_max_length_must_fit_the_models_positions(tmp_path, model_type, position
 def test_models_without_absolute_positions_have_no_token_limit(tmp_path):
     import json
 
-    from augsbert_ray.model_checks import max_tokens
+    from augsbert_ray.preflight.model_checks import max_tokens
 
     model = fake_model(tmp_path / "model")
     (model / "config.json").write_text(json.dumps({"model_type": "deberta-v2", "max_position_embeddings": 64,

@@ -172,7 +172,7 @@ def test_a_failed_job_ends_its_run_failed_and_none_records_nothing(tmp_path):
 def test_a_missing_tracking_module_is_a_preflight_error_naming_the_extra(tmp_path, monkeypatch, backend, module):
     import importlib.util
 
-    from augsbert_ray.tracking_checks import check_tracking
+    from augsbert_ray.preflight.tracking_checks import check_tracking
 
     cfg = _job(tmp_path, backend)
     check_tracking(cfg)  # installed here

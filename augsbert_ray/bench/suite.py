@@ -147,7 +147,7 @@ def run_bench(out: str | Path = "bench", *, quick: bool = False, model: str = "e
     from augsbert_ray.cluster_address import check, choose
     from augsbert_ray.errors import ConfigError
     from augsbert_ray.models import check_cross_encoder
-    from augsbert_ray.optional_modules import bench_needs, require
+    from augsbert_ray.preflight.optional_modules import bench_needs, require
     from augsbert_ray.run_lock import RunLock
 
     parts = check_bench(out, quick, model, parts, address, data_dir, verbose, log, command)
