@@ -196,7 +196,8 @@ def label(model: str, pairs: str | Sequence[str], out: str | os.PathLike, *, col
             another labelling is writing, all before Ray starts; an argument of the wrong type
             (``ArgumentTypeError``, also a ``TypeError``).
     """
-    from augsbert_ray import label_files, label_output
+    from augsbert_ray.labeling import output as label_output
+    from augsbert_ray.labeling import pair_files as label_files
     from augsbert_ray.api_arguments import check_label
     from augsbert_ray.cluster_address import check, choose
     from augsbert_ray.preflight.model_checks import check_label_length
@@ -262,7 +263,8 @@ def _labeling_config(**options):
 
 def _label_checked(model, inputs, out: Path, record: dict, cfg, max_length: int, trained: bool, address, fresh,
                    verbose):
-    from augsbert_ray import label_files, label_output
+    from augsbert_ray.labeling import output as label_output
+    from augsbert_ray.labeling import pair_files as label_files
     from augsbert_ray.labeling import LabelingReport, actor_cpus, label_shards, pool_size
     from augsbert_ray.models import ship_if_local
     from augsbert_ray.runtime import start_ray

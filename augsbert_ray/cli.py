@@ -222,7 +222,7 @@ def _run(cfg, address, fresh: bool, verbose: bool, until: str | None = None) -> 
 def _label(args) -> int:
     from augsbert_ray.api import label
 
-    from augsbert_ray.label_output import LOGS
+    from augsbert_ray.labeling.output import LOGS
 
     try:
         summary = label(args.model, args.pairs, args.out, columns=args.columns, format=args.format,
