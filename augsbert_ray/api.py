@@ -124,9 +124,9 @@ def _display(stack: ExitStack, logs: Path, stages: list[str], verbose: bool, log
     ``logs/ray.log`` and only the engine's lines (workers' too) and progress reach the terminal.
     Ray is stopped, and shipped model copies removed, when ``stack`` closes."""
     from augsbert_ray.artifacts import cleanup_shipped
-    from augsbert_ray.messages import handled_by
+    from augsbert_ray.progress.messages import handled_by
     from augsbert_ray.progress import JobProgress
-    from augsbert_ray.ray_logs import RayOutput
+    from augsbert_ray.progress.ray_logs import RayOutput
     from augsbert_ray.runtime import stop_ray
 
     capture = not verbose and sys.stderr is sys.__stderr__

@@ -53,7 +53,7 @@ class JobContext:
                 self.cluster = self._start()
                 self.hosts = HostPool()  # hosts start when work first needs one
                 if self.progress is not None or self.track:
-                    from augsbert_ray.progress_channel import ProgressChannel, Uncounted
+                    from augsbert_ray.progress.channel import ProgressChannel, Uncounted
 
                     # Ray workers report to the display; without one, their lines and training
                     # points still reach the driver's log and the tracker

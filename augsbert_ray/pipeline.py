@@ -19,7 +19,7 @@ from augsbert_ray import graph
 from augsbert_ray.config import JobConfig, dump_job
 from augsbert_ray.context import JobContext
 from augsbert_ray.errors import ConfigError, tag_stage
-from augsbert_ray.messages import lines_to
+from augsbert_ray.progress.messages import lines_to
 from augsbert_ray.metrics import RunMetrics
 from augsbert_ray.preflight import check_models, check_paths
 from augsbert_ray.rundir import RunDir

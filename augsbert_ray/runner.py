@@ -25,7 +25,7 @@ from augsbert_ray import graph, scheduler, stage_cache
 from augsbert_ray.config import JobConfig
 from augsbert_ray.context import JobContext
 from augsbert_ray.errors import tag_stage
-from augsbert_ray.messages import prefixed
+from augsbert_ray.progress.messages import prefixed
 from augsbert_ray.progress.display import log_event
 from augsbert_ray.rundir import RunDir, fingerprint
 from augsbert_ray.scheduler import Event

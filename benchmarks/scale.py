@@ -96,7 +96,7 @@ def corpus_job_tree(name: str, work: Path, data: Path, corpus: str, model: str, 
 
 def one_run(args) -> dict:
     from augsbert_ray.config import validate_tree
-    from augsbert_ray.messages import lines_to
+    from augsbert_ray.progress.messages import lines_to
     from augsbert_ray.pipeline import run_job
 
     work = Path(args.work)

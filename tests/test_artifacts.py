@@ -181,7 +181,7 @@ def test_a_job_that_trusts_remote_code_says_so(tmp_path, monkeypatch):
     from unittest import mock
 
     from augsbert_ray.config import validate_tree
-    from augsbert_ray.messages import lines_to
+    from augsbert_ray.progress.messages import lines_to
     from augsbert_ray.pipeline import _start_cluster
     from augsbert_ray.rundir import RunDir
 

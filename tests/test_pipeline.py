@@ -8,7 +8,7 @@ import pytest
 from augsbert_ray import schema
 from augsbert_ray.candidates.pairs import gold_pair_keys, pair_keys, unique_sentences
 from augsbert_ray.config import validate_tree
-from augsbert_ray.messages import lines_to
+from augsbert_ray.progress.messages import lines_to
 from augsbert_ray.pipeline import run_job
 from augsbert_ray.rundir import RunDir
 

@@ -20,7 +20,7 @@ from pathlib import Path
 
 from augsbert_ray.bench import hardware, render
 from augsbert_ray.bench.records import BenchReport, PartResult
-from augsbert_ray.ray_logs import describe_error
+from augsbert_ray.progress.ray_logs import describe_error
 
 PARTS = ("labelling", "bm25", "semantic", "training", "control-plane")
 TITLES = {"labelling": "Labelling: the Ray pipeline against CrossEncoder.predict",
@@ -208,7 +208,7 @@ def check_output(out: Path) -> None:
 def _run_bench(out: Path, quick: bool, model: str, parts, address, data_dir, verbose: bool, log,
                command: str | None) -> BenchReport:
     from augsbert_ray.bench import data
-    from augsbert_ray.ray_logs import RayOutput
+    from augsbert_ray.progress.ray_logs import RayOutput
     from augsbert_ray.runtime import start_ray, stop_ray
 
     sink = [log or (lambda line: print(line, file=sys.stderr, flush=True))]

@@ -22,7 +22,7 @@ import traceback
 from pathlib import Path
 from typing import Callable, TextIO
 
-from augsbert_ray.messages import EngineFormatter
+from augsbert_ray.progress.messages import EngineFormatter
 from augsbert_ray.progress.eta import (DONE, FAILED, PENDING, REUSED, RUNNING, SKIPPED, JobModel, StageState,
                                        basis_text, eta_text, format_count, format_duration, format_rate)
 from augsbert_ray.progress.joblog import JobLog
