@@ -262,7 +262,7 @@ def _run_parts(bench: Bench, cluster, parts, model: str, where: Path, quick: boo
     work = Path(tempfile.mkdtemp(prefix="augsbert-bench-"))
 
     def labelling(result: PartResult) -> None:
-        from augsbert_ray.bench import labelling as part
+        from augsbert_ray.bench import labeling as part
         from augsbert_ray.bench.model_dirs import saved_cross_encoder
 
         result.notes.append(f"Cross-encoder `{model}` saved once in fp32 and loaded by both; {source}.")
