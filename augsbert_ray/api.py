@@ -163,7 +163,7 @@ def label(model: str, pairs: str | Sequence[str], out: str | os.PathLike, *, col
 
     The pairs go through the silver stage's labelling pipeline (a Ray Data actor pool,
     shards committed exactly once); the output folder gets Parquet parts with every input
-    column and the score (see ``label_output``). A re-run into the same folder resumes:
+    column and the score (see ``labeling.output``). A re-run into the same folder resumes:
     committed shards are not scored again.
 
     Args:
@@ -181,7 +181,7 @@ def label(model: str, pairs: str | Sequence[str], out: str | os.PathLike, *, col
         verbose: show Ray's own messages.
 
     Returns:
-        A ``label_output.LabelSummary``.
+        A ``labeling.output.LabelSummary``.
 
     Before anything is read, the cluster address must answer (``cluster_address.check``); a
     GPU asked for must be on this machine where a local Ray is started; the model must load,

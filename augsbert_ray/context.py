@@ -41,7 +41,7 @@ class JobContext:
         self.track = track
         self.cluster = None
         self.hosts: HostPool | None = None  # the warm hosts (``workers``), once Ray has started
-        self.channel = None  # progress_channel.ProgressChannel, once Ray has started
+        self.channel = None  # progress.channel.ProgressChannel, once Ray has started
         self._shipped: dict[str, Any] = {}
         self._lock = threading.RLock()  # stages start in threads of their own
 

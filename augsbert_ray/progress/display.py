@@ -37,7 +37,7 @@ class StageProgress:
     """What code doing one stage's work reports to: ``advance``, ``set_total``, ``update``, ``message``.
 
     Bound to a stage of a ``JobProgress`` (``JobProgress.stage(name)``) or of a
-    ``progress_channel.ProgressHandle`` (``handle.stage(name)``, picklable, for Ray workers).
+    ``channel.ProgressHandle`` (``handle.stage(name)``, picklable, for Ray workers).
     Modules take an optional ``progress: StageProgress | None`` and skip reporting when None.
     """
 
