@@ -23,7 +23,7 @@ from typing import Callable
 
 from augsbert_ray import graph, scheduler, stage_cache
 from augsbert_ray.config import JobConfig
-from augsbert_ray.context import JobContext
+from augsbert_ray.context import JobContext, StageEnv
 from augsbert_ray.errors import tag_stage
 from augsbert_ray.progress.messages import prefixed
 from augsbert_ray.progress.display import log_event
@@ -45,60 +45,6 @@ class Done:
     reused: bool
     folder: Path
     outputs: dict[str, Artifact] = field(default_factory=dict)
-
-
-@dataclass
-class StageEnv:
-    """What a running stage gets besides its inputs and settings.
-
-    Attributes:
-        out: the stage's own folder; outputs go here (resumable state too).
-        storage: where Ray Train / Tune may keep this stage's checkpoints (a path, or a URI
-            under a remote run directory).
-        ctx: the job's context (``context.JobContext``): the cluster, warm hosts, model shipping.
-        rd: the run directory (a stage that commits work as it goes pushes it: ``rd.push``).
-        fresh: the stage must not resume anything.
-        stage: the stage's name.
-        reporting: the stage reports to the job's display (a runner of the autopilot's trials does not).
-    """
-
-    out: Path
-    storage: str
-    ctx: JobContext
-    rd: RunDir
-    fresh: bool = False
-    stage: str = ""
-    reporting: bool = True
-
-    @property
-    def cluster(self):
-        return self.ctx.cluster
-
-    @property
-    def hosts(self):
-        """The job's warm hosts where small work may run on them, else None (``JobContext.hosts_serving``)."""
-        return self.ctx.hosts_serving()
-
-    def ship(self, path):
-        return self.ctx.ship(path)
-
-    def base_model(self, name: str):
-        return self.ctx.base_model(name)
-
-    def executor(self, training):
-        """Where this stage's training runs under the job's ``training`` settings
-        (``JobContext.training_executor``)."""
-        return self.ctx.training_executor(training.num_workers, training.use_gpu, self.storage)
-
-    def reporter(self, local: bool = False):
-        """This stage's ``progress.StageProgress`` (None without a display or a channel): picklable
-        for Ray workers through the job's progress channel, or ``local`` (driver only)."""
-        if not self.reporting:
-            return None
-        progress, channel = self.ctx.progress, self.ctx.channel
-        if local or channel is None:
-            return None if progress is None else progress.stage(self.stage)
-        return channel.handle.stage(self.stage)
 
 
 def stage_graph(cfg: JobConfig, stages: list[Stage], order: bool = True) -> dict[str, tuple[str, ...]]:
