@@ -124,8 +124,8 @@ def _display(stack: ExitStack, logs: Path, stages: list[str], verbose: bool, log
     ``logs/ray.log`` and only the engine's lines (workers' too) and progress reach the terminal.
     Ray is stopped, and shipped model copies removed, when ``stack`` closes."""
     from augsbert_ray.artifacts import cleanup_shipped
-    from augsbert_ray.progress.messages import handled_by
     from augsbert_ray.progress import JobProgress
+    from augsbert_ray.progress.messages import handled_by
     from augsbert_ray.progress.ray_logs import RayOutput
     from augsbert_ray.runtime import stop_ray
 
@@ -196,12 +196,12 @@ def label(model: str, pairs: str | Sequence[str], out: str | os.PathLike, *, col
             another labelling is writing, all before Ray starts; an argument of the wrong type
             (``ArgumentTypeError``, also a ``TypeError``).
     """
-    from augsbert_ray.labeling import output as label_output
-    from augsbert_ray.labeling import pair_files as label_files
     from augsbert_ray.api_arguments import check_label
     from augsbert_ray.cluster_address import check, choose
-    from augsbert_ray.preflight.model_checks import check_label_length
+    from augsbert_ray.labeling import output as label_output
+    from augsbert_ray.labeling import pair_files as label_files
     from augsbert_ray.models import check_cross_encoder, model_content_id
+    from augsbert_ray.preflight.model_checks import check_label_length
     from augsbert_ray.preflight.resource_checks import check_local_gpu_request, joined_ray
     from augsbert_ray.run_lock import RunLock
 
@@ -263,9 +263,9 @@ def _labeling_config(**options):
 
 def _label_checked(model, inputs, out: Path, record: dict, cfg, max_length: int, trained: bool, address, fresh,
                    verbose):
+    from augsbert_ray.labeling import LabelingReport, actor_cpus, label_shards, pool_size
     from augsbert_ray.labeling import output as label_output
     from augsbert_ray.labeling import pair_files as label_files
-    from augsbert_ray.labeling import LabelingReport, actor_cpus, label_shards, pool_size
     from augsbert_ray.models import ship_if_local
     from augsbert_ray.runtime import start_ray
 

@@ -50,8 +50,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 import yaml
-from hypothesis import HealthCheck, example, given, settings
 from conftest import TINY_SAFETENSORS
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from augsbert_ray.config import load_job
@@ -1554,8 +1554,8 @@ def test_mistakes_knowable_before_ray_fail_there_in_one_line(workdir, case):
     from huggingface_hub import constants
 
     from augsbert_ray import runtime
-    from augsbert_ray.preflight import resource_checks
     from augsbert_ray.cli import main
+    from augsbert_ray.preflight import resource_checks
 
     folder = _preflight_folder(workdir, case)
     env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"} | {"HF_HUB_OFFLINE": "1"}
@@ -1946,8 +1946,8 @@ def _quiet_cli(args: list[str], suite: str):
     from unittest import mock
 
     from augsbert_ray import runtime
-    from augsbert_ray.preflight import resource_checks
     from augsbert_ray.cli import main
+    from augsbert_ray.preflight import resource_checks
 
     out, err = io.StringIO(), io.StringIO()
     FIGURES[suite]["tried"] += 1

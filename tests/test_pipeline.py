@@ -8,8 +8,8 @@ import pytest
 from augsbert_ray import schema
 from augsbert_ray.candidates.pairs import gold_pair_keys, pair_keys, unique_sentences
 from augsbert_ray.config import validate_tree
-from augsbert_ray.progress.messages import lines_to
 from augsbert_ray.pipeline import run_job
+from augsbert_ray.progress.messages import lines_to
 from augsbert_ray.rundir import RunDir
 
 MODELS = ("zero_shot", "gold_only", "cross_encoder", "augsbert")
@@ -371,8 +371,9 @@ def test_carve_dev_is_seeded_and_disjoint():
 def test_gold_fingerprint_ignores_the_path_data_was_read_from(tmp_path):
     import shutil
 
-    from augsbert_ray.pipeline import plan
     from conftest import write_stsb
+
+    from augsbert_ray.pipeline import plan
 
     first = {s: write_stsb(tmp_path / f"sts-{s}.csv", 20, i) for i, s in enumerate(("train", "dev", "test"))}
     (tmp_path / "copy").mkdir()

@@ -6,9 +6,9 @@ import pytest
 from conftest import fake_model, write_mrpc, write_stsb
 
 from augsbert_ray import preflight
-from augsbert_ray.loaders import job_inputs
 from augsbert_ray.config import load_job, validate_tree
 from augsbert_ray.errors import ConfigError, DataError
+from augsbert_ray.loaders import job_inputs
 from augsbert_ray.rundir import RunDir
 
 STSB_ROW = "main-captions\tMSRvid\t2012test\t{i:04d}\t{score}\tA man is playing {i}.\tA woman is eating {i}."

@@ -68,7 +68,10 @@ def test_the_cycle_check_finds_a_cycle():
 
 def _imported_by(package: str) -> set[str]:
     """What the modules of ``package`` (a module or a subpackage) import from outside it."""
-    inside = lambda name: name == package or name.startswith(package + ".")  # noqa: E731
+
+    def inside(name: str) -> bool:
+        return name == package or name.startswith(package + ".")
+
     return {d for name, deps in _imports().items() if inside(name) for d in deps if not inside(d)}
 
 

@@ -31,15 +31,15 @@ from typing import Callable
 from augsbert_ray.config import JobConfig
 from augsbert_ray.data_fetch import DATA_DIRS, DATASETS
 from augsbert_ray.data_fetch import ENV as DATA_ENV
-from augsbert_ray.preflight.data_warnings import data_warnings
 from augsbert_ray.errors import ConfigError, DataError
 from augsbert_ray.loaders.job_inputs import SPLITS, JobInputs, kde_needs_labels, read_gold, read_target
+from augsbert_ray.preflight.data_warnings import data_warnings
 from augsbert_ray.preflight.missing_paths import unresolved
 from augsbert_ray.preflight.model_checks import check_models
 from augsbert_ray.preflight.optional_modules import job_needs, require
 from augsbert_ray.preflight.resource_checks import check_local_cpus, check_local_gpus, runs_locally
-from augsbert_ray.sources import DataSource
 from augsbert_ray.preflight.tracking_checks import check_tracking
+from augsbert_ray.sources import DataSource
 
 
 def check_job(cfg: JobConfig, warn: Callable[[str], None] | None = None) -> JobInputs:
