@@ -89,14 +89,15 @@ def run(job, fresh: bool = False, *, verbose: bool = False, address=None, until:
     """
     from augsbert_ray.api_arguments import check_run
     from augsbert_ray.cluster_address import check, for_job
+    from augsbert_ray.pipeline import recipe, stage_names
     from augsbert_ray.preflight import check_job
     from augsbert_ray.run_lock import RunLock
     from augsbert_ray.rundir import check_storage, is_uri, local_root
 
     check_run(job, fresh, verbose, address, until)
     cfg = load_job(job) if isinstance(job, (str, os.PathLike)) else job
-    if until is not None:
-        job_stages(cfg, until)  # an unknown stage: a ConfigError before anything else
+    stages = recipe(cfg)  # once: the display's stages and the job's
+    shown = stage_names(cfg, until, stages)  # an unknown stage: a ConfigError before anything else
     cfg, address = for_job(cfg, address)  # the job then connects there (runtime.start_ray reads ray.address)
     check(address)
     location = cfg.resolved_run_dir
@@ -106,7 +107,8 @@ def run(job, fresh: bool = False, *, verbose: bool = False, address=None, until:
         # every check that needs no cluster, before the job's own files (its logs) exist; what is
         # allowed but likely a mistake is said before the display takes the terminal
         inputs = check_job(cfg, warn=lambda line: print(f"augsbert: warning: {line}", file=sys.stderr))
-        return _run_watched(cfg, fresh=fresh, verbose=verbose, until=until, inputs=inputs)
+        return _run_watched(cfg, fresh=fresh, verbose=verbose, until=until, inputs=inputs, stages=stages,
+                            shown=shown)
 
 
 def job_stages(cfg, until: str | None = None) -> list[str]:
@@ -143,14 +145,12 @@ def _display(stack: ExitStack, logs: Path, stages: list[str], verbose: bool, log
     return progress
 
 
-def _run_watched(cfg, fresh: bool, verbose: bool, until: str | None = None, inputs=None):
-    from augsbert_ray.pipeline import recipe, run_job, stage_names
+def _run_watched(cfg, fresh: bool, verbose: bool, until: str | None, inputs, stages, shown: list[str]):
+    from augsbert_ray.pipeline import run_job
     from augsbert_ray.rundir import local_root
 
-    stages = recipe(cfg)  # once: the display's stages and the job's
     with ExitStack() as stack:
-        progress = _display(stack, local_root(cfg.resolved_run_dir) / "logs", stage_names(cfg, until, stages),
-                            verbose)
+        progress = _display(stack, local_root(cfg.resolved_run_dir) / "logs", shown, verbose)
         return run_job(cfg, fresh=fresh, progress=progress, verbose=verbose, until=until, inputs=inputs,
                        stages=stages)
 
