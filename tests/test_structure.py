@@ -91,7 +91,8 @@ def test_the_preflight_checks_and_the_data_loading_need_no_engine_and_no_cluster
         deps = _imported_by(package, graph)
         assert _engine(deps) == [], package
         # of the runtime, only what a local machine's resources are (no Ray started or joined)
-        assert sorted(d for d in deps if d.startswith("augsbert_ray.runtime")) in ([], ["augsbert_ray.runtime.resources"])
+        runtime = sorted(d for d in deps if d.startswith("augsbert_ray.runtime"))
+        assert runtime in ([], ["augsbert_ray.runtime.resources"]), package
 
 
 def test_the_display_and_the_scheduler_know_nothing_of_the_stages():
