@@ -52,7 +52,7 @@ def one_run(args) -> dict:
     from augsbert_ray.bench.model_dirs import tiny_cross_encoder
     from augsbert_ray.config import validate_tree
     from augsbert_ray.config.loading import apply_overrides
-    from augsbert_ray.messages import lines_to
+    from augsbert_ray.progress.messages import lines_to
     from augsbert_ray.pipeline import run_job
     from scale import corpus_job_tree
 

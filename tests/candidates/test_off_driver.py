@@ -108,7 +108,7 @@ def test_only_a_large_corpus_leaves_the_driver(ray_local, monkeypatch):
 
 
 def test_off_the_driver_the_display_gets_the_total_and_the_batches(tmp_path, ray_local, monkeypatch):
-    from augsbert_ray.progress_channel import progress_channel
+    from augsbert_ray.progress.channel import progress_channel
 
     path = _corpus(tmp_path / "corpus.txt")
     params = stage.CandidatesParams(source="target corpus", sampling=SamplingConfig(strategy="bm25", top_k=2),
