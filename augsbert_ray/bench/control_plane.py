@@ -139,7 +139,7 @@ def measure(pool: list[str], pairs: int, block_size: int, actors: int, cluster_c
     from augsbert_ray.bench.memory import MemorySampler
     from augsbert_ray.config import LabelingConfig
     from augsbert_ray.labeling import LabelingReport, ScorerSpec, actor_cpus, label_shards
-    from augsbert_ray.messages import lines_to
+    from augsbert_ray.progress.messages import lines_to
 
     cfg = LabelingConfig(actors=actors, block_size=block_size, tokenize_stage="actor")
     clock, report, made = PhaseClock(log), LabelingReport(), [0.0]

@@ -45,7 +45,7 @@ import pyarrow as pa
 
 from augsbert_ray import schema
 from augsbert_ray.errors import AugSBERTError, TrainingError, is_disk_full, writing
-from augsbert_ray.messages import handled_by, lines_to
+from augsbert_ray.progress.messages import handled_by, lines_to
 from augsbert_ray.training.executors import Executor, WorkerGroup
 from augsbert_ray.training.ingest import TrainingSet, feed
 
