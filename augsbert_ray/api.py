@@ -88,20 +88,17 @@ def run(job, fresh: bool = False, *, verbose: bool = False, address=None, until:
             wrong type (``ArgumentTypeError``, also a ``TypeError``).
     """
     from augsbert_ray.api_arguments import check_run
+    from augsbert_ray.cluster_address import check, for_job
+    from augsbert_ray.pipeline import recipe, stage_names
     from augsbert_ray.preflight import check_job
-
-    from augsbert_ray.cluster_address import AddressChoice, check, choose
     from augsbert_ray.run_lock import RunLock
     from augsbert_ray.rundir import check_storage, is_uri, local_root
 
     check_run(job, fresh, verbose, address, until)
     cfg = load_job(job) if isinstance(job, (str, os.PathLike)) else job
-    if until is not None:
-        job_stages(cfg, until)  # an unknown stage: a ConfigError before anything else
-    if isinstance(address, str):  # the job then connects there (runtime.start_ray reads ray.address)
-        cfg = cfg.model_copy(update={"ray": cfg.ray.model_copy(update={"address": address})})
-    if not isinstance(address, AddressChoice):
-        address = choose(cfg.ray.address, cfg.source, address)
+    stages = recipe(cfg)  # once: the display's stages and the job's
+    shown = stage_names(cfg, until, stages)  # an unknown stage: a ConfigError before anything else
+    cfg, address = for_job(cfg, address)  # the job then connects there (runtime.start_ray reads ray.address)
     check(address)
     location = cfg.resolved_run_dir
     if is_uri(location):
@@ -109,8 +106,9 @@ def run(job, fresh: bool = False, *, verbose: bool = False, address=None, until:
     with RunLock(local_root(location), shown=str(location)):
         # every check that needs no cluster, before the job's own files (its logs) exist; what is
         # allowed but likely a mistake is said before the display takes the terminal
-        check_job(cfg, warn=lambda line: print(f"augsbert: warning: {line}", file=sys.stderr))
-        return _run_watched(cfg, fresh=fresh, verbose=verbose, until=until)
+        inputs = check_job(cfg, warn=lambda line: print(f"augsbert: warning: {line}", file=sys.stderr))
+        return _run_watched(cfg, fresh=fresh, verbose=verbose, until=until, inputs=inputs, stages=stages,
+                            shown=shown)
 
 
 def job_stages(cfg, until: str | None = None) -> list[str]:
@@ -128,9 +126,9 @@ def _display(stack: ExitStack, logs: Path, stages: list[str], verbose: bool, log
     ``logs/ray.log`` and only the engine's lines (workers' too) and progress reach the terminal.
     Ray is stopped, and shipped model copies removed, when ``stack`` closes."""
     from augsbert_ray.artifacts import cleanup_shipped
-    from augsbert_ray.messages import handled_by
     from augsbert_ray.progress import JobProgress
-    from augsbert_ray.ray_logs import RayOutput
+    from augsbert_ray.progress.messages import handled_by
+    from augsbert_ray.progress.ray_logs import RayOutput
     from augsbert_ray.runtime import stop_ray
 
     capture = not verbose and sys.stderr is sys.__stderr__
@@ -147,13 +145,14 @@ def _display(stack: ExitStack, logs: Path, stages: list[str], verbose: bool, log
     return progress
 
 
-def _run_watched(cfg, fresh: bool, verbose: bool, until: str | None = None):
+def _run_watched(cfg, fresh: bool, verbose: bool, until: str | None, inputs, stages, shown: list[str]):
     from augsbert_ray.pipeline import run_job
     from augsbert_ray.rundir import local_root
 
     with ExitStack() as stack:
-        progress = _display(stack, local_root(cfg.resolved_run_dir) / "logs", job_stages(cfg, until), verbose)
-        return run_job(cfg, fresh=fresh, progress=progress, verbose=verbose, until=until)
+        progress = _display(stack, local_root(cfg.resolved_run_dir) / "logs", shown, verbose)
+        return run_job(cfg, fresh=fresh, progress=progress, verbose=verbose, until=until, inputs=inputs,
+                       stages=stages)
 
 
 def label(model: str, pairs: str | Sequence[str], out: str | os.PathLike, *, columns: str | dict | None = None,
@@ -164,7 +163,7 @@ def label(model: str, pairs: str | Sequence[str], out: str | os.PathLike, *, col
 
     The pairs go through the silver stage's labelling pipeline (a Ray Data actor pool,
     shards committed exactly once); the output folder gets Parquet parts with every input
-    column and the score (see ``label_output``). A re-run into the same folder resumes:
+    column and the score (see ``labeling.output``). A re-run into the same folder resumes:
     committed shards are not scored again.
 
     Args:
@@ -182,7 +181,7 @@ def label(model: str, pairs: str | Sequence[str], out: str | os.PathLike, *, col
         verbose: show Ray's own messages.
 
     Returns:
-        A ``label_output.LabelSummary``.
+        A ``labeling.output.LabelSummary``.
 
     Before anything is read, the cluster address must answer (``cluster_address.check``); a
     GPU asked for must be on this machine where a local Ray is started; the model must load,
@@ -197,12 +196,13 @@ def label(model: str, pairs: str | Sequence[str], out: str | os.PathLike, *, col
             another labelling is writing, all before Ray starts; an argument of the wrong type
             (``ArgumentTypeError``, also a ``TypeError``).
     """
-    from augsbert_ray import label_files, label_output
     from augsbert_ray.api_arguments import check_label
     from augsbert_ray.cluster_address import check, choose
-    from augsbert_ray.model_checks import check_label_length
+    from augsbert_ray.labeling import output as label_output
+    from augsbert_ray.labeling import pair_files as label_files
     from augsbert_ray.models import check_cross_encoder, model_content_id
-    from augsbert_ray.resource_checks import check_local_gpu_request, joined_ray
+    from augsbert_ray.preflight.model_checks import check_label_length
+    from augsbert_ray.preflight.resource_checks import check_local_gpu_request, joined_ray
     from augsbert_ray.run_lock import RunLock
 
     patterns = check_label(model, pairs, out, columns, format, score_column, max_length, precision, token_budget,
@@ -263,8 +263,9 @@ def _labeling_config(**options):
 
 def _label_checked(model, inputs, out: Path, record: dict, cfg, max_length: int, trained: bool, address, fresh,
                    verbose):
-    from augsbert_ray import label_files, label_output
     from augsbert_ray.labeling import LabelingReport, actor_cpus, label_shards, pool_size
+    from augsbert_ray.labeling import output as label_output
+    from augsbert_ray.labeling import pair_files as label_files
     from augsbert_ray.models import ship_if_local
     from augsbert_ray.runtime import start_ray
 

@@ -30,7 +30,7 @@ import sys
 from pathlib import Path
 
 from augsbert_ray import signals
-from augsbert_ray.cluster_address import choose as choose_address
+from augsbert_ray.cluster_address import for_job as address_for_job
 from augsbert_ray.errors import AugSBERTError, as_disk_full
 
 
@@ -183,8 +183,7 @@ def main(argv: list[str] | None = None) -> int:
             # Quoted, so that the address is taken as written ("head:" would be a YAML mapping).
             overrides = list(args.overrides) + ([f"ray.address={json.dumps(args.address)}"] if args.address else [])
             cfg = load_job(args.job, overrides)
-            address = choose_address(cfg.ray.address, cfg.source, args.address,
-                                     overridden=any(o.startswith("ray.address=") for o in args.overrides))
+            cfg, address = address_for_job(cfg, args.address, args.overrides)
             return _run(cfg, address, args.fresh, args.verbose, args.until)
     except AugSBERTError as e:
         print(f"augsbert: error: {e}", file=sys.stderr)
@@ -223,7 +222,7 @@ def _run(cfg, address, fresh: bool, verbose: bool, until: str | None = None) -> 
 def _label(args) -> int:
     from augsbert_ray.api import label
 
-    from augsbert_ray.label_output import LOGS
+    from augsbert_ray.labeling.output import LOGS
 
     try:
         summary = label(args.model, args.pairs, args.out, columns=args.columns, format=args.format,

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 from augsbert_ray.errors import AugSBERTError
 
-__all__ = ["AddressChoice", "ClusterAddressError", "choose", "check", "parse"]
+__all__ = ["AddressChoice", "ClusterAddressError", "check", "choose", "for_job", "parse"]
 
 PROBE_TIMEOUT_S = 5.0
 _HOST_PORT = re.compile(r"^(?:\[(?P<ip6>[0-9A-Fa-f:.]+)\]|(?P<host>[A-Za-z0-9_.-]+)):(?P<port>\d{1,5})$")
@@ -63,6 +63,28 @@ def choose(job_address: str | None, source: str | None, flag: str | None = None,
     if env:
         return AddressChoice(env, "the RAY_ADDRESS environment variable")
     return AddressChoice(None, "no address given: a local Ray")
+
+
+def for_job(cfg, given=None, overrides=()):
+    """A job's address, resolved once for ``augsbert run`` and ``augsbert_ray.run`` alike.
+
+    Args:
+        cfg: the loaded job.
+        given: ``--address`` or ``run(address=...)``: an address, or an ``AddressChoice``
+            already made (returned as it is); None: the job's own.
+        overrides: the ``key=value`` overrides the job was loaded with (an override of
+            ``ray.address`` is named as such in messages).
+
+    Returns:
+        ``(cfg, choice)``: the job with ``ray.address`` set to a given address (so that
+        ``runtime.start_ray`` connects there), and the choice (``choose``).
+    """
+    if isinstance(given, AddressChoice):
+        return cfg, given
+    if given:
+        cfg = cfg.model_copy(update={"ray": cfg.ray.model_copy(update={"address": given})})
+    return cfg, choose(cfg.ray.address, cfg.source, given,
+                       overridden=any(o.startswith("ray.address=") for o in overrides))
 
 
 def parse(address: str) -> tuple[str, str | None, int | None]:

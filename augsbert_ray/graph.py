@@ -4,13 +4,14 @@ The edges come from the stages' declarations: a stage follows the stage that pro
 artifact it declares as an input (``"<stage>/<artifact>"``), and the stages it names in
 ``Stage.runs_after`` (an order without a data dependency). Inputs no stage of the graph
 produces are the caller's to provide (e.g. artifacts an earlier runner found). Everything
-here is pure: the runner (``runner.Runner.run_graph``) asks ``startable`` which stages to
+here is pure: the scheduler (``scheduler.run``) asks ``admit`` which ready stages to
 start whenever one finishes, and the progress display prices the job's remaining time as
 the longest path through what is left (``critical_path``).
 """
 
 from __future__ import annotations
 
+import graphlib
 from dataclasses import dataclass, field
 from typing import Iterable, Mapping, Sequence
 
@@ -72,6 +73,7 @@ def dependencies(nodes: Sequence[Node]) -> dict[str, tuple[str, ...]]:
 
 
 def _check_acyclic(deps: Mapping[str, tuple[str, ...]]) -> None:
+    # By hand, not graphlib's CycleError: the message names the cycle in the stages' own order.
     state: dict[str, int] = {}  # 1: on the current path, 2: finished
 
     def visit(name: str, path: list[str]) -> None:
@@ -117,6 +119,22 @@ def startable(deps: Mapping[str, Sequence[str]], done: Iterable[str], running: M
         done: stages finished.
         running: stage -> what it occupies, for stages running now.
         demand: stage -> what it would occupy (stages not named occupy nothing).
+        capacity: the cluster's resources; None while unknown (no cluster yet).
+
+    Returns:
+        stage names (``admit``).
+    """
+    return admit(ready(deps, done, running), list(running.values()), demand, capacity)
+
+
+def admit(ready: Sequence[str], busy: Sequence[Demand], demand: Mapping[str, Demand],
+          capacity: Demand | None) -> list[str]:
+    """Which of the ``ready`` stages start now, in their order, beside stages occupying ``busy``.
+
+    Args:
+        ready: stages whose predecessors are done, in the graph's order.
+        busy: what the running stages occupy.
+        demand: stage -> what it would occupy (stages not named occupy nothing).
         capacity: the cluster's resources; None while unknown (no cluster yet): then stages
             that occupy anything start one at a time.
 
@@ -125,8 +143,8 @@ def startable(deps: Mapping[str, Sequence[str]], done: Iterable[str], running: M
         that occupies resources runs (the cluster then queues its work, as it would alone).
     """
     out = []
-    busy = list(running.values())
-    for name in ready(deps, done, running):
+    busy = list(busy)
+    for name in ready:
         need = demand.get(name, Demand())
         heavy = [d for d in busy if not d.light]
         if not need.light:
@@ -148,23 +166,15 @@ def critical_path(deps: Mapping[str, Sequence[str]], seconds: Mapping[str, float
     ``seconds`` (stage -> its remaining time; stages not named take none) through the graph."""
     finish: dict[str, float] = {}
     for name in _topological(deps):
-        start = max((finish[d] for d in deps[name]), default=0.0)
+        if name not in deps:  # a predecessor outside the graph: done already
+            continue
+        start = max((finish.get(d, 0.0) for d in deps[name]), default=0.0)
         finish[name] = start + max(0.0, seconds.get(name, 0.0))
     return max(finish.values(), default=0.0)
 
 
 def _topological(deps: Mapping[str, Sequence[str]]) -> list[str]:
-    order, placed = [], set()
-    pending = list(deps)
-    while pending:
-        rest = []
-        for name in pending:
-            if all(d in placed for d in deps[name]):
-                order.append(name)
-                placed.add(name)
-            else:
-                rest.append(name)
-        if len(rest) == len(pending):
-            raise ValueError(f"stages depend on each other in a cycle: {', '.join(rest)}")
-        pending = rest
-    return order
+    try:
+        return list(graphlib.TopologicalSorter({name: tuple(before) for name, before in deps.items()}).static_order())
+    except graphlib.CycleError as e:
+        raise ValueError(f"stages depend on each other in a cycle: {', '.join(e.args[1])}") from None

@@ -19,7 +19,7 @@ from augsbert_ray import graph
 from augsbert_ray.config import JobConfig, dump_job
 from augsbert_ray.context import JobContext
 from augsbert_ray.errors import ConfigError, tag_stage
-from augsbert_ray.messages import lines_to
+from augsbert_ray.progress.messages import lines_to
 from augsbert_ray.metrics import RunMetrics
 from augsbert_ray.preflight import check_models, check_paths
 from augsbert_ray.rundir import RunDir
@@ -58,14 +58,17 @@ def recipe(cfg: JobConfig, search: dict | None = None) -> list[Stage]:
     ]
 
 
-def stage_names(cfg: JobConfig, until: str | None = None) -> list[str]:
+def stage_names(cfg: JobConfig, until: str | None = None, stages: list[Stage] | None = None) -> list[str]:
     """The names of a job's stages as far as they are known before it runs (the autopilot's
     choice can add the calibration); with ``until``, only those ``through`` keeps.
+
+    Args:
+        stages: ``recipe(cfg)``, when the caller has it.
 
     Raises:
         ConfigError: ``until`` names no stage of the job.
     """
-    stages = recipe(cfg)
+    stages = recipe(cfg) if stages is None else stages
     names = [s.name for s in stages]
     if cfg.auto.enabled:
         names.insert(2 if cfg.target is not None else 1, "auto")
@@ -88,7 +91,8 @@ def through(cfg: JobConfig, stages: list[Stage], until: str) -> list[Stage]:
 
 def run_job(cfg: JobConfig, log: Callable[[str], None] | None = None, fresh: bool = False, until: str | None = None,
             on_stage: Callable[[Done], None] | None = None,
-            on_start: Callable[[str], None] | None = None, progress=None, verbose: bool = True) -> RunMetrics:
+            on_start: Callable[[str], None] | None = None, progress=None, verbose: bool = True, inputs=None,
+            stages: list[Stage] | None = None) -> RunMetrics:
     """Runs one AugSBERT job and returns its metrics (also written to the run directory).
 
     With ``auto.enabled`` the autopilot first chooses the job's setting (``stages.auto.choose``);
@@ -112,17 +116,25 @@ def run_job(cfg: JobConfig, log: Callable[[str], None] | None = None, fresh: boo
         progress: the job's display (``progress.JobProgress``); None: log lines only.
         verbose: False keeps Ray's own messages off the terminal, in ``<run dir>/logs/ray.log``
             (``runtime.start_ray``).
+        inputs: what the job's pre-flight checks (``preflight.check_job``) found and read
+            (``loaders.job_inputs.JobInputs``): the paths and models are not checked again and
+            the gold and target sets are not read again. None: the paths and models are
+            checked here.
+        stages: ``recipe(cfg)``, when the caller built it already.
     """
     if log is not None:
         warnings.warn("run_job(log=...) is deprecated: the job's lines are logged to the 'augsbert_ray' logger; "
                       "add a logging handler to receive them", DeprecationWarning, stacklevel=2)
     with lines_to(log) if log is not None else nullcontext():
-        return _run_job(cfg, fresh, until, on_stage, on_start, progress, verbose)
+        return _run_job(cfg, fresh, until, on_stage, on_start, progress, verbose, inputs,
+                        recipe(cfg) if stages is None else stages)
 
 
-def _run_job(cfg: JobConfig, fresh: bool, until: str | None, on_stage, on_start, progress, verbose: bool) -> RunMetrics:
-    check_paths(cfg)  # before anything is written: the input files and model folders are there
-    check_models(cfg)
+def _run_job(cfg: JobConfig, fresh: bool, until: str | None, on_stage, on_start, progress, verbose: bool, inputs,
+             stages: list[Stage]) -> RunMetrics:
+    if inputs is None:  # not checked yet: before anything is written, the input files and model folders are there
+        check_paths(cfg)
+        check_models(cfg)
     rd = RunDir(cfg.resolved_run_dir)
     job = cfg
 
@@ -132,25 +144,24 @@ def _run_job(cfg: JobConfig, fresh: bool, until: str | None, on_stage, on_start,
                  + (f" (staged locally in {rd.root})" if rd.uri else ""))
 
     ctx = JobContext(start=lambda: _start_cluster(cfg, rd, verbose), progress=progress,
-                     track=cfg.tracking.backend != "none")
+                     track=cfg.tracking.backend != "none", inputs=inputs)
     runner = Runner(cfg, rd, fresh=fresh, ctx=ctx, on_stage=on_stage, on_start=on_start, on_claim=claim,
                     progress=progress)
-    wanted = set(stage_names(cfg, until))  # an unknown stage fails here, before anything is written
+    wanted = set(stage_names(cfg, until, stages))  # an unknown stage fails here, before anything is written
     from augsbert_ray.tracking import job_tracking
 
     with job_tracking(cfg, rd.root) as tracker:
-        metrics = _run_stages(cfg, runner, rd, tracker, until, wanted, progress)
+        metrics = _run_stages(cfg, runner, rd, tracker, until, wanted, progress, stages)
     if cfg.tracking.backend != "none" and rd.uri:
         rd.push()  # the tracking files written under the run directory since the report's push
     return metrics
 
 
 def _run_stages(cfg: JobConfig, runner: Runner, rd: RunDir, tracker, until: str | None, wanted: set[str],
-                progress) -> RunMetrics:
+                progress, stages: list[Stage]) -> RunMetrics:
     from augsbert_ray.report import finish
 
     try:
-        search = None
         if cfg.auto.enabled:
             from augsbert_ray.stages.auto import choose
 
@@ -162,8 +173,7 @@ def _run_stages(cfg: JobConfig, runner: Runner, rd: RunDir, tracker, until: str 
                 tag_stage(e, "auto")  # (a stage the autopilot ran has named itself already)
                 raise
             runner.cfg = cfg = choice.cfg  # the job runs the setting the autopilot chose
-            search = choice.record
-        stages = recipe(cfg, search)
+            stages = recipe(cfg, choice.record)  # the chosen setting's stages
         tracker.start(cfg)  # the config as it runs
         names = [s.name for s in stages]
         if until is None:
@@ -198,7 +208,7 @@ def plan(cfg: JobConfig, run_dir=None) -> dict[str, str]:
 
 def _start_cluster(cfg: JobConfig, rd: RunDir, verbose: bool = True):
     from augsbert_ray.models import TRUST_REMOTE_CODE_ENV
-    from augsbert_ray.resource_checks import check_cluster_gpus, runs_locally
+    from augsbert_ray.preflight.resource_checks import check_cluster_gpus, runs_locally
     from augsbert_ray.runtime import start_ray
 
     # Only a job that trusts remote code sets the flag for its workers (and its runtime env).

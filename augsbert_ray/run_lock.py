@@ -1,8 +1,8 @@
 """One run at a time in a run directory.
 
-``augsbert run`` holds an exclusive ``flock`` on ``.augsbert.lock`` in the run directory's
-local root (the directory itself, or for a storage URI its local staging copy) for as long
-as the job runs, and writes its host and process id into the file. A second run into the
+``augsbert run`` holds an exclusive lock (``filelock``'s ``flock``) on ``.augsbert.lock`` in the
+run directory's local root (the directory itself, or for a storage URI its local staging copy)
+for as long as the job runs, and writes its host and process id into the file. A second run into the
 same directory is refused at once, naming them. The operating system releases the lock when
 the process ends, however it ends, so a run that was killed leaves no stale lock: the next
 run takes it over.
@@ -28,6 +28,8 @@ import os
 import socket
 import time
 from pathlib import Path
+
+import filelock
 
 from augsbert_ray.errors import AugSBERTError
 
@@ -57,6 +59,7 @@ def holder(root: str | os.PathLike) -> dict:
 def live_run(root: str | os.PathLike) -> str | None:
     """Which live run holds the run root's lock now (``run PID on host H, started T``), or
     None when none does (no run, or one that ended however it ended)."""
+    # A shared flock by hand: a read-only look, where filelock would create the file and take it.
     try:
         fd = os.open(Path(root) / LOCK_NAME, os.O_RDONLY)
     except OSError:
@@ -88,6 +91,14 @@ def _exists(path: Path) -> bool:
         return False
 
 
+def _write_holder(fd: int) -> None:
+    """The lock file's record of its holder, written through the held descriptor."""
+    record = {"host": socket.gethostname(), "pid": os.getpid(), "started": time.strftime("%Y-%m-%d %H:%M:%S")}
+    os.ftruncate(fd, 0)
+    os.lseek(fd, 0, os.SEEK_SET)
+    os.write(fd, (json.dumps(record) + "\n").encode())
+
+
 class RunLock:
     """The exclusive claim of one run on its run directory's local root (a context manager).
 
@@ -108,37 +119,23 @@ class RunLock:
         self.root = Path(root)
         self.shown = shown or str(root)
         self.what, self.advice = what, advice
-        self._fd: int | None = None
+        self._lock: filelock.BaseFileLock | None = None
         self._created: list[Path] = []
 
     def __enter__(self) -> "RunLock":
         self._make_root()
-        path = self.root / LOCK_NAME
-        while True:
-            try:
-                fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
-            except OSError as e:
-                self._remove_created()
-                raise RunDirUnusable(f"{self.what} {self.shown}: cannot write in {self.root}: "
-                                     f"{e.strerror or e}") from None
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                os.close(fd)
-                raise RunDirBusy(self._busy_message()) from None
-            # A run that ended between our open and our lock may have removed the file it
-            # held: a lock on a removed file locks nothing, so start again on the new one.
-            try:
-                same = os.stat(path).st_ino == os.fstat(fd).st_ino
-            except FileNotFoundError:
-                same = False
-            if same:
-                break
-            os.close(fd)
-        self._fd = fd
-        record = {"host": socket.gethostname(), "pid": os.getpid(), "started": time.strftime("%Y-%m-%d %H:%M:%S")}
-        os.ftruncate(fd, 0)
-        os.write(fd, (json.dumps(record) + "\n").encode())
+        # Not re-entrant within a process and never a soft lock: a second claim, from this process
+        # or another, is refused; the holder's record is written once the lock is held.
+        lock = filelock.FileLock(str(self.root / LOCK_NAME), timeout=0, is_singleton=False, thread_local=False,
+                                 fallback_to_soft=False, on_acquired=_write_holder)
+        try:
+            lock.acquire()
+        except filelock.Timeout:
+            raise RunDirBusy(self._busy_message()) from None
+        except OSError as e:
+            self._remove_created()
+            raise RunDirUnusable(f"{self.what} {self.shown}: cannot write in {self.root}: {e.strerror or e}") from None
+        self._lock = lock
         return self
 
     def __exit__(self, *exc) -> None:
@@ -147,26 +144,20 @@ class RunLock:
     def release(self) -> None:
         """Gives the lock up; a run root left holding only the lock is removed (with the
         directories this run created)."""
-        if self._fd is None:
+        if self._lock is None:
             return
         try:
             if self.root.is_dir() and [p.name for p in self.root.iterdir()] == [LOCK_NAME]:
-                (self.root / LOCK_NAME).unlink()
+                (self.root / LOCK_NAME).unlink()  # still held: a run waiting on this file starts again on a new one
                 self._remove_created()
         except OSError:
             pass
         finally:
-            os.close(self._fd)  # closing releases the flock
-            self._fd = None
+            self._lock.release()
+            self._lock = None
 
     def _busy_message(self) -> str:
-        who = holder(self.root)
-        if who.get("pid"):
-            by = f"run {who['pid']} on host {who.get('host', '?')}" + (
-                f", started {who['started']}" if who.get("started") else "")
-        else:
-            by = "another run (just starting)"
-        return f"{self.what} {self.shown} is in use by {by}; {self.advice}"
+        return f"{self.what} {self.shown} is in use by {_describe(holder(self.root))}; {self.advice}"
 
     def _make_root(self) -> None:
         missing = []

@@ -8,7 +8,8 @@ so a new folder. An interrupted stage resumes inside its own folder (Ray Train c
 committed labelling shards). ``fresh`` empties a stage's folder before running it. After a
 stage completes (or is reused), its outputs are published under fixed names
 (``stage_cache.publish``). What the stages share while they run (the cluster, the warm hosts,
-model shipping) is the job's ``context.JobContext``.
+model shipping) is the job's ``context.JobContext``; the graph's scheduling is ``scheduler``'s.
+Each stage's start and end are ``scheduler.Event``s, which the display subscribes to.
 """
 
 from __future__ import annotations
@@ -20,12 +21,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from augsbert_ray import graph, stage_cache
+from augsbert_ray import graph, scheduler, stage_cache
 from augsbert_ray.config import JobConfig
-from augsbert_ray.context import JobContext
+from augsbert_ray.context import JobContext, StageEnv
 from augsbert_ray.errors import tag_stage
-from augsbert_ray.messages import prefixed
+from augsbert_ray.progress.messages import prefixed
+from augsbert_ray.progress.display import log_event
 from augsbert_ray.rundir import RunDir, fingerprint
+from augsbert_ray.scheduler import Event
 from augsbert_ray.stages.base import Artifact, Inputs, Stage, StageResult, fingerprint_settings
 
 log = logging.getLogger(__name__)
@@ -42,60 +45,6 @@ class Done:
     reused: bool
     folder: Path
     outputs: dict[str, Artifact] = field(default_factory=dict)
-
-
-@dataclass
-class StageEnv:
-    """What a running stage gets besides its inputs and settings.
-
-    Attributes:
-        out: the stage's own folder; outputs go here (resumable state too).
-        storage: where Ray Train / Tune may keep this stage's checkpoints (a path, or a URI
-            under a remote run directory).
-        ctx: the job's context (``context.JobContext``): the cluster, warm hosts, model shipping.
-        rd: the run directory (a stage that commits work as it goes pushes it: ``rd.push``).
-        fresh: the stage must not resume anything.
-        stage: the stage's name.
-        reporting: the stage reports to the job's display (a runner of the autopilot's trials does not).
-    """
-
-    out: Path
-    storage: str
-    ctx: JobContext
-    rd: RunDir
-    fresh: bool = False
-    stage: str = ""
-    reporting: bool = True
-
-    @property
-    def cluster(self):
-        return self.ctx.cluster
-
-    @property
-    def hosts(self):
-        """The job's warm hosts where small work may run on them, else None (``JobContext.hosts_serving``)."""
-        return self.ctx.hosts_serving()
-
-    def ship(self, path):
-        return self.ctx.ship(path)
-
-    def base_model(self, name: str):
-        return self.ctx.base_model(name)
-
-    def executor(self, training):
-        """Where this stage's training runs under the job's ``training`` settings
-        (``JobContext.training_executor``)."""
-        return self.ctx.training_executor(training.num_workers, training.use_gpu, self.storage)
-
-    def reporter(self, local: bool = False):
-        """This stage's ``progress.StageProgress`` (None without a display or a channel): picklable
-        for Ray workers through the job's progress channel, or ``local`` (driver only)."""
-        if not self.reporting:
-            return None
-        progress, channel = self.ctx.progress, self.ctx.channel
-        if local or channel is None:
-            return None if progress is None else progress.stage(self.stage)
-        return channel.handle.stage(self.stage)
 
 
 def stage_graph(cfg: JobConfig, stages: list[Stage], order: bool = True) -> dict[str, tuple[str, ...]]:
@@ -119,9 +68,10 @@ class Runner:
         ctx: the job's context (``context.JobContext``): started (Ray, warm hosts) before the
             first stage that needs Ray and is not reused, and handed to every stage. None: a
             context that never starts Ray (for stages that do not need it).
-        on_stage: called with each ``Done`` (a hook for progress displays and benchmarks).
+        on_stage: called with each ``Done`` (a hook for benchmarks).
         on_start: called with a stage's name when it starts running (not when it is reused).
-        progress: the job's display (``progress.JobProgress``); None: log lines only.
+        progress: the job's display (``progress.JobProgress``): it subscribes to the stages'
+            start and end events (``scheduler.Event``); None: log lines only.
         on_claim: called once, when the first stage is done (run or reused): the run directory
             then holds this job's work (the job writes its ``config.yaml`` there).
     """
@@ -138,8 +88,11 @@ class Runner:
         self.done: dict[str, Done] = {}
         self._published: dict[str, dict[str, str]] = {}  # stage name -> what it publishes (Stage.publishes)
         self._on_stage = on_stage
-        self._on_start = on_start
         self.progress = progress
+        # Who hears a stage start running and end (run or reused): the display, or log lines.
+        self._listeners: list[Callable[[Event], None]] = [log_event if progress is None else progress.on_event]
+        if on_start is not None:
+            self._listeners.append(lambda e: on_start(e.name) if e.kind == "start" else None)
         self._stages: list[Stage] = []  # every stage this runner has seen, for planning the display
         # Stages run in threads of their own (``run_graph``): the bookkeeping they share (artifacts,
         # done, publishing, the display's plan, starting the cluster) is changed under this lock.
@@ -189,10 +142,7 @@ class Runner:
         record = None if (self.fresh or stage.always) else stage_cache.completed(self.rd, stage, fp)
         if record is not None:
             done = Done(stage.name, fp, record["result"], record["seconds"], True, folder)
-            if self.progress is not None:
-                self.progress.finish_stage(stage.name, done.seconds, reused=True)
-            else:
-                log.info(f"[{stage.name}] complete in an earlier run; skipped")
+            self._emit(Event("end", stage.name, done.seconds, result=done, reused=True))
         else:
             if self.fresh and not stage.always:
                 self.rd.remove_tree(rel)
@@ -201,12 +151,7 @@ class Runner:
             folder.mkdir(parents=True, exist_ok=True)
             env = StageEnv(out=folder, storage=self.rd.storage(f"{rel}/ray"), ctx=self.ctx, rd=self.rd,
                            fresh=self.fresh, stage=stage.name, reporting=self.reports)
-            if self.progress is not None:
-                self.progress.start_stage(stage.name)
-            else:
-                log.info(f"[{stage.name}] started")
-            if self._on_start is not None:
-                self._on_start(stage.name)
+            self._emit(Event("start", stage.name))
             t0 = time.perf_counter()
             try:
                 result = stage.run(inputs, decl.params, env)
@@ -223,10 +168,8 @@ class Runner:
                 stage_cache.mark(self.rd, stage, fp, decl, result, seconds)
             self.rd.remove_tree(f"{rel}/ray")  # checkpoints of a finished stage are not needed again
             done = Done(stage.name, fp, result, seconds, False, folder)
-            if self.progress is not None:
-                self.progress.finish_stage(stage.name, seconds, one_off_s=stage.host_start_seconds(result) or 0.0)
-            else:
-                log.info(f"[{stage.name}] done in {seconds:.1f}s")
+            self._emit(Event("end", stage.name, seconds, result=done,
+                             one_off_s=stage.host_start_seconds(result) or 0.0))
         content = stage.content_fingerprints(folder) or {}
         with self._lock:
             for name in decl.outputs:
@@ -242,15 +185,20 @@ class Runner:
                 self._on_stage(done)
         return done
 
+    def _emit(self, event: Event) -> None:
+        for listener in self._listeners:
+            listener(event)
+
     def run_graph(self, stages: list[Stage], after: Callable[[Stage, Done], None] | None = None) -> None:
-        """Runs ``stages`` as a graph: each starts, in a thread of its own, as soon as the stages it
-        follows (``graph.dependencies`` of their declarations) are done and it fits in what the
-        cluster has free (``Stage.occupies``); ready stages start in ``stages``' order.
+        """Runs ``stages`` as a graph (``scheduler.run``): each starts, in a thread of its own, as
+        soon as the stages it follows (``graph.dependencies`` of their declarations) are done and
+        it fits in what the cluster has free (``Stage.occupies``); ready stages start in
+        ``stages``' order.
 
         Args:
             stages: the stages, in an order that runs them one after another correctly.
             after: called in this thread with each stage and its outcome as it finishes (e.g.
-                the report so far), under the runner's lock.
+                the report so far), under the runner's lock, until a stage fails.
 
         Raises:
             the first error a stage raised, once the stages running beside it have ended; no
@@ -259,49 +207,30 @@ class Runner:
         by_name = {s.name: s for s in stages}
         deps = self.dependencies(stages)
         self.expect_graph(deps)
-        finished: list[tuple[Stage, Done | None, BaseException | None]] = []
-        wake = threading.Condition()
-        running: dict[str, graph.Demand] = {}
-        done: set[str] = set()
-        error: BaseException | None = None
+        failed = False
 
-        def work(stage: Stage) -> None:
-            try:
-                outcome, exc = self.run(stage), None
-            except BaseException as e:  # noqa: BLE001 - handed to the job's thread, which raises it
-                outcome, exc = None, e
-            with wake:
-                finished.append((stage, outcome, exc))
-                wake.notify()
+        def demand(name: str) -> graph.Demand:
+            with self._lock:
+                return by_name[name].occupies(self.cfg, self.cluster)
 
-        while True:
-            if error is None:
+        def capacity() -> graph.Demand | None:
+            cluster = self.cluster
+            return None if cluster is None else graph.Demand(float(cluster.cpus), float(cluster.gpus))
+
+        def before_start(name: str) -> None:
+            stage = by_name[name]
+            if stage.needs_ray and self.cluster is None and not self._finished_before(stage):
+                self.ctx.ensure_started()  # in the scheduling thread, where signal handlers can be set
+
+        def on_event(event: Event) -> None:
+            nonlocal failed
+            failed = failed or event.error is not None
+            if event.kind == "end" and not failed and after is not None:
                 with self._lock:
-                    cluster = self.cluster
-                    demand = {name: by_name[name].occupies(self.cfg, cluster) for name in graph.ready(deps, done, running)}
-                capacity = None if cluster is None else graph.Demand(float(cluster.cpus), float(cluster.gpus))
-                for name in graph.startable(deps, done, running, demand, capacity):
-                    if by_name[name].needs_ray and self.cluster is None and not self._finished_before(by_name[name]):
-                        # Ray starts in this thread, where signal handlers can be set
-                        self.ctx.ensure_started()
-                    running[name] = demand[name]
-                    threading.Thread(target=work, args=(by_name[name],), name=f"stage-{name}", daemon=True).start()
-            if not running:
-                break
-            with wake:
-                while not finished:
-                    wake.wait(0.5)  # wakes now and then, so that Ctrl-C reaches this thread
-                stage, outcome, exc = finished.pop(0)
-            del running[stage.name]
-            if exc is not None:
-                error = error or exc
-                continue
-            done.add(stage.name)
-            if after is not None and error is None:
-                with self._lock:
-                    after(stage, outcome)
-        if error is not None:
-            raise error
+                    after(by_name[event.name], event.result)
+
+        scheduler.run(deps, lambda name: self.run(by_name[name]), demand=demand, capacity=capacity,
+                      before_start=before_start, on_event=on_event)
 
     def _finished_before(self, stage: Stage) -> bool:
         """Whether ``run`` will find ``stage`` done by an earlier run (its marker, by fingerprint)."""

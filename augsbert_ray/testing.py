@@ -4,15 +4,18 @@ Labelling: a test swaps the labelling pool's actor class for one made here::
 
     monkeypatch.setattr(augsbert_ray.labeling.pool, "PairScorer", dying_scorer(2, flag))
 
-Training: ``train_on_ray(..., fault=F)`` calls ``F(rank)`` in each training worker (or warm
-host) and runs the hook it returns after every optimizer step. The hooks here are plain
-picklable objects, so they reach a worker in another process with the training's config.
+Training: ``inject_training_fault(monkeypatch, F)`` makes every later ``train_on_ray`` of the
+test's process run its workers through ``FaultyTraining``, which calls ``F(rank)`` in each
+training worker (or warm host) and runs the hook it returns after every optimizer step. The
+hooks here are plain picklable objects, so they reach a worker in another process with the
+training function.
 """
 
 from __future__ import annotations
 
 import os
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -121,15 +124,48 @@ class Slowed:
         return lambda step: time.sleep(self.delay_s)
 
 
+@dataclass(frozen=True)
+class FaultyTraining:
+    """The training workers' function (``ray_trainer._train_loop_per_worker``) with ``fault``'s
+    hook run after every optimizer step of the worker's rank. It is handed to the executor in
+    the function's place, so it travels to the worker (or warm host) with its fault."""
+
+    fault: Callable[[int], Callable[[int], None] | None]
+
+    def __call__(self, config: dict) -> None:
+        import ray.train
+
+        from augsbert_ray.training import loop, ray_trainer
+
+        hook = self.fault(ray.train.get_context().get_world_rank())
+        run = loop.PairTrainer.run
+
+        def run_with_fault(trainer, until=None, after_step=None):
+            def both(step: int) -> None:
+                hook(step)
+                if after_step is not None:
+                    after_step(step)
+
+            return run(trainer, until=until, after_step=both if hook is not None else after_step)
+
+        loop.PairTrainer.run = run_with_fault
+        try:  # the module's own function: a warm host's process imported it, unpatched
+            ray_trainer._train_loop_per_worker(config)
+        finally:
+            loop.PairTrainer.run = run  # a warm host trains other stages after this one
+
+
+def inject_training_fault(monkeypatch, fault) -> None:
+    """Every ``train_on_ray`` of this process, until ``monkeypatch`` undoes it, runs its workers
+    through ``FaultyTraining(fault)`` (e.g. ``CrashAt``, ``RaiseAt``, ``Slowed``)."""
+    from augsbert_ray.training import ray_trainer
+
+    monkeypatch.setattr(ray_trainer, "_train_loop_per_worker", FaultyTraining(fault))
+
+
 def slow_training(delay_s: float) -> None:
     """Slows every training of this process's jobs down (``Slowed``): for a job run in a
     process of a test's own, e.g. ``python -c "...; slow_training(0.5); main()"``."""
     from augsbert_ray.training import ray_trainer
 
-    train_on_ray = ray_trainer.train_on_ray
-
-    def slowed(*args, **kwargs):
-        kwargs.setdefault("fault", Slowed(delay_s))
-        return train_on_ray(*args, **kwargs)
-
-    ray_trainer.train_on_ray = slowed
+    ray_trainer._train_loop_per_worker = FaultyTraining(Slowed(delay_s))

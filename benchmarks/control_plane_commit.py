@@ -48,7 +48,7 @@ def driver_commits(path: str, pairs: int, block: int, actors: int, cpus: float, 
     from augsbert_ray.config import LabelingConfig
     from augsbert_ray.labeling import LabelingReport, ScorerSpec, ShardStore, actor_cpus, driver
     from augsbert_ray.labeling.shards import file_shards
-    from augsbert_ray.messages import lines_to
+    from augsbert_ray.progress.messages import lines_to
 
     cfg = LabelingConfig(actors=actors, block_size=block, tokenize_stage="actor", executor="pool")
     me, report = psutil.Process(), LabelingReport()

@@ -16,6 +16,11 @@ under ``--work``. The default sampler is random recombination with one partner p
 random 2-layer BERT (hidden size 128) on the embedded tokenizer: the point is the engine's
 memory and time per stage, not the scores. ``--strategy bm25`` runs BM25 top-k instead.
 
+A corpus above 4 MiB has its candidates made on shards (``--candidates sharded``, the engine's
+path for text corpora with random or BM25 pairs) or in one task on the driver's node (``single``,
+the path before); ``--candidates sharded single`` runs each size both ways, and the table of the
+largest single processes sets them side by side.
+
 Memory is sampled four times a second (``augsbert_ray.bench.memory.MemorySampler``): the
 driver's RSS, and PSS summed over the driver and every process it started (Ray's GCS,
 raylet, workers and actors), so Ray's shared-memory object store is counted once.
@@ -24,6 +29,8 @@ raylet, workers and actors), so Ray's shared-memory object store is counted once
     python benchmarks/corpus_scale.py --sizes 20000 --work /tmp/cs --out /tmp/cs/result   # a quick look
     python benchmarks/corpus_scale.py --until candidates --work /tmp/cs --out /tmp/cs/candidates   # minutes
     python benchmarks/corpus_scale.py --sizes 100000 --set labeling.executor=pool --work /tmp/cs --out /tmp/cs/pool
+    python benchmarks/corpus_scale.py --until candidates --sizes 1000000 3000000 --candidates sharded single \
+        --work /tmp/cs --out /tmp/cs/distributed
 """
 
 from __future__ import annotations
@@ -45,10 +52,13 @@ def one_run(args) -> dict:
     from augsbert_ray.bench.model_dirs import tiny_cross_encoder
     from augsbert_ray.config import validate_tree
     from augsbert_ray.config.loading import apply_overrides
-    from augsbert_ray.messages import lines_to
+    from augsbert_ray.progress.messages import lines_to
     from augsbert_ray.pipeline import run_job
     from scale import corpus_job_tree
 
+    from augsbert_ray.candidates import sharded
+
+    sharded.ENABLED = args.candidates[0] == "sharded"
     work, data = Path(args.work), Path(args.data_dir)
     model = args.model if args.model != "tiny" else tiny_cross_encoder(work / "tiny-ce")
     sampling = ({"strategy": "rs", "random_per_sentence": args.k} if args.strategy == "rs"
@@ -70,7 +80,29 @@ def one_run(args) -> dict:
             "stage_seconds": m.stage_seconds, "peak_driver_rss": mem.peak_rss, "peak_total_pss": mem.peak_total,
             "peak_driver_private": mem.peak_private, "peak_driver_shared": mem.peak_shared,
             "peak_total_anon": mem.peak_total_anon, "peak_total_shmem": mem.peak_total_shmem,
-            "stage_peaks": mem.stage_peaks, "role_peaks": mem.role_peaks, "timeline": mem.timeline}
+            "stage_peaks": mem.stage_peaks, "role_peaks": mem.role_peaks, "timeline": mem.timeline,
+            "process_peaks": mem.process_peaks}
+
+
+# Titles of the processes that read a corpus and sample its candidates: the sharded path's Ray Data
+# tasks and actors, the single-task path's task and its Ray Data tasks; both paths' driver-node tasks.
+CANDIDATE_WORK = ("_read_range", "_dedup_shard", "_number_range", "_draw", "_Search",
+                  "_pair_bucket", "_in_task", "read_ranges", "draw_batch", "BM25Searcher")
+
+
+def _largest(run: dict, candidates_only: bool) -> tuple[str, int, int]:
+    """The title, peak PSS and peak anonymous PSS of the largest single process of a run (by PSS)."""
+    peaks = {t: p for t, p in run.get("process_peaks", {}).items()
+             if not candidates_only or any(w in t for w in CANDIDATE_WORK)}
+    if not peaks:
+        return "-", 0, 0
+    title = max(peaks, key=lambda t: peaks[t][0])
+    return title, *peaks[title]
+
+
+def _label(run: dict) -> str:
+    """A run's row name: its corpus lines, and how its candidates were made."""
+    return f"{run['size']:,} ({run.get('candidates_path', 'single')})"
 
 
 def _mib(value) -> str:
@@ -111,7 +143,7 @@ def _markdown(runs: list[dict], args, argv) -> list[str]:
              "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
     for r in runs:
         st = r["stage_seconds"]
-        lines.append(f"| {r['size']:,} | {r['sentences']:,} | {r['candidates']:,} | {_count(r['silver'])} | "
+        lines.append(f"| {_label(r)} | {r['sentences']:,} | {r['candidates']:,} | {_count(r['silver'])} | "
                      f"{r['wall_s']:.0f} | {st.get('candidates', 0):.0f} | {st.get('silver', 0):.0f} | "
                      f"{r['peak_driver_rss'] / MIB:,.0f} | {_mib(r.get('peak_driver_private'))} | "
                      f"{_mib(r.get('peak_driver_shared'))} | {r['peak_total_pss'] / MIB:,.0f} | "
@@ -122,7 +154,7 @@ def _markdown(runs: list[dict], args, argv) -> list[str]:
     lines += ["", "Wall time of every stage (s; stages beside each other overlap):", "",
               "| corpus lines | " + " | ".join(stages) + " |", "|---:|" + "---:|" * len(stages)]
     for r in runs:
-        lines.append(f"| {r['size']:,} | " + " | ".join(f"{r['stage_seconds'].get(s, 0):.1f}" for s in stages) + " |")
+        lines.append(f"| {_label(r)} | " + " | ".join(f"{r['stage_seconds'].get(s, 0):.1f}" for s in stages) + " |")
     peaks = list(dict.fromkeys(s for r in runs for s in r["stage_peaks"]))
     lines += ["", "Peak memory while each stage was the last to start (MiB, driver RSS / driver private / total PSS / "
               "total shared memory):",
@@ -130,14 +162,38 @@ def _markdown(runs: list[dict], args, argv) -> list[str]:
               "| corpus lines | " + " | ".join(peaks) + " |", "|---:|" + "---:|" * len(peaks)]
     for r in runs:
         p = r["stage_peaks"]
-        lines.append(f"| {r['size']:,} | " + " | ".join(
+        lines.append(f"| {_label(r)} | " + " | ".join(
             f"{p[s]['driver_rss'] / MIB:,.0f} / {_mib(p[s].get('driver_private'))} / {p[s]['total_pss'] / MIB:,.0f} / "
             f"{_mib(p[s].get('total_shmem'))}"
             if s in p else "-" for s in peaks) + " |")
+    lines += _largest_table(runs)
     lines += _role_table(runs)
     lines += ["", f"CPU: {cpu_description()}. The machine was shared with other jobs: the load average column "
                   "says how busy it was, so the times are not throughput figures.", "",
               *provenance("benchmarks/corpus_scale.py", argv)]
+    return lines
+
+
+def _largest_table(runs: list[dict]) -> list[str]:
+    """The largest single process of each run: of the candidates' work, and of the whole job."""
+    runs = [r for r in runs if r.get("process_peaks")]
+    if not runs:
+        return []
+    base = {}
+    lines = ["", "The largest single process (peak PSS of one process, its own anonymous part beside it; a Ray "
+             "worker named by the task or actor it ran at its peak): among the processes that read the corpus and "
+             "sample its candidates, and among all the job's processes (the driver included):", "",
+             "| candidates path | corpus lines | candidates: largest process | its peak PSS (MiB) | its anonymous "
+             "(MiB) | vs smallest corpus | driver RSS (MiB) | whole job: largest process | its peak PSS (MiB) |",
+             "|---|---:|---|---:|---:|---:|---:|---|---:|"]
+    for r in runs:
+        path = r.get("candidates_path", "single")
+        title, pss, anon = _largest(r, True)
+        base.setdefault(path, pss)
+        whole, whole_pss, _ = _largest(r, False)
+        lines.append(f"| {path} | {r['size']:,} | `{title}` | {pss / MIB:,.0f} | {anon / MIB:,.0f} | "
+                     f"{pss / base[path]:.2f}x | {r['peak_driver_rss'] / MIB:,.0f} | `{whole}` | "
+                     f"{whole_pss / MIB:,.0f} |")
     return lines
 
 
@@ -158,7 +214,7 @@ def _role_table(runs: list[dict]) -> list[str]:
         actors = [(t, point["labelling actors"]) for t, point in r.get("timeline", []) if point["labelling actors"]]
         first = f"{actors[0][1] / MIB:,.0f} at {actors[0][0]:.0f} s" if actors else "-"
         peak = max(actors, key=lambda tp: tp[1], default=None)
-        lines.append(f"| {r['size']:,} | " + " | ".join(f"{r['role_peaks'].get(k, 0) / MIB:,.0f}" for k in ROLES)
+        lines.append(f"| {_label(r)} | " + " | ".join(f"{r['role_peaks'].get(k, 0) / MIB:,.0f}" for k in ROLES)
                      + f" | {first} | " + (f"{peak[1] / MIB:,.0f} at {peak[0]:.0f} s" if peak else "-") + " |")
     return lines
 
@@ -177,6 +233,9 @@ def main(argv: list[str] | None = None) -> int:
                    help="a job setting for every size, as augsbert run takes it (e.g. labeling.executor=pool)")
     p.add_argument("--until", default="silver", choices=["silver", "candidates"],
                    help="the last stage run: the silver labels, or the candidate pairs alone (minutes, not an hour)")
+    p.add_argument("--candidates", nargs="+", default=["sharded"], choices=["sharded", "single"],
+                   help="how a large corpus's candidates are made: on sentence parts in Ray Data tasks (sharded), or "
+                        "in one task on the driver's node (single, the path before); several: each, side by side")
     # one run, in a child process
     p.add_argument("--merge", action="store_true",
                    help="keep the sizes already in --out's JSON that this call does not run (each row is still "
@@ -198,28 +257,30 @@ def main(argv: list[str] | None = None) -> int:
     runs = []
     earlier = Path(args.out).with_suffix(".json")
     if args.merge and earlier.exists():
-        runs = [r for r in json.loads(earlier.read_text())["runs"] if r["size"] not in args.sizes]
-    for size in sorted(args.sizes):
+        runs = [r for r in json.loads(earlier.read_text())["runs"]
+                if (r["size"], r.get("candidates_path", "single")) not in
+                {(size, path) for size in args.sizes for path in args.candidates}]
+    for path, size in [(path, size) for path in args.candidates for size in sorted(args.sizes)]:
         corpus = root / f"corpus-{size}.txt"
         if not corpus.exists():
             print(f"[corpus-scale] writing a corpus of {size:,} sentences to {corpus}", flush=True)
             info = write_corpus(corpus, size, Path(args.data_dir))
             (root / f"corpus-{size}.json").write_text(json.dumps(info))
-        work = root / f"run-{size}"
+        work = root / f"run-{path}-{size}"
         work.mkdir(parents=True, exist_ok=True)
         result = work / "result.json"
         cmd = [sys.executable, __file__, "--one", "--corpus", str(corpus), "--work", str(work), "--result",
                str(result), "--strategy", args.strategy, "--k", str(args.k), "--model", args.model,
-               "--cpus", str(args.cpus), "--data-dir", args.data_dir, "--until", args.until,
+               "--cpus", str(args.cpus), "--data-dir", args.data_dir, "--until", args.until, "--candidates", path,
                *(f"--set={kv}" for kv in args.set)]
         load_start, t0 = os.getloadavg(), time.perf_counter()
         subprocess.run(cmd, check=True)
         r = json.loads(result.read_text())
-        r.update(size=size, wall_s=time.perf_counter() - t0, load_start=load_start, load_end=os.getloadavg(),
+        r.update(size=size, candidates_path=path, wall_s=time.perf_counter() - t0, load_start=load_start, load_end=os.getloadavg(),
                  measured=time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
                  corpus=json.loads((root / f"corpus-{size}.json").read_text()))
-        runs = sorted([*runs, r], key=lambda run: run["size"])
-        print(f"[corpus-scale] {size:,}: {r['candidates']:,} pairs ({_count(r['silver'])} labelled) in "
+        runs = sorted([*runs, r], key=lambda run: (run.get("candidates_path", "single"), run["size"]))
+        print(f"[corpus-scale] {path} {size:,}: {r['candidates']:,} pairs ({_count(r['silver'])} labelled) in "
               f"{r['wall_s']:.0f} s, driver peak "
               f"{r['peak_driver_rss'] / MIB:,.0f} MiB, total peak {r['peak_total_pss'] / MIB:,.0f} MiB", flush=True)
         # written after every size, so a long last size leaves the others on record

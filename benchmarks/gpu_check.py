@@ -221,7 +221,7 @@ def _peer_rate(model: Path, s1: list[str], s2: list[str], device: str, tuned: bo
 
 def part_labelling(args, model: Path, work: Path) -> tuple[dict, list[str], list[Target]]:
     from augsbert_ray.bench.data import sentence_pairs
-    from augsbert_ray.bench.labelling import candidates
+    from augsbert_ray.bench.labeling import candidates
     from augsbert_ray.config import LabelingConfig
     from augsbert_ray.labeling import (
         LabelingReport,

@@ -243,7 +243,7 @@ def main(argv: list[str] | None = None) -> int:
     write("the in-process labellers" + ("" if args.no_ray else "; the Ray pipeline rows follow"))
 
     if not args.no_ray:
-        from augsbert_ray.bench.labelling import candidates
+        from augsbert_ray.bench.labeling import candidates
         from augsbert_ray.labeling import ShardStore, actor_cpus, label_candidates
         from augsbert_ray.runtime import start_ray
 

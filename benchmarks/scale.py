@@ -38,6 +38,7 @@ from pathlib import Path
 
 import numpy as np
 
+
 # -- a synthetic corpus with STSb's sentence lengths and words ------------------------------
 def stsb_sentences(data_dir: Path) -> list[str]:
     from augsbert_ray.bench.data import unique_sentences
@@ -96,8 +97,8 @@ def corpus_job_tree(name: str, work: Path, data: Path, corpus: str, model: str, 
 
 def one_run(args) -> dict:
     from augsbert_ray.config import validate_tree
-    from augsbert_ray.messages import lines_to
     from augsbert_ray.pipeline import run_job
+    from augsbert_ray.progress.messages import lines_to
 
     work = Path(args.work)
     data = Path(args.data_dir)

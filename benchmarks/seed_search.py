@@ -29,7 +29,7 @@ from augsbert_ray.models import load_bi_encoder, resolve_model
 from augsbert_ray.versions import versions
 from augsbert_ray.runtime import per_worker_cpus, start_ray
 from augsbert_ray.schema import PAIR_COLUMNS
-from augsbert_ray.stages.gold import load_gold
+from augsbert_ray.loaders.job_inputs import load_gold
 from augsbert_ray.training.fit import hparams
 from augsbert_ray.training.ray_trainer import MODEL_DIR
 from augsbert_ray.training.seed_search import SearchPlan, seed_search

@@ -25,7 +25,7 @@ from augsbert_ray.models import resolve_model
 from augsbert_ray.evaluation import PRIMARY_METRIC
 from provenance import provenance, write_result
 from augsbert_ray.schema import PAIR_COLUMNS, pair_lists
-from augsbert_ray.stages.gold import load_gold
+from augsbert_ray.loaders.job_inputs import load_gold
 from augsbert_ray.training.fit import hparams
 from augsbert_ray.training.loop import HParams, PairTrainer, resolve_training_precision
 from augsbert_ray.training.recipes import make_recipe

@@ -10,8 +10,8 @@ from conftest import TINY_SAFETENSORS, fake_model
 
 from augsbert_ray import artifacts
 from augsbert_ray.artifacts import ShippedModel, local_model, ship_directory
-from augsbert_ray.models import ship_if_local, ship_model
 from augsbert_ray.errors import AugSBERTError, ModelError
+from augsbert_ray.models import ship_if_local, ship_model
 
 
 def test_a_shipped_model_loads_on_a_worker_after_its_directory_is_gone(ray_local, tiny_model, tmp_path):
@@ -19,8 +19,8 @@ def test_a_shipped_model_loads_on_a_worker_after_its_directory_is_gone(ray_local
 
     from augsbert_ray.evaluation import bi_encoder_predictions
     from augsbert_ray.models import load_bi_encoder
-    from augsbert_ray.stages.evaluate import _predict_bi_encoder
     from augsbert_ray.runtime import remote_call
+    from augsbert_ray.stages.evaluate import _predict_bi_encoder
 
     splits = {"dev": pa.table({"sentence1": ["A man is eating.", "A dog runs."],
                                "sentence2": ["A man eats.", "The stock fell."], "label": [1.0, 0.0]})}
@@ -181,8 +181,8 @@ def test_a_job_that_trusts_remote_code_says_so(tmp_path, monkeypatch):
     from unittest import mock
 
     from augsbert_ray.config import validate_tree
-    from augsbert_ray.messages import lines_to
     from augsbert_ray.pipeline import _start_cluster
+    from augsbert_ray.progress.messages import lines_to
     from augsbert_ray.rundir import RunDir
 
     tree = {"name": "x", "data": {s: {"format": "stsb", "path": f"{s}.csv"} for s in ("train", "dev", "test")}}

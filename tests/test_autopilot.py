@@ -13,8 +13,8 @@ import json
 import pytest
 
 from augsbert_ray.config import validate_tree
-from augsbert_ray.messages import lines_to
 from augsbert_ray.pipeline import run_job
+from augsbert_ray.progress.messages import lines_to
 from augsbert_ray.stages.auto import decide
 
 OWN, OTHER = "own setting", "other setting"

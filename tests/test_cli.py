@@ -256,7 +256,8 @@ def test_validate_refuses_what_run_refuses_before_ray(tmp_path, capsys, monkeypa
     """Non-finite numbers, seeds past 64 bits, more training workers than the local Ray's CPUs,
     layers and positions the model lacks, a GPU this machine lacks, too few dev pairs: refused by
     ``validate`` and by ``run``, in one line, before Ray would start."""
-    from augsbert_ray import resource_checks, runtime
+    from augsbert_ray import runtime
+    from augsbert_ray.preflight import resource_checks
 
     def no_ray(*args, **kwargs):
         raise AssertionError("Ray must not start")

@@ -13,8 +13,8 @@ import pytest
 from augsbert_ray import schema
 from augsbert_ray.config import validate_tree
 from augsbert_ray.loaders import load_pairs
-from augsbert_ray.messages import lines_to
 from augsbert_ray.pipeline import run_job
+from augsbert_ray.progress.messages import lines_to
 from augsbert_ray.sources import DataSource
 
 

@@ -26,8 +26,10 @@ models, options, addresses and output folders for the one, parts, output and dat
 addresses and models for the other; the Python API's functions get arguments of wrong types
 (``test_label_invocations_...``, ``test_bench_invocations_...``, ``test_the_python_api_...``).
 
-The figures (inputs tried, accepted, refused with a typed error, tracebacks, hangs, late
-failures) are printed and checked by the ``_fuzz_figures`` fixture once the module's tests ran.
+Each fuzzing test checks, once hypothesis has run all its examples, that its inputs tested
+both outcomes (some accepted, some refused; the pre-flight mistakes: all refused in time:
+``_counted``); the figures (inputs tried, accepted, refused with a typed error, tracebacks,
+hangs, late failures) are printed by the ``_fuzz_figures`` fixture once the module's tests ran.
 """
 
 from __future__ import annotations
@@ -48,8 +50,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 import yaml
-from hypothesis import HealthCheck, example, given, settings
 from conftest import TINY_SAFETENSORS
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from augsbert_ray.config import load_job
@@ -57,7 +59,7 @@ from augsbert_ray.errors import ConfigError, DataError
 from augsbert_ray.loaders import load_pairs
 from augsbert_ray.loaders.mrpc import HEADER as MRPC_HEADER
 from augsbert_ray.loaders.stsb import FIELDS as STSB_FIELDS
-from augsbert_ray.model_checks import hub_offline
+from augsbert_ray.preflight.model_checks import hub_offline
 from augsbert_ray.sources import DataSource
 
 
@@ -119,6 +121,35 @@ def _attempt(suite: str, typed: type[Exception], call):
         raise
     FIGURES[suite]["accepted"] += 1
     return result, None
+
+
+def _counted(suite: str, outcome: str = "both"):
+    """Checks, once hypothesis has run every example of the test it decorates, what that test's
+    inputs came to (``FIGURES[suite]``, counted by this test alone): ``both``: some accepted and
+    some refused, so it tested both outcomes; ``refusing``: some refused (inputs built to be
+    mostly wrong, or too few examples to count on an accepted one); ``refused``: every one
+    refused in time (the pre-flight mistakes), none late, none hung."""
+    import functools
+    import inspect
+
+    def wrap(test):
+        @functools.wraps(test)
+        def run(*args, **kwargs):
+            before = collections.Counter(FIGURES[suite])
+            test(*args, **kwargs)
+            seen = collections.Counter({k: v - before[k] for k, v in FIGURES[suite].items()})
+            assert seen["tried"], f"{test.__name__} tried no input"
+            if outcome == "refused":
+                assert seen["rejected"] == seen["tried"] and not seen["late"] and not seen["hangs"], dict(seen)
+            elif outcome == "refusing":
+                assert seen["rejected"], f"{test.__name__} refused none of its inputs: {dict(seen)}"
+            else:
+                assert seen["accepted"] and seen["rejected"], f"{test.__name__} tested one outcome only: {dict(seen)}"
+
+        run.__signature__ = inspect.signature(test)
+        return run
+
+    return wrap
 
 
 def _rarely(draw, one_in: int) -> bool:
@@ -614,6 +645,7 @@ def _check_expected(case: TextCase, mode: str, result, error) -> None:
 
 
 @pytest.mark.parametrize("fmt", TEXT_FORMATS)
+@_counted("loaders", "both")
 @_fuzz(100)
 @given(data=st.data())
 def test_text_files_load_every_row_or_fail_typed(workdir, fmt, data):
@@ -646,6 +678,7 @@ def mutated(draw, data: bytes) -> bytes:
 
 
 @pytest.mark.parametrize("fmt", TEXT_FORMATS)
+@_counted("loaders", "refusing")
 @_fuzz(40)
 @given(data=st.data())
 def test_mutated_or_random_bytes_fail_typed(workdir, fmt, data):
@@ -791,6 +824,7 @@ def _parquet_expectation(row: dict, labels: Labels) -> tuple[str, object]:
     return GOOD, (s1, s2, labels.scaled(row["label"]), genre)
 
 
+@_counted("loaders", "both")
 @_fuzz(100)
 @given(
     case=parquet_tables(),
@@ -1035,6 +1069,7 @@ def _lookup(cfg, key: str):
     return node
 
 
+@_counted("config", "both")
 @_fuzz(180)
 @given(case=job_files())
 def test_job_files_and_overrides_validate_or_fail_typed(workdir, case):
@@ -1053,6 +1088,7 @@ def test_job_files_and_overrides_validate_or_fail_typed(workdir, case):
         assert value is ANY or _lookup(cfg, key) == value, key
 
 
+@_counted("config", "refusing")
 @_fuzz(60)
 @given(raw=st.binary(max_size=300), overrides=st.lists(st.text(max_size=20), max_size=3))
 def test_random_config_bytes_and_overrides_fail_typed(workdir, raw, overrides):
@@ -1209,6 +1245,7 @@ def _model_folders(root) -> None:
         [{"idx": 0, "name": "0", "path": "0_Transformer", "type": "sentence_transformers.models.Transformer"}]))
 
 
+@_counted("run", "both")
 @_fuzz(150)
 @given(case=run_cases())
 def test_whole_runs_fail_in_one_line_or_reach_ray(workdir, case):
@@ -1507,6 +1544,7 @@ def _preflight_folder(workdir, case: PreflightCase):
     return folder
 
 
+@_counted("preflight", "refused")
 @_fuzz(60)
 @given(case=preflight_cases())
 def test_mistakes_knowable_before_ray_fail_there_in_one_line(workdir, case):
@@ -1515,14 +1553,15 @@ def test_mistakes_knowable_before_ray_fail_there_in_one_line(workdir, case):
 
     from huggingface_hub import constants
 
-    from augsbert_ray import resource_checks, runtime
+    from augsbert_ray import runtime
     from augsbert_ray.cli import main
+    from augsbert_ray.preflight import resource_checks
 
     folder = _preflight_folder(workdir, case)
     env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"} | {"HF_HUB_OFFLINE": "1"}
     import importlib.util
 
-    from augsbert_ray import tracking_checks
+    from augsbert_ray.preflight import tracking_checks
 
     missing, find = case.damage.get("missing_module"), importlib.util.find_spec
     out, err = io.StringIO(), io.StringIO()
@@ -1619,6 +1658,7 @@ def damaged_metrics(draw) -> bytes | None:
     return json.dumps(good).encode()
 
 
+@_counted("report", "both")
 @_fuzz(150)
 @given(metrics=damaged_metrics(), log=st.none() | st.binary(max_size=200))
 @example(metrics=json.dumps({**_run_metrics(), "job": "s"}, indent=2).encode(), log=None)  # a byte flipped in the name
@@ -1708,6 +1748,7 @@ def listening_ports():
     server.stop(None)
 
 
+@_counted("places", "refusing")
 @_fuzz(16)
 @given(case=place_cases())
 def test_run_directories_and_addresses_fail_in_one_line_or_reach_ray(workdir, listening_ports, case):
@@ -1904,8 +1945,9 @@ def _quiet_cli(args: list[str], suite: str):
     import time
     from unittest import mock
 
-    from augsbert_ray import resource_checks, runtime
+    from augsbert_ray import runtime
     from augsbert_ray.cli import main
+    from augsbert_ray.preflight import resource_checks
 
     out, err = io.StringIO(), io.StringIO()
     FIGURES[suite]["tried"] += 1
@@ -1946,6 +1988,7 @@ def _snapshot(folder) -> dict:
 CLEAN_LABEL = {"pairs": "csv", "rows": 3, "model": "embedded", "options": (), "out": "new"}
 
 
+@_counted("label", "both")
 @_fuzz(40)
 @given(case=label_cases())
 @example(case=CLEAN_LABEL)  # each run accepts one at least (the figures check that both outcomes occur)
@@ -1955,7 +1998,7 @@ def test_label_invocations_fail_in_one_line_or_reach_ray(workdir, listening_port
     import tempfile
     from pathlib import Path
 
-    from augsbert_ray.resource_checks import gpu_visible
+    from augsbert_ray.preflight.resource_checks import gpu_visible
     from augsbert_ray.run_lock import RunLock
 
     folder = Path(tempfile.mkdtemp(dir=workdir, prefix="label-"))
@@ -2009,7 +2052,7 @@ def _parts_doom(parts: tuple) -> bool | None:
     """Whether ``--parts`` dooms a benchmark: an unknown part, or a peer a part measures that is
     not installed here (the `bench` extra); None: no --parts (every part, each with its peer)."""
     from augsbert_ray.bench.suite import PARTS
-    from augsbert_ray.optional_modules import bench_needs, installed
+    from augsbert_ray.preflight.optional_modules import bench_needs, installed
 
     if not parts:
         return None
@@ -2038,6 +2081,7 @@ def bench_cases(draw) -> dict:
 CLEAN_BENCH = {"parts": ("bm25",), "out": "new", "data": None, "address": None, "model": "embedded"}
 
 
+@_counted("bench", "both")
 @_fuzz(30)
 @given(case=bench_cases())
 @example(case=CLEAN_BENCH)
@@ -2116,6 +2160,7 @@ API_CALLS = {
 WRONG_VALUES = [1, 2.5, True, None, b"x", ["a", 1], {"a": 1}, object(), "", ("seed=3",)]
 
 
+@_counted("api", "both")
 @_fuzz(60)
 @given(function=st.sampled_from(list(API_CALLS)), argument=st.integers(0, 99), value=st.sampled_from(WRONG_VALUES))
 @example(function="label", argument=3, value=None)  # columns=None: the default, accepted
@@ -2184,15 +2229,13 @@ def test_a_string_of_overrides_is_one_override_not_its_characters(tmp_path):
 
 
 # ----------------------------------------------------------------------------------------
-# The figures, checked once the module's tests have run (whatever their order)
+# The figures, printed once the module's tests have run (whatever their order)
 # ----------------------------------------------------------------------------------------
 
 
 @pytest.fixture(scope="module", autouse=True)
 def _fuzz_figures(request):
-    """Prints each suite's figures after the module's tests and checks that every suite that
-    ran was a real test of both outcomes: it accepted some inputs and refused others (the
-    pre-flight suite holds only mistakes: it refused them all, none late, none hung)."""
+    """Prints each suite's figures after the module's tests (each test checks its own: ``_counted``)."""
     yield
     lines = ["", "fuzz figures (inputs tried / accepted / refused in one typed line / tracebacks / hangs over "
              f"{HANG_S} s / doomed inputs that would have started Ray):"]
@@ -2207,10 +2250,3 @@ def _fuzz_figures(request):
     capture = request.config.pluginmanager.get_plugin("capturemanager")
     with capture.global_and_fixture_disabled() if capture is not None else contextlib.nullcontext():
         print("\n".join(lines))
-    if request.session.testsfailed:
-        return  # the failing test says what went wrong; partial figures prove nothing
-    for suite, f in FIGURES.items():
-        if suite == "preflight":
-            assert f["tried"] == 0 or (f["rejected"] == f["tried"] and not f["late"] and not f["hangs"]), lines
-        elif f["tried"] >= 20:  # a suite that ran at all ran both ways (a -k selection of a few may not)
-            assert f["accepted"] and f["rejected"], (suite, lines)

@@ -12,7 +12,7 @@ import pyarrow.parquet as pq
 import pytest
 
 import augsbert_ray
-from augsbert_ray.label_output import LabelStore
+from augsbert_ray.labeling.output import LabelStore
 from conftest import make_sentence
 
 N, BLOCK = 26, 8  # 4 shards

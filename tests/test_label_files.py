@@ -15,8 +15,8 @@ import pytest
 
 from augsbert_ray import schema
 from augsbert_ray.errors import AugSBERTError, ConfigError, DataError
-from augsbert_ray.label_files import check_inputs, find_pair_files, parse_columns, shards
-from augsbert_ray.label_output import LabelStore, check_output, open_output
+from augsbert_ray.labeling.pair_files import check_inputs, find_pair_files, parse_columns, shards
+from augsbert_ray.labeling.output import LabelStore, check_output, open_output
 from conftest import make_sentence
 
 N = 11

@@ -10,9 +10,10 @@ import time
 import pytest
 from test_cli import _one_error_line, _stsb_job
 
-from augsbert_ray import optional_modules, runtime
+from augsbert_ray import runtime
 from augsbert_ray.cli import main
 from augsbert_ray.config import load_job
+from augsbert_ray.preflight import optional_modules
 
 GOLD = "g\tf\ty\t1\t2.5\tA man plays.\tA dog runs.\ng\tf\ty\t2\t1.5\tA cat sits.\tA car drives.\n"
 

@@ -8,8 +8,8 @@ import pytest
 from augsbert_ray import schema
 from augsbert_ray.candidates.pairs import gold_pair_keys, pair_keys, unique_sentences
 from augsbert_ray.config import validate_tree
-from augsbert_ray.messages import lines_to
 from augsbert_ray.pipeline import run_job
+from augsbert_ray.progress.messages import lines_to
 from augsbert_ray.rundir import RunDir
 
 MODELS = ("zero_shot", "gold_only", "cross_encoder", "augsbert")
@@ -358,7 +358,7 @@ def test_teacher_check_stops_when_asked(tmp_path):
 def test_carve_dev_is_seeded_and_disjoint():
     import pyarrow as pa
 
-    from augsbert_ray.stages.gold import carve_dev
+    from augsbert_ray.loaders.job_inputs import carve_dev
 
     t = pa.table({"sentence1": [f"s{i}" for i in range(50)], "split": ["train"] * 50})
     train, dev = carve_dev(t, 0.2, seed=1)
@@ -371,8 +371,9 @@ def test_carve_dev_is_seeded_and_disjoint():
 def test_gold_fingerprint_ignores_the_path_data_was_read_from(tmp_path):
     import shutil
 
-    from augsbert_ray.pipeline import plan
     from conftest import write_stsb
+
+    from augsbert_ray.pipeline import plan
 
     first = {s: write_stsb(tmp_path / f"sts-{s}.csv", 20, i) for i, s in enumerate(("train", "dev", "test"))}
     (tmp_path / "copy").mkdir()

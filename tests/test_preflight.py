@@ -8,6 +8,7 @@ from conftest import fake_model, write_mrpc, write_stsb
 from augsbert_ray import preflight
 from augsbert_ray.config import load_job, validate_tree
 from augsbert_ray.errors import ConfigError, DataError
+from augsbert_ray.loaders import job_inputs
 from augsbert_ray.rundir import RunDir
 
 STSB_ROW = "main-captions\tMSRvid\t2012test\t{i:04d}\t{score}\tA man is playing {i}.\tA woman is eating {i}."
@@ -29,7 +30,7 @@ def job(tmp_path, **data):
 
 
 def test_a_valid_job_passes_and_gets_its_splits(tmp_path):
-    gold = preflight.check_job(job(tmp_path))
+    gold = preflight.check_job(job(tmp_path)).gold.tables
     assert {s: t.num_rows for s, t in gold.items()} == {"train": 4, "dev": 4, "test": 4}
 
 
@@ -87,9 +88,10 @@ def test_too_few_pairs_to_carve_a_dev_split_names_how_many_are_needed(tmp_path):
 
 def test_carving_needs_the_fewest_pairs_that_leave_two_for_dev_and_one_for_training():
     for fraction, need in [(0.1, 15), (0.2, 8), (0.5, 3), (0.9, 5)]:
-        assert preflight.carve_minimum(fraction) == need
-        assert preflight.carved_dev_size(need, fraction) >= 2 and need - preflight.carved_dev_size(need, fraction) >= 1
-        fewer = preflight.carved_dev_size(need - 1, fraction)
+        assert job_inputs.carve_minimum(fraction) == need
+        carved = job_inputs.carved_dev_size(need, fraction)
+        assert carved >= 2 and need - carved >= 1
+        fewer = job_inputs.carved_dev_size(need - 1, fraction)
         assert fewer < 2 or fewer == need - 1  # one pair less: dev too small, or nothing left to train on
 
 
@@ -152,9 +154,31 @@ def test_the_splits_checked_are_the_splits_the_job_uses(tmp_path):
     done = Runner(cfg, RunDir(cfg.resolved_run_dir)).run(Gold())
     for split in ("train", "dev", "test"):
         used = pq.read_table(done.folder / f"{split}.parquet")
-        assert predicted[split].column("line").to_pylist() == used.column("line").to_pylist(), split
+        assert predicted.gold.tables[split].column("line").to_pylist() == used.column("line").to_pylist(), split
     assert (used.num_rows, pq.read_table(done.folder / "dev.parquet").num_rows) == (30, 9)
     assert set(pq.read_table(done.folder / "dev.parquet").column("split").to_pylist()) == {"dev"}
+
+
+def test_the_gold_stage_writes_what_the_checks_read_and_reads_again_only_under_other_settings(tmp_path,
+                                                                                              monkeypatch):
+    import pyarrow.parquet as pq
+
+    from augsbert_ray.context import JobContext
+    from augsbert_ray.runner import Runner
+    from augsbert_ray.stages import Gold
+
+    cfg = job(tmp_path)
+    handed = preflight.check_job(cfg)
+    reads = []
+    real = job_inputs.load_gold_sources
+    monkeypatch.setattr(job_inputs, "load_gold_sources", lambda *a: reads.append(a) or real(*a))
+    done = Runner(cfg, RunDir(cfg.resolved_run_dir), ctx=JobContext(inputs=handed)).run(Gold())
+    assert reads == []  # the checks' read, written as it is
+    for split in ("train", "dev", "test"):
+        assert pq.read_table(done.folder / f"{split}.parquet").equals(handed.gold.tables[split]), split
+    other = _with(cfg, "data", subsample={"train": 2})  # another setting: the handed read does not fit it
+    again = Runner(other, RunDir(cfg.resolved_run_dir), ctx=JobContext(inputs=handed)).run(Gold())
+    assert len(reads) == 1 and again.result.train == 2
 
 
 # -- paths -----------------------------------------------------------------------------------
@@ -313,8 +337,8 @@ def test_a_hub_id_while_the_hub_is_off_needs_a_cached_copy(tmp_path, monkeypatch
 
 
 def test_gpus_asked_for_a_local_run_need_a_gpu_here(tmp_path, monkeypatch):
-    from augsbert_ray import resource_checks
-    from augsbert_ray.resource_checks import asked_gpus, check_cluster_gpus, check_local_gpus
+    from augsbert_ray.preflight import resource_checks
+    from augsbert_ray.preflight.resource_checks import asked_gpus, check_cluster_gpus, check_local_gpus
 
     monkeypatch.delenv("RAY_ADDRESS", raising=False)
     monkeypatch.setattr(resource_checks, "joined_ray", lambda: False)  # another test file's Ray is not the job's
@@ -344,7 +368,7 @@ def test_gpus_asked_for_a_local_run_need_a_gpu_here(tmp_path, monkeypatch):
 
 
 def test_a_local_run_asking_for_a_gpu_on_a_machine_without_one_fails_before_ray(tmp_path, monkeypatch):
-    from augsbert_ray import resource_checks
+    from augsbert_ray.preflight import resource_checks
 
     monkeypatch.delenv("RAY_ADDRESS", raising=False)
     monkeypatch.setattr(resource_checks, "gpu_visible", lambda: False)
@@ -375,23 +399,23 @@ def test_a_compressed_data_file_is_named_as_compressed(tmp_path, magic, name):
 
 
 def test_likely_mistakes_are_warned_about_not_refused(tmp_path):
-    from augsbert_ray.data_warnings import data_warnings
+    from augsbert_ray.preflight.data_warnings import data_warnings
 
     cfg = job(tmp_path)
     for split in ("dev", "test"):  # other sentences than train's
         path = tmp_path / f"{split}.csv"
         path.write_text(path.read_text().replace("playing", "singing"))
-    assert data_warnings(cfg, preflight.check_job(cfg)) == []
+    assert data_warnings(cfg, preflight.check_job(cfg).gold.tables) == []
     stsb_file(tmp_path / "dev.csv", [0.5, 2.0, 4.5, 3.0])  # now the same pairs as train
     warned = []
-    gold = preflight.check_job(_with(cfg, "sampling", top_k=100), warn=warned.append)
+    gold = preflight.check_job(_with(cfg, "sampling", top_k=100), warn=warned.append).gold.tables
     assert any("sampling.top_k=100 is not below the 8 distinct training sentences" in w for w in warned)
     assert any("dev.csv: 4 of the 4 data.dev pairs are also training pairs" in w for w in warned)
     rows = [STSB_ROW.format(i=i if i > 2 else 0, score=i) for i in range(6)]  # rows 1 and 2 repeat row 0
     (tmp_path / "train.csv").write_text("".join(r + "\n" for r in rows), encoding="utf-8")
     stsb_file(tmp_path / "dev.csv", [1.0, 2.0])
     (tmp_path / "dev.csv").write_text((tmp_path / "dev.csv").read_text().replace("playing", "singing"))
-    lines = data_warnings(cfg, preflight.check_job(cfg))
+    lines = data_warnings(cfg, preflight.check_job(cfg).gold.tables)
     assert lines == [f"{tmp_path / 'train.csv'}: 2 of the 6 gold training pairs repeat an earlier pair (the same two "
                      "sentences): they weigh those pairs more in training"]
     assert gold["train"].num_rows == 4
@@ -420,7 +444,7 @@ def test_max_length_must_fit_the_models_positions(tmp_path, model_type, position
 def test_models_without_absolute_positions_have_no_token_limit(tmp_path):
     import json
 
-    from augsbert_ray.model_checks import max_tokens
+    from augsbert_ray.preflight.model_checks import max_tokens
 
     model = fake_model(tmp_path / "model")
     (model / "config.json").write_text(json.dumps({"model_type": "deberta-v2", "max_position_embeddings": 64,

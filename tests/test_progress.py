@@ -153,7 +153,7 @@ def test_a_stage_reported_before_it_was_started_and_a_position_that_goes_back():
 
 
 def test_the_display_is_a_logging_handler_for_the_engines_lines(tmp_path):
-    from augsbert_ray.messages import prefixed
+    from augsbert_ray.progress.messages import prefixed
 
     out = io.StringIO()
     logger = logging.getLogger("augsbert_ray.test_progress")

@@ -6,9 +6,9 @@ import io
 import pickle
 import re
 
-from augsbert_ray.messages import handled_by
 from augsbert_ray.progress import JobProgress
-from augsbert_ray.progress_channel import ProgressChannel, ProgressHandle
+from augsbert_ray.progress.channel import ProgressChannel, ProgressHandle
+from augsbert_ray.progress.messages import handled_by
 
 
 class _Recorder:

@@ -11,7 +11,7 @@ from augsbert_ray.labeling import LabelingReport, ShardStore, driver
 from augsbert_ray.labeling.driver import _label
 from augsbert_ray.labeling.pool import checked_shard
 from augsbert_ray.labeling.shards import keys_digest, table_shards
-from augsbert_ray.messages import lines_to
+from augsbert_ray.progress.messages import lines_to
 
 
 class Recorder:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import sys
 
-from augsbert_ray.ray_logs import RayOutput, engine_line, translate
+from augsbert_ray.progress.ray_logs import RayOutput, engine_line, translate
 
 # Lines as Ray 2.60 printed them in a run (shortened where long).
 WORKER_DIED = (
@@ -95,7 +95,7 @@ def test_quiet_ray_keeps_ray_data_progress_off_the_terminal(ray_local, tmp_path,
 
 
 def test_a_ray_error_is_described_by_its_cause_without_terminal_colours():
-    from augsbert_ray.ray_logs import describe_error
+    from augsbert_ray.progress.ray_logs import describe_error
 
     text = ("\x1b[36mray::MapWorker(MapBatches(PairScorer)).submit()\x1b[39m (pid=13075, ip=127.0.0.1, repr=x)\n"
             '  File "scoring.py", line 447, in _score_chunks\n    logits.append(model(**kwargs))\n'

@@ -8,7 +8,7 @@ import time
 import pytest
 
 from augsbert_ray.config import validate_tree
-from augsbert_ray.messages import lines_to
+from augsbert_ray.progress.messages import lines_to
 from augsbert_ray.rundir import RunDir
 from augsbert_ray.runner import Runner
 from augsbert_ray.stage_cache import publish

@@ -37,7 +37,7 @@ ENGINE = textwrap.dedent('''
     import ray
 
     from augsbert_ray.progress import JobProgress
-    from augsbert_ray.ray_logs import RayOutput
+    from augsbert_ray.progress.ray_logs import RayOutput
     from augsbert_ray.runtime import start_ray
 
     logs = Path(sys.argv[1])

@@ -16,7 +16,7 @@ import pytest
 from augsbert_ray import signals
 from augsbert_ray.config.labeling import LabelingConfig
 from augsbert_ray.labeling import driver
-from augsbert_ray.messages import lines_to
+from augsbert_ray.progress.messages import lines_to
 
 
 def _candidates(n: int) -> pa.Table:

@@ -1,5 +1,6 @@
-"""The package's shape: no import cycles (function-level imports included), and only the
-runtime module starts or connects to Ray."""
+"""The package's shape: no import cycles (function-level imports included), only the runtime
+module starts or connects to Ray, and the layers below the engine (pre-flight checks, data
+loading, the display, the scheduler) import nothing of it."""
 
 from __future__ import annotations
 
@@ -63,6 +64,42 @@ def test_no_import_cycles():
 
 def test_the_cycle_check_finds_a_cycle():
     assert _cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
+
+
+def _imported_by(package: str, graph: dict[str, set[str]]) -> set[str]:
+    """What the modules of ``package`` (a module or a subpackage) import from outside it (``graph``: ``_imports``)."""
+
+    def inside(name: str) -> bool:
+        return name == package or name.startswith(package + ".")
+
+    return {d for name, deps in graph.items() if inside(name) for d in deps if not inside(d)}
+
+
+ENGINE = ("augsbert_ray.runner", "augsbert_ray.pipeline", "augsbert_ray.scheduler", "augsbert_ray.context",
+          "augsbert_ray.workers", "augsbert_ray.stages", "augsbert_ray.labeling", "augsbert_ray.training",
+          "augsbert_ray.candidates", "augsbert_ray.api", "augsbert_ray.cli")
+
+
+def _engine(names: set[str]) -> list[str]:
+    return sorted(n for n in names if any(n == e or n.startswith(e + ".") for e in ENGINE))
+
+
+def test_the_preflight_checks_and_the_data_loading_need_no_engine_and_no_cluster():
+    assert _engine({"augsbert_ray.stages.gold", "augsbert_ray.errors"}) == ["augsbert_ray.stages.gold"]  # it sees one
+    graph = _imports()
+    for package in ("augsbert_ray.preflight", "augsbert_ray.loaders"):
+        deps = _imported_by(package, graph)
+        assert _engine(deps) == [], package
+        # of the runtime, only what a local machine's resources are (no Ray started or joined)
+        runtime = sorted(d for d in deps if d.startswith("augsbert_ray.runtime"))
+        assert runtime in ([], ["augsbert_ray.runtime.resources"]), package
+
+
+def test_the_display_and_the_scheduler_know_nothing_of_the_stages():
+    graph = _imports()
+    assert _engine(_imported_by("augsbert_ray.progress", graph)) == []
+    assert _imported_by("augsbert_ray.scheduler", graph) <= {"augsbert_ray", "augsbert_ray.graph"}
+    assert _imported_by("augsbert_ray.graph", graph) == set()
 
 
 def test_only_the_runtime_starts_ray():

@@ -14,7 +14,7 @@ from augsbert_ray.config import validate_tree
 from augsbert_ray.errors import ConfigError
 from augsbert_ray.metrics import RunMetrics, StageRecord
 from augsbert_ray.progress import JobProgress
-from augsbert_ray.progress_channel import apply_events
+from augsbert_ray.progress.channel import apply_events
 from augsbert_ray.stages.evaluate import EvalResult, TeacherCheckResult
 from augsbert_ray.stages.ship import ShipResult
 from augsbert_ray.stages.training_result import TrainResult
@@ -172,7 +172,7 @@ def test_a_failed_job_ends_its_run_failed_and_none_records_nothing(tmp_path):
 def test_a_missing_tracking_module_is_a_preflight_error_naming_the_extra(tmp_path, monkeypatch, backend, module):
     import importlib.util
 
-    from augsbert_ray.tracking_checks import check_tracking
+    from augsbert_ray.preflight.tracking_checks import check_tracking
 
     cfg = _job(tmp_path, backend)
     check_tracking(cfg)  # installed here
@@ -183,7 +183,7 @@ def test_a_missing_tracking_module_is_a_preflight_error_naming_the_extra(tmp_pat
 
 
 def test_worker_points_travel_beside_the_lines_and_only_from_a_display(tmp_path):
-    from augsbert_ray.progress_channel import ProgressHandle
+    from augsbert_ray.progress.channel import ProgressHandle
     from augsbert_ray.training.ray_trainer import _worker_lines
 
     class Recorder:

@@ -141,7 +141,7 @@ def measure(pool: list[str], pairs: int, block_size: int, actors: int, cluster_c
     from augsbert_ray.config import LabelingConfig
     from augsbert_ray.labeling import LabelingReport, ScorerSpec, ShardStore, actor_cpus
     from augsbert_ray.labeling.driver import label_file
-    from augsbert_ray.messages import lines_to
+    from augsbert_ray.progress.messages import lines_to
 
     cfg = LabelingConfig(actors=actors, block_size=block_size, tokenize_stage="actor", executor="pool")
     clock, report = PhaseClock(log), LabelingReport()

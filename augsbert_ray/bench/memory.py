@@ -79,6 +79,10 @@ class MemorySampler:
     summed; ``timeline``: that sum per kind about once a second (``[seconds, {role: bytes}]``),
     to see which process grows and when.
 
+    ``process_peaks``: per process title (what a Ray worker runs now: ``ray::MapBatches(fn)``,
+    ``ray::_in_task``; the driver as "driver"), the peak PSS and anonymous PSS of one process
+    with that title: the largest single process, where ``role_peaks`` sums them.
+
     ``stage`` names what runs now; ``stage_peaks`` keeps the peaks of each stage.
 
     Example::
@@ -102,6 +106,7 @@ class MemorySampler:
         self.peak_total_shmem = 0
         self.stage_peaks: dict[str, dict[str, int]] = {}
         self.role_peaks: dict[str, int] = {}
+        self.process_peaks: dict[str, list[int]] = {}
         self.timeline: list[tuple[float, dict[str, int]]] = []
         self._t0 = None
         self._next_point = 0.0
@@ -129,8 +134,12 @@ class MemorySampler:
 
     def _by_role(self, pids: list[int], parts: list[tuple[int, int, int]]) -> None:
         roles = dict.fromkeys(ROLES, 0)
-        for pid, (_, anon, _) in zip(pids, parts):
-            roles[ROLES[0] if pid == self.me.pid else process_role(_title(pid))] += anon * 1024
+        for pid, (pss, anon, _) in zip(pids, parts):
+            title = "driver" if pid == self.me.pid else _title(pid)
+            roles[ROLES[0] if pid == self.me.pid else process_role(title)] += anon * 1024
+            # a worker's title is its task's name: the arguments after it say nothing more
+            peak = self.process_peaks.setdefault(title.split(" ")[0][:80] or "?", [0, 0])
+            peak[0], peak[1] = max(peak[0], pss * 1024), max(peak[1], anon * 1024)
         for role, value in roles.items():
             self.role_peaks[role] = max(self.role_peaks.get(role, 0), value)
         now = time.monotonic()

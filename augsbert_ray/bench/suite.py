@@ -20,7 +20,7 @@ from pathlib import Path
 
 from augsbert_ray.bench import hardware, render
 from augsbert_ray.bench.records import BenchReport, PartResult
-from augsbert_ray.ray_logs import describe_error
+from augsbert_ray.progress.ray_logs import describe_error
 
 PARTS = ("labelling", "bm25", "semantic", "training", "control-plane")
 TITLES = {"labelling": "Labelling: the Ray pipeline against CrossEncoder.predict",
@@ -147,7 +147,7 @@ def run_bench(out: str | Path = "bench", *, quick: bool = False, model: str = "e
     from augsbert_ray.cluster_address import check, choose
     from augsbert_ray.errors import ConfigError
     from augsbert_ray.models import check_cross_encoder
-    from augsbert_ray.optional_modules import bench_needs, require
+    from augsbert_ray.preflight.optional_modules import bench_needs, require
     from augsbert_ray.run_lock import RunLock
 
     parts = check_bench(out, quick, model, parts, address, data_dir, verbose, log, command)
@@ -208,7 +208,7 @@ def check_output(out: Path) -> None:
 def _run_bench(out: Path, quick: bool, model: str, parts, address, data_dir, verbose: bool, log,
                command: str | None) -> BenchReport:
     from augsbert_ray.bench import data
-    from augsbert_ray.ray_logs import RayOutput
+    from augsbert_ray.progress.ray_logs import RayOutput
     from augsbert_ray.runtime import start_ray, stop_ray
 
     sink = [log or (lambda line: print(line, file=sys.stderr, flush=True))]
@@ -262,7 +262,7 @@ def _run_parts(bench: Bench, cluster, parts, model: str, where: Path, quick: boo
     work = Path(tempfile.mkdtemp(prefix="augsbert-bench-"))
 
     def labelling(result: PartResult) -> None:
-        from augsbert_ray.bench import labelling as part
+        from augsbert_ray.bench import labeling as part
         from augsbert_ray.bench.model_dirs import saved_cross_encoder
 
         result.notes.append(f"Cross-encoder `{model}` saved once in fp32 and loaded by both; {source}.")

@@ -44,8 +44,10 @@ def _index_schema():
     return builder.build()
 
 
-def build_index(sentences: pa.Table, index_dir: Path, heap_bytes: int = 200_000_000) -> Path:
-    """Indexes ``sentences`` (SENTENCE_SCHEMA) into a fresh Tantivy index at ``index_dir``."""
+def build_index(sentences, index_dir: Path, heap_bytes: int = 200_000_000) -> Path:
+    """Indexes ``sentences`` (a SENTENCE_SCHEMA table, or such tables one after another, read as
+    they come) into a fresh Tantivy index at ``index_dir``. The same sentences in the same order
+    give the same index, however they are cut into tables."""
     import tantivy
 
     index_dir = Path(index_dir)
@@ -54,9 +56,10 @@ def build_index(sentences: pa.Table, index_dir: Path, heap_bytes: int = 200_000_
     index_dir.mkdir(parents=True)
     index = tantivy.Index(_index_schema(), path=str(index_dir))
     writer = index.writer(heap_size=heap_bytes, num_threads=1)
-    ids = sentences.column(schema.SENTENCE_ID).to_pylist()
-    for sid, text in zip(ids, sentences.column(schema.TEXT).to_pylist()):
-        writer.add_document(tantivy.Document(**{ID_FIELD: sid, TEXT_FIELD: text}))
+    for table in [sentences] if isinstance(sentences, pa.Table) else sentences:
+        ids = table.column(schema.SENTENCE_ID).to_pylist()
+        for sid, text in zip(ids, table.column(schema.TEXT).to_pylist()):
+            writer.add_document(tantivy.Document(**{ID_FIELD: sid, TEXT_FIELD: text}))
     writer.commit()
     writer.wait_merging_threads()
     return index_dir

@@ -10,7 +10,10 @@ each in a worker process that ends with the task (``max_calls=1``). The tasks wr
 memory does not grow with the corpus. The work is the same code either way, so the outputs
 are too.
 
-Not with Ray Client, whose driver (and run directory) is on no node of the cluster.
+Not with Ray Client, whose driver (and run directory) is on no node of the cluster. A text
+corpus sampled with random pairs or BM25 takes the sharded path instead (``corpus_shards``,
+``sharded``), where no process holds the corpus; this one remains for the other formats and
+strategies, and for a cluster of several nodes whose run directory is a storage URI.
 """
 
 from __future__ import annotations
@@ -40,7 +43,7 @@ def wanted(files: list[tuple]) -> bool:
 def _in_task(fn, prefix: str, quiet: bool, args: tuple):
     """Runs in the task's worker: ``fn(*args)`` with the engine's lines printed (Ray forwards them
     to the driver, which shows them as its own) and Ray Data as quiet as on the driver."""
-    from augsbert_ray.messages import lines_to, prefixed
+    from augsbert_ray.progress.messages import lines_to, prefixed
 
     if quiet:
         from augsbert_ray.runtime.output import _quiet_ray_data
@@ -60,7 +63,7 @@ def run(fn, *args):
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
     from augsbert_ray.errors import AugSBERTError
-    from augsbert_ray.messages import current_prefix
+    from augsbert_ray.progress.messages import current_prefix
     from augsbert_ray.runtime import state
 
     node = ray.get_runtime_context().get_node_id()

@@ -46,6 +46,25 @@ def gold_pair_keys(gold: pa.Table, sentences: pa.Table) -> np.ndarray:
     return np.unique(pair_keys(arr[:, 0], arr[:, 1], sentences.num_rows))
 
 
+def unique_pairs(query_ids: np.ndarray, hit_ids: np.ndarray, scores: np.ndarray, n: int,
+                 gold_keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``finalize_candidates``' rules on raw triples: the sorted keys of the pairs kept (no
+    self-pair, no gold pair, each pair once) and each one's highest score."""
+    q = np.asarray(query_ids, dtype=np.int64)
+    h = np.asarray(hit_ids, dtype=np.int64)
+    s = np.asarray(scores, dtype=np.float32)
+    keep = q != h
+    q, h, s = q[keep], h[keep], s[keep]
+    keys = pair_keys(q, h, n)
+    keep = ~np.isin(keys, gold_keys)
+    keys, s = keys[keep], s[keep]
+    order = np.lexsort((-s, keys))  # by key, best score first within a key
+    keys, s = keys[order], s[order]
+    first = np.ones(len(keys), dtype=bool)
+    first[1:] = keys[1:] != keys[:-1]
+    return keys[first], s[first]
+
+
 def finalize_candidates(
     query_ids: np.ndarray,
     hit_ids: np.ndarray,
@@ -64,19 +83,7 @@ def finalize_candidates(
         texts as dictionary columns over ``sentences``.
     """
     n = sentences.num_rows
-    q = np.asarray(query_ids, dtype=np.int64)
-    h = np.asarray(hit_ids, dtype=np.int64)
-    s = np.asarray(scores, dtype=np.float32)
-    keep = q != h
-    q, h, s = q[keep], h[keep], s[keep]
-    keys = pair_keys(q, h, n)
-    keep = ~np.isin(keys, gold_keys)
-    keys, s = keys[keep], s[keep]
-    order = np.lexsort((-s, keys))  # by key, best score first within a key
-    keys, s = keys[order], s[order]
-    first = np.ones(len(keys), dtype=bool)
-    first[1:] = keys[1:] != keys[:-1]
-    keys, s = keys[first], s[first]
+    keys, s = unique_pairs(query_ids, hit_ids, scores, n, gold_keys)
     id1, id2 = pa.array(keys // n, pa.int64()), pa.array(keys % n, pa.int64())
     # The texts are dictionary columns over the sentence table: their indices are the id
     # columns themselves, so a million candidates hold no copy of their sentences until a

@@ -28,7 +28,7 @@ from augsbert_ray.errors import DiskFullError, LabelingError
 from augsbert_ray.labeling.pool import FileSource, release_failed_pool, run_pool
 from augsbert_ray.labeling.shards import SHARD, ShardStore, file_shards, keys_digest, pairs_digest, table_shards
 from augsbert_ray.labeling.spool import ShardSpool, SpoolSource
-from augsbert_ray.ray_logs import describe_error
+from augsbert_ray.progress.ray_logs import describe_error
 
 log = logging.getLogger(__name__)
 

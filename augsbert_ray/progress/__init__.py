@@ -6,8 +6,11 @@
 - ``eta``: the stages' state and the job's ETA, pure
 - ``render``: the bars (rich)
 - ``joblog``: the dated job log (``<run dir>/logs/job.log``)
+- ``channel``: progress from Ray workers to the display (a sink actor, a picklable handle)
+- ``messages``: the engine's lines as Python logging under the ``augsbert_ray`` logger
+- ``ray_logs``: Ray's own output into ``<run dir>/logs/ray.log``, the events that matter translated
 
-Workers in other processes report through ``progress_channel`` (a Ray actor); in the
+Workers in other processes report through ``channel`` (a Ray actor); in the
 driver, code reports to a stage directly, e.g. ``progress.stage("silver").advance(512)``.
 
 Example::
@@ -22,7 +25,12 @@ Example::
         p.message("[silver] 3 of 10 shards labelled by an earlier run")
 """
 
-from augsbert_ray.progress.display import DisplayHandler, JobProgress, StageProgress
+from augsbert_ray.progress.display import (
+    DisplayHandler,
+    JobProgress,
+    StageProgress,
+    log_event,
+)
 from augsbert_ray.progress.eta import format_duration
 
-__all__ = ["DisplayHandler", "JobProgress", "StageProgress", "format_duration"]
+__all__ = ["DisplayHandler", "JobProgress", "StageProgress", "format_duration", "log_event"]

@@ -22,12 +22,13 @@ import traceback
 from pathlib import Path
 from typing import Callable, TextIO
 
-from augsbert_ray.messages import EngineFormatter
+from augsbert_ray.progress.messages import EngineFormatter
 from augsbert_ray.progress.eta import (DONE, FAILED, PENDING, REUSED, RUNNING, SKIPPED, JobModel, StageState,
                                        basis_text, eta_text, format_count, format_duration, format_rate)
 from augsbert_ray.progress.joblog import JobLog
 
-__all__ = ["DisplayHandler", "JobProgress", "StageProgress"]
+__all__ = ["DisplayHandler", "JobProgress", "StageProgress", "log_event"]
+_log = logging.getLogger("augsbert_ray.runner")  # the lines keep the logger they always had
 
 REUSED_NOTE = "skipped: complete in an earlier run"
 
@@ -36,7 +37,7 @@ class StageProgress:
     """What code doing one stage's work reports to: ``advance``, ``set_total``, ``update``, ``message``.
 
     Bound to a stage of a ``JobProgress`` (``JobProgress.stage(name)``) or of a
-    ``progress_channel.ProgressHandle`` (``handle.stage(name)``, picklable, for Ray workers).
+    ``channel.ProgressHandle`` (``handle.stage(name)``, picklable, for Ray workers).
     Modules take an optional ``progress: StageProgress | None`` and skip reporting when None.
     """
 
@@ -240,6 +241,13 @@ class JobProgress:
                 self._line(f"{self._label(s)} done in {format_duration(s.seconds)}" + (f" ({note})" if note else ""))
         self._emit()
 
+    def on_event(self, event) -> None:
+        """A stage's start or end (``scheduler.Event``, as the runner emits them) shown."""
+        if event.kind == "start":
+            self.start_stage(event.name)
+        elif event.error is None:
+            self.finish_stage(event.name, event.seconds, reused=event.reused, one_off_s=event.one_off_s)
+
     def set_graph(self, deps: dict[str, tuple[str, ...]]) -> None:
         """Which stages follow which (``graph.dependencies``): independent stages run at once, so
         the job's ETA is the longest chain of what is left, not the sum. Without it, stages
@@ -360,6 +368,18 @@ class JobProgress:
             self._live.console.width = os.get_terminal_size(self.stream.fileno()).columns
         except (AttributeError, OSError, ValueError):
             pass
+
+
+def log_event(event) -> None:
+    """A stage's start or end (``scheduler.Event``) as a log line, where a job has no display."""
+    if event.kind == "start":
+        _log.info(f"[{event.name}] started")
+    elif event.error is not None:
+        return
+    elif event.reused:
+        _log.info(f"[{event.name}] complete in an earlier run; skipped")
+    else:
+        _log.info(f"[{event.name}] done in {event.seconds:.1f}s")
 
 
 class DisplayHandler(logging.Handler):

@@ -11,6 +11,8 @@ the job's config:
 
 Every source writes ``sentences.parquet`` (``schema.SENTENCE_SCHEMA``) and
 ``candidates.parquet`` (``schema.CANDIDATE_SCHEMA``, ``id1 < id2``, no self-pairs, no repeats).
+A large text corpus sampled on shards (``candidates.sharded``) also leaves them as parts, in
+order: ``sentences.parts/`` and ``candidates.parts/``.
 """
 
 from __future__ import annotations
@@ -208,12 +210,14 @@ def _corpus_declare(cfg) -> Declaration:
 
 
 def _corpus_run(inputs, params: CandidatesParams, env) -> CandidatesResult:
-    from augsbert_ray.candidates import off_driver
+    from augsbert_ray.candidates import off_driver, sharded
     from augsbert_ray.loaders.corpus import list_files, read_corpus
 
     files = list_files(params.corpus.path)
     embedder = inputs.path("embedder") if "embedder" in inputs else None
-    if off_driver.wanted(files):
+    if off_driver.wanted(files) and sharded.wanted(params.corpus, params.sampling.strategy) and _shared_folder(env):
+        counts, n, candidates, where = _corpus_sharded(files, params, env, embedder)
+    elif off_driver.wanted(files):
         counts, n, candidates, where = _corpus_off_driver(files, params, env, embedder)
     else:
         corpus = read_corpus(params.corpus, seed=params.seed, files=files)
@@ -242,6 +246,40 @@ def _corpus_off_driver(files, params: CandidatesParams, env, embedder) -> tuple[
     ctx = _context(None, np.empty(0, np.int64), params, env, embedder, hosts=None)
     candidates, sample_pid = off_driver.run(off_driver.sample_to_file, ctx, str(env.out))
     return counts, n, candidates, f" (read and sampled in worker processes, pids {read_pid} and {sample_pid})"
+
+
+def _shared_folder(env) -> bool:
+    """Whether Ray tasks on every node read and write the stage's folder: one node, or a run directory
+    on a mounted file system (the cluster's must be shared). A storage URI is staged on the driver's
+    disk, so a cluster of several nodes keeps the single-task path there."""
+    from augsbert_ray.rundir import is_uri
+
+    storage = getattr(env, "storage", None)
+    return env.cluster.nodes <= 1 or storage is None or not is_uri(storage)
+
+
+def _corpus_sharded(files, params: CandidatesParams, env, embedder) -> tuple[dict, int, int, str]:
+    """A large corpus deduplicated into sentence parts and sampled over them in Ray Data tasks
+    (``candidates.corpus_shards``, ``candidates.sharded``): its line counts, sentences, candidate
+    pairs, and how (for the log line)."""
+    import pyarrow.parquet as pq
+
+    from augsbert_ray.candidates import off_driver
+    from augsbert_ray.candidates.corpus_shards import shard_corpus
+    from augsbert_ray.candidates.sharded import concat_parts, sample_parts
+
+    parts = shard_corpus(params.corpus, files, env.out, seed=params.seed)
+    off_driver.run(concat_parts, [str(p) for p in parts.parts], str(env.out / "sentences.parquet"),
+                   schema.SENTENCE_SCHEMA)
+    how = f" (deduplicated and sampled on {len(parts.parts)} sentence parts)"
+    if _on_hosts(params, parts.sentences, env) is not None:  # few distinct sentences: small enough to pass
+        from augsbert_ray.rundir import write_table
+
+        table = _sample(pq.read_table(env.out / "sentences.parquet"), np.empty(0, np.int64), params, env, embedder)
+        write_table(env.out / "candidates.parquet", table, schema.CANDIDATE_SCHEMA)
+        return parts.counts, parts.sentences, table.num_rows, " (deduplicated on sentence parts)"
+    ctx = _context(None, np.empty(0, np.int64), params, env, embedder, hosts=None)
+    return parts.counts, parts.sentences, sample_parts(ctx, parts, env.out), how
 
 
 # source name -> (declare(cfg), run(inputs, params, env))

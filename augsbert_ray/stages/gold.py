@@ -20,6 +20,7 @@ from pydantic import BaseModel
 
 from augsbert_ray import schema
 from augsbert_ray.config import DataConfig, TargetConfig
+from augsbert_ray.loaders.job_inputs import SPLITS
 from augsbert_ray.rundir import table_fingerprint
 from augsbert_ray.stages.base import Declaration, ScoreRow, Stage, StageParams, StageResult, SummaryContext
 
@@ -27,74 +28,11 @@ log = logging.getLogger(__name__)
 
 Scores = dict[str, dict[str, Any]]  # split -> metric -> value
 
-SPLITS = ("train", "dev", "test")
-
-
-def carve_dev(train: pa.Table, fraction: float, seed: int) -> tuple[pa.Table, pa.Table]:
-    """Splits a seeded random ``fraction`` of the training pairs off as dev (both keep file order)."""
-    from augsbert_ray.preflight import carve_dev_rows
-
-    dev_rows = carve_dev_rows(train.num_rows, fraction, seed)
-    dev = train.filter(pa.array(dev_rows))
-    dev = dev.set_column(dev.schema.get_field_index(schema.SPLIT), schema.SPLIT, pa.array(["dev"] * dev.num_rows))
-    return train.filter(pa.array(~dev_rows)), dev
-
 
 def content_fp(path) -> str:
     """A pair table's content fingerprint, without where its rows were read from."""
     table = pq.read_table(path)
     return table_fingerprint(table.drop_columns([c for c in (schema.SOURCE,) if c in table.column_names]))
-
-
-def read_gold(data, task: str, kde_labels: bool = False) -> tuple[dict[str, pa.Table], dict, list[dict]]:
-    """Loads a job's gold pairs: every split checked and scaled, dev carved, splits subsampled,
-    and the splits the job will use checked for size (``preflight.require_pairs``).
-
-    Args:
-        data: the job's ``data`` settings (``config.DataConfig``).
-        task: ``regression`` or ``binary`` (binary labels must be 0 or 1).
-        kde_labels: the job's sampling fits a density to the training labels (KDE).
-
-    Returns:
-        the splits (``schema.PAIR_SCHEMA`` tables), counts for the report, and the skipped rows.
-
-    Raises:
-        DataError: a malformed row (``on_bad_rows: error``), an unreadable source, or a split
-            too small for the steps that need it.
-    """
-    from augsbert_ray.preflight import carved_dev_size, load_gold_sources, require_pairs
-
-    loaded = load_gold_sources(data, task)
-    gold = require_pairs(data, task, loaded, kde_labels=kde_labels)
-    skipped, filtered = [], {}
-    for split, res in loaded.items():
-        if getattr(data, split).genres is not None:
-            filtered[split] = res.filtered
-            log.info(f"[gold] {split}: kept genres {', '.join(getattr(data, split).genres)} ({res.table.num_rows} "
-                     f"pairs); {res.filtered} pairs of other genres left out")
-        skipped += [dict(split=split, **vars(s)) for s in res.skipped]
-    carved = None
-    if data.dev is None:
-        n = loaded["train"].table.num_rows
-        carved = (f"{carved_dev_size(n, data.dev_fraction)} of {n} training pairs "
-                  f"(fraction {data.dev_fraction}, seed {data.subsample_seed}), removed from train")
-        log.info(f"[gold] dev split carved from train: {carved}")
-    info = {
-        **{s: gold[s].num_rows for s in SPLITS},
-        "rows_read": {split: res.rows_read for split, res in loaded.items()},
-        "skipped_rows": len(skipped),
-        "subsample": dict(data.subsample),
-        "dev_carved": carved,
-        **({"other_genres_left_out": filtered} if filtered else {}),
-    }
-    return gold, info, skipped
-
-
-def load_gold(cfg) -> dict[str, pa.Table]:
-    """A job's gold splits (train, dev, test), as its gold stage loads them."""
-    from augsbert_ray.preflight import kde_needs_labels
-
-    return read_gold(cfg.data, cfg.task, kde_needs_labels(cfg))[0]
 
 
 def baselines(task: str, train: pa.Table, evals: dict[str, pa.Table], target_task: str | None = None) -> dict:
@@ -161,13 +99,20 @@ class Gold(Stage):
     publishes = {f"{s}.parquet": f"gold/{s}.parquet" for s in SPLITS} | {"skipped_rows.jsonl": "gold/skipped_rows.jsonl"}
 
     def declare(self, cfg) -> Declaration:
-        from augsbert_ray.preflight import kde_needs_labels
+        from augsbert_ray.loaders.job_inputs import kde_needs_labels
 
         return Declaration(GoldParams(data=cfg.data, task=cfg.task, kde_labels=kde_needs_labels(cfg)),
                            outputs=("train.parquet", "dev.parquet", "test.parquet", "skipped_rows.jsonl"))
 
     def run(self, inputs, params: GoldParams, env) -> GoldResult:
-        gold, info, skipped = read_gold(params.data, params.task, params.kde_labels)
+        from augsbert_ray.loaders.job_inputs import read_gold
+
+        # read by the job's pre-flight checks, when they read it under these settings
+        handed = env.ctx.inputs.gold_for(params.data, params.task, params.kde_labels) if env.ctx.inputs else None
+        read = handed or read_gold(params.data, params.task, params.kde_labels)
+        gold, info, skipped = read.tables, read.info, read.skipped
+        for line in read.notes:
+            log.info(line)
         for split in SPLITS:
             pq.write_table(gold[split], env.out / f"{split}.parquet")
         (env.out / "skipped_rows.jsonl").write_text("".join(json.dumps(s) + "\n" for s in skipped), encoding="utf-8")
@@ -266,11 +211,11 @@ class TargetSets(Stage):
                            outputs=tuple(f"{n}.parquet" for n in names))
 
     def run(self, inputs, params: TargetParams, env) -> TargetResult:
-        from augsbert_ray.preflight import load_target_sources, require_target
+        from augsbert_ray.loaders.job_inputs import read_target
 
         t, mode, target_task = params.target, params.on_bad_rows, params.task
-        loaded = load_target_sources(t, target_task, mode)
-        require_target(t, target_task, loaded, mode)
+        handed = env.ctx.inputs.target_for(t, target_task, mode) if env.ctx.inputs else None
+        loaded = handed or read_target(t, target_task, mode)
         counts = {}
         for name, res in loaded.items():
             if res.skipped:

@@ -8,6 +8,11 @@
   mode: one worker on the driver's machine whose process and imports are already there
   (``training.warm_fit``), with the same checkpoints and restarts.
 
+How the pairs reach the workers is the same for both (``training.ingest``): a table of at
+most ``stream_above_rows`` rows whole through the object store, anything larger (and files or
+a Ray Data dataset) staged beside the run, each worker reading its own batches' rows from it
+(the warm host in-process, through the same reader).
+
 Both run the same training function on the same config and return a ``Trained``; what
 happens around them (errors recorded by a worker, exporting the model) is the caller's and
 is the same for both. ``choose_executor`` is the rule, as a function of its inputs; the job's
@@ -20,6 +25,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable, Protocol
 
+from augsbert_ray.training.ingest import STREAM_ABOVE_ROWS
 from augsbert_ray.workers import HostPool, Placement, training_on_host
 
 
@@ -43,6 +49,7 @@ class Executor(Protocol):
     """
 
     name: str
+    stream_above_rows: int  # a larger table is staged and streamed (training.ingest)
 
     def fit(self, train_fn: Callable[[dict], None], config: dict, resources, storage: str, run: str,
             what: str) -> Trained: ...
@@ -51,7 +58,8 @@ class Executor(Protocol):
 # Ray Train's default helpers that a run of ours does not need (by class name: an internal API
 # that may change; a name that no longer matches only keeps that helper, as before):
 # - the datasets callback starts a DatasetManager actor for each run, and our runs pass Ray Train
-#   no datasets (the pairs travel in the object store);
+#   no datasets (the pairs travel in the object store, or are read from a staged file:
+#   training.ingest says why not through get_dataset_shard);
 # - the placement-group cleaner is a detached actor that removes the run's placement group if
 #   its controller dies without cleaning up. On a cluster of one node, the driver's (a local
 #   Ray, or a single-machine cluster), the job's placement groups go with the job, which such a
@@ -84,6 +92,7 @@ class WorkerGroup:
     """Ray Train's worker group (see the module)."""
 
     name = "worker group"
+    stream_above_rows: int = STREAM_ABOVE_ROWS
 
     def fit(self, train_fn, config: dict, resources, storage: str, run: str, what: str) -> Trained:
         from ray.train import CheckpointConfig, FailureConfig, LoggingConfig, RunConfig, ScalingConfig
@@ -119,6 +128,7 @@ class WarmHost:
 
     hosts: HostPool
     name = "warm host"
+    stream_above_rows: int = STREAM_ABOVE_ROWS
 
     def fit(self, train_fn, config: dict, resources, storage: str, run: str, what: str) -> Trained:
         from ray.train import Checkpoint

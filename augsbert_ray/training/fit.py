@@ -12,6 +12,7 @@ from pathlib import Path
 import pyarrow as pa
 
 from augsbert_ray.runtime import per_worker_cpus
+from augsbert_ray.training.ingest import TrainingSet
 
 
 def hparams(encoder, job_seed: int, training, precision: str | None = None) -> dict:
@@ -23,14 +24,16 @@ def hparams(encoder, job_seed: int, training, precision: str | None = None) -> d
             "precision": precision or training.precision, "length_grouping": training.length_grouping}
 
 
-def fit_encoder(kind: str, train: pa.Table, dev: pa.Table | None, *, recipe: dict, hparams: dict, training,
+def fit_encoder(kind: str, train: pa.Table | TrainingSet, dev: pa.Table | None, *, recipe: dict, hparams: dict, training,
                 seed_search, searched: bool, task: str, metric: str, eval_batch_size: int, out: Path,
                 storage: str, cluster, name: str, progress=None, executor=None) -> dict:
     """Fine-tunes one encoder and writes the model to ``out / "model"``.
 
     Args:
         kind: ``bi_encoder`` or ``cross_encoder``.
-        train: training pairs (``sentence1``, ``sentence2``, ``label``).
+        train: training pairs (``sentence1``, ``sentence2``, ``label``): a table, or Parquet
+            files or a Ray Data dataset (``ingest.TrainingSet``), streamed to the workers
+            (``training.ingest``); a seed search reads a ``TrainingSet`` whole.
         dev: the pairs a seed search scores its seeds on (None without a search).
         recipe, hparams: what to train and how (``training.recipes``, ``training.loop.HParams``).
         training: the job's ``training`` settings (workers, GPUs, checkpoints, failures).
@@ -59,6 +62,8 @@ def fit_encoder(kind: str, train: pa.Table, dev: pa.Table | None, *, recipe: dic
                             executor=executor)
     from augsbert_ray.training.seed_search import SearchPlan, seed_search as run_search
 
+    if isinstance(train, TrainingSet):  # Ray Tune's trials take their pairs whole
+        train = train.to_table()
     ss = seed_search
     seeds = ss.seed_list(hparams["seed"])
     gpus = ss.gpus_per_trial if ss.gpus_per_trial is not None else (1 if training.use_gpu else 0)

@@ -11,6 +11,7 @@ import logging
 import math
 import os
 import time
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import Callable
 
@@ -70,15 +71,50 @@ def shard_order(n: int, epoch: int, seed: int, rank: int, world: int) -> np.ndar
 
     The permutation is padded by wrapping around (as torch's DistributedSampler does) so
     every rank takes the same number of steps, which data-parallel training requires.
+
+    It is ``np.random.default_rng([seed, epoch]).permutation(n)``, drawn as 4-byte indices
+    (``Generator.shuffle`` draws the same swaps whatever the dtype), and only this rank's part is
+    kept: a worker holds 4 bytes a row while drawing it, then 4 bytes a row / ``world``.
     """
-    perm = np.random.default_rng([seed, epoch]).permutation(n)
-    per_rank = math.ceil(n / world)
-    perm = np.resize(perm, per_rank * world)  # repeats from the start to pad
-    return perm[rank::world]
+    perm = np.arange(n, dtype=index_dtype(n))
+    np.random.default_rng([seed, epoch]).shuffle(perm)
+    mine = perm[rank::world]
+    last = rank + (math.ceil(n / world) - 1) * world  # the rank's last position in the padded order
+    if last < n:
+        return mine.copy()  # not a view: the whole permutation is freed
+    return np.concatenate([mine, perm[last % n:last % n + 1]])  # padded by repeating from the start
+
+
+def index_dtype(n: int):
+    """The smallest index type for ``n`` rows that ``recipes``' ``batch_rows`` (rows up to 2n) can add to."""
+    return np.int32 if 2 * n < 2**31 else np.int64
+
+
+class EpochBatches(Sequence):
+    """An epoch's batches: batch ``k`` is ``rows[at[k] * size:(at[k] + 1) * size]``, a view made
+    when it is read, so an epoch costs its row indices and one index per batch, not an array
+    object per batch."""
+
+    def __init__(self, rows: np.ndarray, size: int, at: np.ndarray | None = None):
+        self.rows, self.size = rows, size
+        self.at = at
+
+    def __len__(self) -> int:
+        return (len(self.rows) + self.size - 1) // self.size
+
+    def __getitem__(self, k):
+        if isinstance(k, slice):
+            return [self[i] for i in range(*k.indices(len(self)))]
+        if k < 0:
+            k += len(self)
+        if not 0 <= k < len(self):
+            raise IndexError(k)
+        start = (int(self.at[k]) if self.at is not None else k) * self.size
+        return self.rows[start:start + self.size]
 
 
 def length_grouped_batches(order: np.ndarray, lengths: np.ndarray | None, batch: int, group: int,
-                           seed: int, epoch: int) -> list[np.ndarray]:
+                           seed: int, epoch: int) -> EpochBatches:
     """An epoch's batches: ``order`` cut into batches of ``batch`` rows, with rows of similar
     lengths put together when ``group`` > 0.
 
@@ -90,13 +126,14 @@ def length_grouped_batches(order: np.ndarray, lengths: np.ndarray | None, batch:
     at ``group`` 50). The grouping of Hugging Face's ``group_by_length``, made deterministic.
     """
     if group <= 0 or lengths is None:
-        return [order[i:i + batch] for i in range(0, len(order), batch)]
+        return EpochBatches(order, batch)
     chunk = batch * group
-    grouped = np.concatenate([c[np.argsort(lengths[c], kind="stable")]
-                              for c in (order[i:i + chunk] for i in range(0, len(order), chunk))])
-    batches = [grouped[i:i + batch] for i in range(0, len(grouped), batch)]
-    shuffle = np.random.default_rng([seed, epoch, 7]).permutation(len(batches))
-    return [batches[i] for i in shuffle]
+    grouped = np.empty_like(order)
+    for i in range(0, len(order), chunk):
+        c = order[i:i + chunk]
+        grouped[i:i + len(c)] = c[np.argsort(lengths[c], kind="stable")]
+    at = np.random.default_rng([seed, epoch, 7]).permutation(-(-len(grouped) // batch))
+    return EpochBatches(grouped, batch, at)
 
 
 class PairTrainer:
@@ -108,21 +145,28 @@ class PairTrainer:
 
     Args:
         recipe: builds the model and computes the loss of a batch.
-        s1, s2, labels: the training pairs (labels in [0, 1]).
+        s1, s2, labels: the training pairs (labels in [0, 1]), held here and tokenised once;
+            all three None when ``rows`` streams them.
         hp: optimisation hyperparameters; ``hp.seed`` fixes initialisation and data order.
         silver: per pair, whether the teacher labelled it (a student's training set), handed
             to the recipe's loss with each batch; None where the pairs do not say.
         device, rank, world: where this worker runs and its place in data-parallel training.
         wrap: wraps the built model for data parallelism (identity on one worker).
         name: shown in the progress lines (about ten per run, logged to this module's logger).
+        rows: a staged training set's reader (``ingest.PairReader``): each step reads and
+            tokenises its batch's pairs there, and nothing per pair is held but the indices of
+            the epoch's batches and, with length grouping, the token lengths. The batches, and
+            so the weights, are those of the same pairs given as ``s1``, ``s2``, ``labels``.
+        lengths_key: what identifies the recipe's tokenisation, naming ``rows``' cached token
+            lengths (``ingest.PairReader.lengths``).
     """
 
     def __init__(
         self,
         recipe: Recipe,
-        s1: list[str],
-        s2: list[str],
-        labels: np.ndarray,
+        s1: list[str] | None,
+        s2: list[str] | None,
+        labels: np.ndarray | None,
         hp: HParams,
         *,
         silver: np.ndarray | None = None,
@@ -131,14 +175,17 @@ class PairTrainer:
         world: int = 1,
         wrap: Callable[[torch.nn.Module], torch.nn.Module] = lambda m: m,
         name: str = "model",
+        rows=None,
+        lengths_key: dict | None = None,
     ):
-        self.recipe, self.s1, self.s2, self.hp = recipe, s1, s2, hp
-        self.labels = np.asarray(labels, dtype=np.float32)
+        self.recipe, self.s1, self.s2, self.hp, self.rows = recipe, s1, s2, hp, rows
+        self.labels = None if rows is not None else np.asarray(labels, dtype=np.float32)
+        self.n = len(rows) if rows is not None else len(self.labels)
         self.silver = None if silver is None else np.asarray(silver, dtype=bool)
-        if self.silver is not None and len(self.silver) != len(self.labels):
-            raise ValueError(f"{name}: {len(self.silver)} silver flags for {len(self.labels)} pairs")
+        if self.silver is not None and len(self.silver) != self.n:
+            raise ValueError(f"{name}: {len(self.silver)} silver flags for {self.n} pairs")
         self.device, self.rank, self.world, self.name = device, rank, world, name
-        if len(self.labels) == 0:
+        if self.n == 0:
             raise ValueError(f"{name}: no training pairs")
         self.precision = resolve_training_precision(hp.precision, device)
         torch.manual_seed(hp.seed)
@@ -147,12 +194,15 @@ class PairTrainer:
         # The fused AdamW kernel does one pass over the parameters per step instead of several.
         self.optimizer = torch.optim.AdamW(self.module.parameters(), lr=hp.lr, weight_decay=hp.weight_decay, fused=True)
         self.rank_batch = rank_batch_size(hp.batch_size, world)
-        # Every pair tokenised once (the steps then only pad), where the recipe can.
-        self.tokens = recipe.pretokenize(s1, s2) if hasattr(recipe, "pretokenize") else None
+        # Every pair tokenised once (the steps then only pad), where the recipe can and holds them.
+        self.tokens = recipe.pretokenize(s1, s2) if hasattr(recipe, "pretokenize") and rows is None else None
         # Pairs' token lengths, for batches of similar lengths (length_grouped_batches).
-        self.lengths = self._pair_lengths(s1, s2) if hp.length_grouping > 0 else None
-        self._epoch_batches: tuple[int, list] | None = None
-        self.per_epoch = steps_per_epoch(len(self.labels), self.rank_batch, world)
+        self.lengths = None
+        if hp.length_grouping > 0:
+            self.lengths = rows.lengths(recipe, lengths_key or {}, rank) if rows is not None \
+                else self._pair_lengths(s1, s2)
+        self._epoch_batches: tuple[int, EpochBatches] | None = None
+        self.per_epoch = steps_per_epoch(self.n, self.rank_batch, world)
         self.total = self.per_epoch * hp.epochs
         warmup = int(self.total * hp.warmup_ratio)
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(
@@ -203,6 +253,8 @@ class PairTrainer:
 
     def _loss(self, idx: np.ndarray) -> torch.Tensor:
         """The loss of the batch of pairs ``idx`` (pre-tokenised where the recipe can)."""
+        if self.rows is not None:
+            return self._streamed_loss(idx)
         given = to_device({"labels": torch.from_numpy(self.labels[idx]),
                            "silver": None if self.silver is None else torch.from_numpy(self.silver[idx])}, self.device)
         labels, silver = given["labels"], given["silver"]
@@ -212,6 +264,15 @@ class PairTrainer:
                                         silver=silver)
             features = to_device(self.tokens.batch(self.recipe.batch_rows(idx, len(self.labels))), self.device)
             return self.recipe.features_loss(self.module, features, labels, silver=silver)
+
+    def _streamed_loss(self, idx: np.ndarray) -> torch.Tensor:
+        """The loss of the batch ``idx`` read from ``rows`` and tokenised together: the tensors
+        of the same rows pre-tokenised and padded (``batches``), so the same loss."""
+        s1, s2, labels, silver = self.rows.fetch(idx)
+        given = to_device({"labels": torch.from_numpy(labels),
+                           "silver": None if silver is None else torch.from_numpy(silver)}, self.device)
+        with torch.autocast(torch.device(self.device).type, torch.bfloat16, enabled=self.precision == "bf16"):
+            return self.recipe.loss(self.module, s1, s2, given["labels"], silver=given["silver"])
 
     def _read_losses(self) -> None:
         """Moves the losses kept on the device into ``losses`` (one wait for the device).
@@ -236,16 +297,15 @@ class PairTrainer:
         """Each pair's padded length in a batch: from the pre-tokenised rows where there are
         some (the longest of a pair's rows), else from the recipe, which tokenises again."""
         if self.tokens is not None:
-            n = len(self.labels)
-            return self.tokens.lengths[self.recipe.batch_rows(np.arange(n), n)].reshape(-1, n).max(axis=0)
+            return pair_lengths(self.recipe, self.tokens, self.n)
         lengths = getattr(self.recipe, "lengths", None)
         return lengths(s1, s2) if lengths is not None else None
 
-    def _batches(self, epoch: int) -> list[np.ndarray]:
+    def _batches(self, epoch: int) -> EpochBatches:
         """This rank's batches of ``epoch`` (a function of the seed and the epoch alone, so a
         resumed run takes the same batches as one that never stopped)."""
         if self._epoch_batches is None or self._epoch_batches[0] != epoch:
-            order = shard_order(len(self.labels), epoch, self.hp.seed, self.rank, self.world)
+            order = shard_order(self.n, epoch, self.hp.seed, self.rank, self.world)
             self._epoch_batches = (epoch, length_grouped_batches(order, self.lengths, self.rank_batch,
                                                                  self.hp.length_grouping, self.hp.seed, epoch))
         return self._epoch_batches[1]
@@ -255,7 +315,7 @@ class PairTrainer:
         return {
             "precision": self.precision,
             "steps": self.step,
-            "train_pairs": len(self.labels),
+            "train_pairs": self.n,
             "final_loss": float(np.mean(self.losses)) if self.losses else None,
             "seconds": self.seconds,
             "pairs_per_s": self.step * self.rank_batch * self.world / self.seconds if self.seconds else None,
@@ -293,6 +353,12 @@ class PairTrainer:
         torch.set_rng_state(state["torch_rng"].cpu())
         if state["cuda_rng"] and torch.cuda.is_available():
             torch.cuda.set_rng_state_all([s.cpu() for s in state["cuda_rng"]])
+
+
+def pair_lengths(recipe: Recipe, tokens, n: int) -> np.ndarray:
+    """The padded length in a batch of each of ``n`` pairs pre-tokenised as ``tokens``
+    (``recipe.pretokenize``): the longest of the rows that hold the pair."""
+    return tokens.lengths[recipe.batch_rows(np.arange(n), n)].reshape(-1, n).max(axis=0)
 
 
 def train_pairs(recipe: Recipe, s1: list[str], s2: list[str], labels: np.ndarray, hp: HParams,

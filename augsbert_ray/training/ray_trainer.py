@@ -3,8 +3,10 @@
 Where it runs, a Ray Train worker group or one of the job's warm hosts, is the caller's
 declared choice (``training.executors``); everything else here is the same for both.
 
-The training pairs travel through Ray's object store (not a shared disk), and the
-trained model comes back as a Ray Train checkpoint under the run directory's storage.
+A small training set travels through Ray's object store; a large one, or one given as files
+or a Ray Data dataset, is staged beside the run in its storage and each worker reads only its
+own batches' rows (``training.ingest``). The trained model comes back as a Ray Train
+checkpoint under the run directory's storage.
 
 Failures come in two kinds. A transient fault (a worker process killed, a node lost) is
 what Ray Train's restarts are for: the worker group restarts from the latest checkpoint,
@@ -43,8 +45,9 @@ import pyarrow as pa
 
 from augsbert_ray import schema
 from augsbert_ray.errors import AugSBERTError, TrainingError, is_disk_full, writing
-from augsbert_ray.messages import handled_by, lines_to
+from augsbert_ray.progress.messages import handled_by, lines_to
 from augsbert_ray.training.executors import Executor, WorkerGroup
+from augsbert_ray.training.ingest import TrainingSet, feed
 
 log = logging.getLogger(__name__)
 
@@ -216,7 +219,6 @@ def _train(config: dict) -> None:
     ctx = ray.train.get_context()
     rank, world = ctx.get_world_rank(), ctx.get_world_size()
     torch.set_num_threads(max(1, int(config["threads"])))
-    table: pa.Table = ray.get(config["data"])
     recipe = make_recipe(config["kind"], **config["recipe"])
     from augsbert_ray.devices import usable
 
@@ -233,10 +235,19 @@ def _train(config: dict) -> None:
 
     # Rank 0 reports its steps to the job's display when it has one (its lines: _worker_lines).
     progress = config.get("progress") if rank == 0 else None
+    data = config["data"]
+    if "staged" in data:  # read batch by batch (training.ingest)
+        from augsbert_ray.training.ingest import PairReader
+
+        reader = PairReader(data["staged"])
+        pairs, given = (None, None, None), {"rows": reader, "lengths_key": {"kind": config["kind"], **config["recipe"]}}
+    else:
+        table: pa.Table = ray.get(data["table"])
+        pairs, given = schema.pair_lists(table), {"silver": schema.silver_flags(table)}
+
     def new_trainer() -> PairTrainer:
-        return PairTrainer(recipe, *schema.pair_lists(table), HParams(**config["hparams"]),
-                           silver=schema.silver_flags(table), device=str(device), rank=rank, world=world,
-                           wrap=wrap, name=config["name"])
+        return PairTrainer(recipe, *pairs, HParams(**config["hparams"]), device=str(device), rank=rank,
+                           world=world, wrap=wrap, name=config["name"], **given)
 
     trainer = new_trainer()
     checkpoint = ray.train.get_checkpoint()
@@ -252,8 +263,7 @@ def _train(config: dict) -> None:
     every = max(1, round(config["checkpoint_every"] * trainer.total)) if config["checkpoint_every"] else trainer.total
     min_gap = float(config.get("checkpoint_min_seconds") or 0)
     last_saved = time.monotonic()
-    fault = config.get("fault")
-    after_step = _chain(fault(rank) if fault is not None else None, _step_reporter(progress, trainer))
+    after_step = _step_reporter(progress, trainer)
     reported = False
     while trainer.step < trainer.total:
         trainer.run(until=min(trainer.total, (trainer.step // every + 1) * every), after_step=after_step)
@@ -336,15 +346,6 @@ def _step_reporter(progress, trainer):
     return lambda step: progress.update(step)
 
 
-def _chain(*hooks):
-    hooks = [h for h in hooks if h is not None]
-    if not hooks:
-        return None
-    if len(hooks) == 1:
-        return hooks[0]
-    return lambda step: [h(step) for h in hooks]
-
-
 def _storage(location) -> str:
     """Ray Train's storage: a URI (s3://...) as is, a local path made absolute."""
     from augsbert_ray.rundir import is_uri
@@ -418,14 +419,13 @@ def _failure_summary(error: BaseException) -> str:
 
 def train_on_ray(
     kind: str,
-    pairs: pa.Table,
+    pairs: pa.Table | TrainingSet,
     recipe: dict,
     hparams: dict,
     resources: WorkerResources,
     storage_dir: Path,
     out_dir: Path,
     name: str,
-    fault: dict | None = None,
     progress=None,
     executor: Executor | None = None,
 ) -> dict:
@@ -433,7 +433,10 @@ def train_on_ray(
 
     Args:
         kind: ``bi_encoder`` or ``cross_encoder`` (see ``recipes.RECIPES``).
-        pairs: training pairs with ``sentence1``, ``sentence2`` and ``label`` columns.
+        pairs: training pairs with ``sentence1``, ``sentence2`` and ``label`` columns (and
+            ``schema.IS_SILVER`` for a student): a table, or files or a Ray Data dataset
+            (``ingest.TrainingSet``). The executor says from what size a table is streamed
+            (``stream_above_rows``); a ``TrainingSet`` always is (``training.ingest``).
         recipe: keyword arguments of the recipe (model, max_length, ...).
         hparams: ``loop.HParams`` fields.
         resources: workers, GPUs and CPUs per worker.
@@ -442,8 +445,6 @@ def train_on_ray(
             distinct training needs its own (the job gives every stage fingerprint its own folder).
         out_dir: where the final model is written, loadable by sentence-transformers.
         name: the model's name, shown in progress.
-        fault: fault injection for the chaos tests (``augsbert_ray.testing``): called in each
-            worker with its rank, it returns a hook run after every step, or None.
         progress: a ``StageProgress`` bound to the job's display through a picklable
             ``progress_channel.ProgressHandle`` (None: rank 0 prints its progress lines).
             Rank 0 reports the total steps and each step, and its progress lines as messages.
@@ -457,7 +458,6 @@ def train_on_ray(
         TrainingError: a permanent error in the training loop (``permanent=True``, not
             retried), or the restarts exhausted by transient faults.
     """
-    import ray
     from ray.train import TrainingFailedError
 
     from augsbert_ray.runtime import require_resources
@@ -470,20 +470,19 @@ def train_on_ray(
     storage = _storage(storage_dir)
     marker = f"{storage.rstrip('/')}/{run}.fatal.json"
     _remove_marker(marker)  # an earlier attempt's error is not this one's
+    executor = executor or WorkerGroup()
     loop_config = {
         "kind": kind,
         "name": name,
         "recipe": recipe,
         "hparams": hparams,
         "threads": resources.cpus_per_worker,
-        "data": ray.put(pairs.select(schema.training_columns(pairs))),
+        "data": feed(pairs, f"{storage.rstrip('/')}/{run}-pairs", executor.stream_above_rows),
         "checkpoint_every": resources.checkpoint_every,
         "checkpoint_min_seconds": resources.checkpoint_min_seconds,
-        "fault": fault,
         "fatal_marker": marker,
         "progress": progress,
     }
-    executor = executor or WorkerGroup()
     try:
         trained = executor.fit(_train_loop_per_worker, loop_config, resources, storage, run,
                                what=f"training {name} (training.cpus_per_worker, training.use_gpu)")

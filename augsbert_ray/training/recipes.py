@@ -129,7 +129,9 @@ class BiEncoderRecipe:
         texts = list(s1) + list(s2)
         tok = self._st.tokenizer
         step = PRETOKENIZE_CHUNK
-        chunks = [st_features(self._st, texts[i:i + step]) for i in range(0, len(texts), step)]
+        # dict(): the tensors alone, without the tokenizer's per-row Encoding objects, which held
+        # 4.5 KB a sentence (889 against 132 MiB for 200,000 short sentences) until the end
+        chunks = [dict(st_features(self._st, texts[i:i + step])) for i in range(0, len(texts), step)]
         return TokenRows.from_padded(chunks, tok.pad_token_id, tok.pad_token_type_id, tok.padding_side == "left")
 
     @staticmethod
@@ -208,11 +210,10 @@ class CrossEncoderRecipe:
 
     def pretokenize(self, s1: list[str], s2: list[str]) -> TokenRows:
         """Every pair tokenised once, as ``loss`` tokenises them (row ``i`` is pair ``i``)."""
-        chunks = [self._encode(s1[i:i + PRETOKENIZE_CHUNK], s2[i:i + PRETOKENIZE_CHUNK])
+        chunks = [dict(self._encode(s1[i:i + PRETOKENIZE_CHUNK], s2[i:i + PRETOKENIZE_CHUNK]))  # tensors alone
                   for i in range(0, len(s1), PRETOKENIZE_CHUNK)]
         tok = self._tokenizer
-        return TokenRows.from_padded([dict(c) for c in chunks], tok.pad_token_id, tok.pad_token_type_id,
-                                     tok.padding_side == "left")
+        return TokenRows.from_padded(chunks, tok.pad_token_id, tok.pad_token_type_id, tok.padding_side == "left")
 
     @staticmethod
     def batch_rows(idx: np.ndarray, n: int) -> np.ndarray:

@@ -103,6 +103,8 @@ def fit_on_host(pool, train_fn, config: dict, *, run: str, storage: str, cpus: f
 
     config = {**config, "checkpoint_dir": str(Path(storage) / run), "device": "cuda:0" if gpus else "cpu"}
     failures = 0
+    # A loop by hand, not a retry helper (tenacity) or Ray's task retries: each attempt takes a new
+    # host from the pool, and a stop or a full disk ends the retries with its own error.
     while True:
         try:
             with pool.acquire(cpus, gpus, what) as host:

@@ -95,7 +95,7 @@ def test_the_cpu_model_comes_from_lscpu_else_cpuinfo():
 
 
 def test_full_mode_runs_the_control_plane_at_ten_million_pairs_in_over_a_thousand_shards():
-    from augsbert_ray.bench.labelling import actor_counts
+    from augsbert_ray.bench.labeling import actor_counts
     from augsbert_ray.bench.suite import plan_for
 
     full, quick = plan_for(False, True, 16), plan_for(True, False, 2)
@@ -181,7 +181,7 @@ def test_a_timed_search_keeps_each_querys_top_k_others_and_the_peer_matches_fais
 def test_the_steady_labelling_rates_are_compared_with_the_tuned_peer_and_say_so(monkeypatch):
     from types import SimpleNamespace
 
-    from augsbert_ray.bench import labelling
+    from augsbert_ray.bench import labeling as labelling
     from augsbert_ray.bench.suite import plan_for
 
     monkeypatch.setattr(labelling, "peer_rate", lambda model, s1, s2, device, batch=32, bf16=False:

@@ -32,6 +32,9 @@ def test_the_sampler_splits_anonymous_memory_from_shared_memory():
         assert mem.peak_total_anon >= 60 * MIB
         assert mem.peak_total >= mem.peak_total_anon + 60 * MIB
         assert mem.stage_peaks["start"]["total_shmem"] == mem.peak_total_shmem
+        # the largest single process: the child, by its command's first word, with both kinds
+        pss, anon = mem.process_peaks[sys.executable]
+        assert pss >= 120 * MIB and anon >= 60 * MIB and "driver" in mem.process_peaks
     finally:
         child.kill()
         child.wait()

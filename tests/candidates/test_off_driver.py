@@ -16,7 +16,7 @@ import pyarrow.parquet as pq
 import pytest
 from conftest import make_sentence
 
-from augsbert_ray.candidates import off_driver
+from augsbert_ray.candidates import off_driver, sharded
 from augsbert_ray.config import CorpusConfig, SamplingConfig
 from augsbert_ray.errors import DataError
 from augsbert_ray.stages import candidates as stage
@@ -29,7 +29,7 @@ class _NoInputs:
 
 def _env(out: Path, progress=None) -> SimpleNamespace:
     out.mkdir(parents=True, exist_ok=True)
-    return SimpleNamespace(out=out, cluster=SimpleNamespace(cpus=2), ship=None, base_model=None,
+    return SimpleNamespace(out=out, cluster=SimpleNamespace(cpus=2, nodes=1), ship=None, base_model=None,
                            reporter=lambda: progress, hosts=None)  # no warm hosts: the stage's own pools
 
 
@@ -71,6 +71,7 @@ def test_off_the_driver_the_outputs_are_the_drivers(tmp_path, ray_local, monkeyp
                                     corpus=CorpusConfig(path=str(path)))
     here, line_here = _run(params, tmp_path / "driver", caplog)
     monkeypatch.setattr(off_driver, "OFF_DRIVER_BYTES", 0)
+    monkeypatch.setattr(sharded, "ENABLED", False)  # the single task (test_sharded.py: the sharded path)
     there, line_there = _run(params, tmp_path / "task", caplog)
 
     assert "pid" not in line_here
@@ -92,6 +93,7 @@ def test_a_bad_line_off_the_driver_is_the_engines_error(tmp_path, ray_local, mon
     params = stage.CandidatesParams(source="target corpus", sampling=SamplingConfig(strategy="rs"),
                                     corpus=CorpusConfig(path=str(path)))
     monkeypatch.setattr(off_driver, "OFF_DRIVER_BYTES", 0)
+    monkeypatch.setattr(sharded, "ENABLED", False)  # the single task (test_sharded.py: the sharded path)
     with pytest.raises(DataError, match=r"c\.txt:3: invalid UTF-8") as e:
         stage._corpus_run(_NoInputs(), params, _env(tmp_path / "out"))
     assert e.value.line == 3
@@ -100,17 +102,19 @@ def test_a_bad_line_off_the_driver_is_the_engines_error(tmp_path, ray_local, mon
 
 def test_only_a_large_corpus_leaves_the_driver(ray_local, monkeypatch):
     monkeypatch.setattr(off_driver, "OFF_DRIVER_BYTES", 100)
+    monkeypatch.setattr(sharded, "ENABLED", False)  # the single task (test_sharded.py: the sharded path)
     assert not off_driver.wanted([("a", 60, 0), ("b", 40, 0)])
     assert off_driver.wanted([("a", 60, 0), ("b", 41, 0)])
 
 
 def test_off_the_driver_the_display_gets_the_total_and_the_batches(tmp_path, ray_local, monkeypatch):
-    from augsbert_ray.progress_channel import progress_channel
+    from augsbert_ray.progress.channel import progress_channel
 
     path = _corpus(tmp_path / "corpus.txt")
     params = stage.CandidatesParams(source="target corpus", sampling=SamplingConfig(strategy="bm25", top_k=2),
                                     corpus=CorpusConfig(path=str(path)))
     monkeypatch.setattr(off_driver, "OFF_DRIVER_BYTES", 0)
+    monkeypatch.setattr(sharded, "ENABLED", False)  # the single task (test_sharded.py: the sharded path)
     display = _Display()
     with progress_channel(display) as handle:
         result = stage._corpus_run(_NoInputs(), params, _env(tmp_path / "out", handle.stage("candidates")))

@@ -50,7 +50,7 @@ def main(teacher: str, out: Path) -> None:
 
     from augsbert_ray.config import LabelingConfig
     from augsbert_ray.labeling import TRACE_ENV, LabelingReport, ShardStore, label_candidates
-    from augsbert_ray.messages import lines_to
+    from augsbert_ray.progress.messages import lines_to
 
     out.mkdir(parents=True, exist_ok=True)
     os.environ[TRACE_ENV] = json.dumps({"path": str(out / "trace.txt"), "delay_s": 0.4})

@@ -15,7 +15,7 @@ from augsbert_ray import schema
 from augsbert_ray.config import LabelingConfig
 from augsbert_ray.errors import LabelingError
 from augsbert_ray.labeling import LabelingReport, PairScorer, ShardStore, label_candidates, pool
-from augsbert_ray.messages import lines_to
+from augsbert_ray.progress.messages import lines_to
 from augsbert_ray.testing import dying_scorer, failing_scorer
 
 pytestmark = pytest.mark.slow

@@ -10,7 +10,7 @@ import torch
 from conftest import make_sentence
 
 from augsbert_ray.labeling import score_pairs
-from augsbert_ray.messages import lines_to
+from augsbert_ray.progress.messages import lines_to
 from augsbert_ray.models import load_cross_encoder
 from augsbert_ray.training.loop import HParams, rank_batch_size, shard_order, steps_per_epoch, train_pairs
 from augsbert_ray.training.recipes import BiEncoderRecipe, CrossEncoderRecipe, make_recipe

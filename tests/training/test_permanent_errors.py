@@ -12,7 +12,7 @@ from conftest import make_sentence
 from safetensors import SafetensorError
 
 from augsbert_ray.errors import DataError, ModelError, TrainingError
-from augsbert_ray.testing import RaiseAt
+from augsbert_ray.testing import RaiseAt, inject_training_fault
 from augsbert_ray.training.ray_trainer import WorkerResources, describe_error, is_permanent, train_on_ray
 
 
@@ -47,8 +47,10 @@ def _pairs(n: int = 16) -> pa.Table:
 
 
 @pytest.mark.timeout(120)
-def test_a_permanent_error_in_the_training_loop_is_raised_once_without_restarts(ray_local, tiny_model, tmp_path):
+def test_a_permanent_error_in_the_training_loop_is_raised_once_without_restarts(ray_local, tiny_model, tmp_path,
+                                                                                 monkeypatch):
     flag = tmp_path / "attempts"
+    inject_training_fault(monkeypatch, RaiseAt(rank=0, step=1, flag=str(flag), message="labels and model do not fit"))
     t0 = time.perf_counter()
     with pytest.raises(TrainingError) as info:
         train_on_ray(
@@ -56,7 +58,6 @@ def test_a_permanent_error_in_the_training_loop_is_raised_once_without_restarts(
             hparams={"epochs": 1, "lr": 1e-3, "batch_size": 8, "warmup_ratio": 0.1, "seed": 3},
             resources=WorkerResources(1, False, 1, checkpoint_every=0.5, max_failures=2),
             storage_dir=tmp_path / "ray_train", out_dir=tmp_path / "out", name="doomed",
-            fault=RaiseAt(rank=0, step=1, flag=str(flag), message="labels and model do not fit"),
         )
     seconds = time.perf_counter() - t0
     message = str(info.value)

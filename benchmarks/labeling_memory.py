@@ -19,7 +19,7 @@ else synthetic ones, each pair made distinct (``bench.control_plane.shards``).
 Memory is sampled four times a second (``bench.memory.MemorySampler``): the driver's RSS, and
 PSS summed over the driver and every process it started (the object store counted once).
 
-    python benchmarks/labelling_memory.py --work /tmp/labelling-memory
+    python benchmarks/labeling_memory.py --work /tmp/labelling-memory
 """
 
 from __future__ import annotations
@@ -106,7 +106,7 @@ def _markdown(runs: list[dict], args, argv) -> list[str]:
                      f"{r['peak_total_pss'] / MIB:,.0f} | {r['load_start'][0]:.1f} |")
     lines += ["", "The load average says how busy the machine was: with other work running, the wall times are "
                   "not throughput figures; the memory figures do not depend on it.", "",
-              *provenance("benchmarks/labelling_memory.py", argv)]
+              *provenance("benchmarks/labeling_memory.py", argv)]
     return lines
 
 

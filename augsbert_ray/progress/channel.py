@@ -29,6 +29,7 @@ import asyncio
 import logging
 import threading
 import time
+
 from augsbert_ray.progress import StageProgress
 from augsbert_ray.tracking.points import deliver
 

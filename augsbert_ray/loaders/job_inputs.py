@@ -1,20 +1,9 @@
-"""Pre-flight: every check a job can make without a cluster, run before it writes or starts anything.
+"""A job's gold and target sets as the job uses them: read, checked for size, dev carved, subsampled.
 
-A job that cannot succeed says so in one line, before Ray starts and before its run
-directory is created:
-
-- the optional modules its settings need are installed (faiss for semantic search, datasets
-  for hub datasets: ``optional_modules``);
-- every local input file exists (a path that does not resolve is named absolutely, with
-  the working directory it was resolved from and the environment variables it was built
-  from, such as ``AUGSBERT_DATA_DIR``);
-- the tracking backend's module is installed (``tracking_checks``);
-- every configured model loads the way the job will load it (a local folder without
-  pickles, its weights files whole; a hub id in the cache while the hub is off) and can do
-  what the job asks: its layers and positions (``model_checks``);
-- the gold splits and the target sets load (the loaders' own row checks), and the splits
-  the job will use, after skipped rows, genres, a carved dev split and subsampling, are
-  large enough for the steps that need them (``require_pairs``, ``require_target``).
+The pre-flight checks (``preflight.check_job``) read them once, before Ray starts, and hand the
+read to the job (``JobInputs``): the gold and target stages write what was read here instead
+of reading the files again. Read on their own (``read_gold``, ``read_target``) where a job
+runs without the checks (``pipeline.plan``, the benchmarks).
 
 The minimum sizes, and why:
 
@@ -28,110 +17,132 @@ The minimum sizes, and why:
 - target pairs need at least one pair that is not a self-pair (the teacher labels them);
 - KDE sampling on a regression task fits a density to the training labels: two different
   labels at least.
-
-The gold and target files are read here and once more by the job itself (the checks run
-before the job exists, so nothing is handed over); for the STS benchmark's three files the
-check took 0.7 s on a busy 2-core machine.
 """
 
 from __future__ import annotations
 
 import logging
-import os
-from pathlib import Path
-from typing import Callable
+from dataclasses import dataclass, field
 
 import numpy as np
 import pyarrow as pa
 
 from augsbert_ray import schema
-from augsbert_ray.config import JobConfig
 from augsbert_ray.config.sampling import SELECTED
-from augsbert_ray.data_fetch import DATA_DIRS, DATASETS
-from augsbert_ray.data_fetch import ENV as DATA_ENV
-from augsbert_ray.errors import ConfigError, DataError
+from augsbert_ray.errors import DataError
 from augsbert_ray.loaders import LoadResult, load_pairs
-from augsbert_ray.data_warnings import data_warnings
-from augsbert_ray.model_checks import check_models
-from augsbert_ray.optional_modules import job_needs, require
-from augsbert_ray.missing_paths import unresolved
-from augsbert_ray.resource_checks import check_local_cpus, check_local_gpus, runs_locally
-from augsbert_ray.tracking_checks import check_tracking
 from augsbert_ray.sources import DataSource
+
+log = logging.getLogger(__name__)
 
 SPLITS = ("train", "dev", "test")
 MIN_EVAL_PAIRS = 2
 
 
-def check_job(cfg: JobConfig, warn: Callable[[str], None] | None = None) -> dict[str, pa.Table]:
-    """Runs every pre-flight check of a job, in the order a user would fix them.
+@dataclass
+class GoldRead:
+    """A job's gold pairs as read under ``key`` (its data settings, task and KDE need).
+
+    Attributes:
+        tables: train, dev and test as the job uses them (``schema.PAIR_SCHEMA``).
+        info: counts for the report (``stages.gold.GoldResult``'s fields).
+        skipped: the malformed rows skipped, one dict each.
+        notes: what the gold stage says about the read (genres kept, a carved dev split).
+    """
+
+    tables: dict[str, pa.Table]
+    info: dict
+    skipped: list[dict]
+    key: tuple = ()
+    notes: list[str] = field(default_factory=list)
+
+
+@dataclass
+class JobInputs:
+    """What the pre-flight checks read, handed to the job so that nothing is read twice.
+
+    Attributes:
+        gold: the gold pairs.
+        target: a domain-adaptation target's sets as read and checked (``read_target``), keyed
+            by ``(target, task, on_bad_rows)``; None without a target.
+    """
+
+    gold: GoldRead
+    target: dict[str, LoadResult] | None = None
+    target_key: tuple = field(default=())
+
+    def gold_for(self, data, task: str, kde_labels: bool) -> GoldRead | None:
+        """The gold read when it was read under these settings, else None (read them again)."""
+        return self.gold if self.gold.key == _gold_key(data, task, kde_labels) else None
+
+    def keep_target(self, target, task: str, on_bad_rows: str, loaded: dict[str, LoadResult]) -> None:
+        """Keeps the target sets read under these settings (``read_target``)."""
+        self.target, self.target_key = loaded, _target_key(target, task, on_bad_rows)
+
+    def target_for(self, target, task: str, on_bad_rows: str) -> dict[str, LoadResult] | None:
+        """The target sets when they were read under these settings, else None."""
+        if self.target is None or self.target_key != _target_key(target, task, on_bad_rows):
+            return None
+        return self.target
+
+
+def _gold_key(data, task: str, kde_labels: bool) -> tuple:
+    return (data.model_dump_json(), task, kde_labels)
+
+
+def _target_key(target, task: str, on_bad_rows: str) -> tuple:
+    return (target.model_dump_json(), task, on_bad_rows)
+
+
+def read_gold(data, task: str, kde_labels: bool = False) -> GoldRead:
+    """Loads a job's gold pairs: every split checked and scaled, dev carved, splits subsampled,
+    and the splits the job will use checked for size (``require_pairs``).
 
     Args:
-        cfg: the validated job.
-        warn: receives what is allowed but likely a mistake (``data_warnings``), once every
-            check has passed; default: this module's logger.
-
-    Returns:
-        The gold splits as the job will use them (train, dev, test).
+        data: the job's ``data`` settings (``config.DataConfig``).
+        task: ``regression`` or ``binary`` (binary labels must be 0 or 1).
+        kde_labels: the job's sampling fits a density to the training labels (KDE).
 
     Raises:
-        ConfigError: an optional module the settings need that is not installed, an input
-            path that does not resolve, or a model directory that cannot be loaded (naming
-            the job file and the key).
-        DataError: a malformed row (as the loaders report it), or a split too small for
-            the steps that need it (naming the file and why).
+        DataError: a malformed row (``on_bad_rows: error``), an unreadable source, or a split
+            too small for the steps that need it.
     """
-    require(job_needs(cfg), cfg.source)  # an extra not installed: seconds, not a stage an hour in
-    check_tracking(cfg)
-    check_paths(cfg)
-    check_models(cfg)
-    gold = require_pairs(cfg.data, cfg.task, load_gold_sources(cfg.data, cfg.task), kde_labels=kde_needs_labels(cfg))
-    if cfg.target is not None:
-        require_target(cfg.target, cfg.target_task,
-                       load_target_sources(cfg.target, cfg.target_task, cfg.data.on_bad_rows), cfg.data.on_bad_rows)
-    require_folds(cfg, gold["train"].num_rows)
-    check_local_gpus(cfg)
-    check_local_cpus(cfg)
-    for line in data_warnings(cfg, gold):
-        (warn or logging.getLogger(__name__).warning)(line)
-    return gold
+    loaded = load_gold_sources(data, task)
+    gold = require_pairs(data, task, loaded, kde_labels=kde_labels)
+    skipped, filtered, notes = [], {}, []
+    for split, res in loaded.items():
+        if getattr(data, split).genres is not None:
+            filtered[split] = res.filtered
+            notes.append(f"[gold] {split}: kept genres {', '.join(getattr(data, split).genres)} ({res.table.num_rows} "
+                         f"pairs); {res.filtered} pairs of other genres left out")
+        skipped += [dict(split=split, **vars(s)) for s in res.skipped]
+    carved = None
+    if data.dev is None:
+        n = loaded["train"].table.num_rows
+        carved = (f"{carved_dev_size(n, data.dev_fraction)} of {n} training pairs "
+                  f"(fraction {data.dev_fraction}, seed {data.subsample_seed}), removed from train")
+        notes.append(f"[gold] dev split carved from train: {carved}")
+    info = {
+        **{s: gold[s].num_rows for s in SPLITS},
+        "rows_read": {split: res.rows_read for split, res in loaded.items()},
+        "skipped_rows": len(skipped),
+        "subsample": dict(data.subsample),
+        "dev_carved": carved,
+        **({"other_genres_left_out": filtered} if filtered else {}),
+    }
+    return GoldRead(gold, info, skipped, _gold_key(data, task, kde_labels), notes)
 
 
-def check_for_validate(cfg: JobConfig, warn: Callable[[str], None] | None = None) -> list[str]:
-    """``augsbert validate``'s checks: those of ``check_job``, so that it refuses what ``run``
-    refuses before Ray starts, except what it cannot check here.
+def read_target(target, target_task: str, on_bad_rows: str) -> dict[str, LoadResult]:
+    """A domain-adaptation target's sets read and checked (``require_target``)."""
+    loaded = load_target_sources(target, target_task, on_bad_rows)
+    require_target(target, target_task, loaded, on_bad_rows)
+    return loaded
 
-    The inputs are read and checked when every one is a local file that exists; otherwise the
-    models and this machine's resources are checked, and what was left is said.
 
-    Returns:
-        What could not be checked, a line each (empty when everything was).
-
-    Raises:
-        ConfigError, DataError: as ``check_job``.
-    """
-    not_checked = []
-    remote = [key for key, source in input_sources(cfg) if source.format == "hf" or "://" in str(source.path)]
-    try:
-        check_paths(cfg)
-    except ConfigError as e:
-        if e.key is None or not e.key.endswith(".path") or "file not found" not in e.reason:
-            raise
-        not_checked.append(f"the inputs ({e}; run refuses that)")
-    if remote:
-        not_checked.append(f"the inputs ({', '.join(remote)} are read from the network when the job runs)")
-    if not not_checked:
-        check_job(cfg, warn)
-    else:
-        require(job_needs(cfg), cfg.source)
-        check_tracking(cfg)
-        check_models(cfg)
-        check_local_gpus(cfg)
-        check_local_cpus(cfg)
-    if not runs_locally(cfg):
-        not_checked.append("GPUs and CPUs (the job runs on a cluster, ray.address or RAY_ADDRESS: they are checked "
-                           "there before the first stage that needs them)")
-    return not_checked
+def load_gold(cfg) -> dict[str, pa.Table]:
+    """A job's gold splits (train, dev, test), as its gold stage uses them."""
+    return read_gold(cfg.data, cfg.task, kde_needs_labels(cfg)).tables
 
 
 def load_gold_sources(data, task: str) -> dict[str, LoadResult]:
@@ -151,68 +162,6 @@ def load_target_sources(target, target_task: str, on_bad_rows: str) -> dict[str,
 def kde_needs_labels(cfg) -> bool:
     """KDE selection fits a density to the gold training labels (in-domain regression jobs)."""
     return cfg.sampling.strategy in SELECTED and cfg.task == "regression" and cfg.target is None
-
-
-# -- paths -----------------------------------------------------------------------------------
-def input_sources(cfg: JobConfig) -> list[tuple[str, DataSource]]:
-    """(dotted key, source) of every gold and target input of a job."""
-    out = [(f"data.{split}", getattr(cfg.data, split)) for split in SPLITS]
-    if cfg.target is not None:
-        out += [(f"target.{name}", getattr(cfg.target, name)) for name in ("pairs", "test", "dev")]
-    return [(key, source) for key, source in out if source is not None]
-
-
-def check_paths(cfg: JobConfig) -> None:
-    """Every local input file (and a local target corpus) exists and is readable.
-
-    Hub datasets (format ``hf``) and storage URIs are not checked here: they need the network.
-
-    Raises:
-        ConfigError: naming the job file, the key, the absolute path tried and why.
-    """
-    for key, source in input_sources(cfg):
-        if source.format == "hf":
-            continue
-        path = Path(source.path).expanduser()
-        if path.is_dir():
-            raise ConfigError(cfg.source, f"{key}.path", f"{path.absolute()} is a folder, not a file of pairs")
-        if not path.is_file():
-            # A public dataset's own file, looked for where fetch puts it: say how to get it.
-            fetched = source.format in DATASETS and any(r.name == DATA_ENV for r in cfg.env_references(f"{key}.path"))
-            fetch = (f"; `augsbert data fetch {source.format}` downloads it (into ${DATA_ENV}, else {DATA_DIRS[0]}, "
-                     "where the shipped jobs look)" if fetched else "")
-            raise ConfigError(cfg.source, f"{key}.path",
-                              f"file not found: {unresolved(cfg, f'{key}.path', source.path)}{fetch}")
-        if not os.access(path, os.R_OK):
-            raise ConfigError(cfg.source, f"{key}.path", f"{path.absolute()} cannot be read (permission denied)")
-        packed = compression(path) if source.format != "parquet" else None
-        if packed is not None:
-            raise ConfigError(cfg.source, f"{key}.path", f"{path.absolute()} is {packed}-compressed, not {source.format} "
-                              "text: decompress it first and give the decompressed file")
-    corpus = cfg.target.corpus if cfg.target is not None else None
-    if corpus is not None and "://" not in corpus.path:
-        from augsbert_ray.loaders.corpus import list_files
-
-        try:
-            list_files(corpus.path)
-        except DataError:
-            raise ConfigError(cfg.source, "target.corpus.path", "no corpus files found there (a file, a folder or a "
-                              f"glob): {unresolved(cfg, 'target.corpus.path', corpus.path)}") from None
-
-
-# The first bytes of compressed files, which the text loaders would otherwise report as invalid UTF-8.
-COMPRESSION_MAGIC = {b"\x1f\x8b": "gzip", b"BZh": "bzip2", b"\xfd7zXZ\x00": "xz", b"\x28\xb5\x2f\xfd": "zstd",
-                     b"PK\x03\x04": "zip"}
-
-
-def compression(path: Path) -> str | None:
-    """The compression a file's first bytes show (``gzip``, ``bzip2``, ``xz``, ``zstd``, ``zip``), or None."""
-    try:
-        with open(path, "rb") as f:
-            head = f.read(6)
-    except OSError:
-        return None
-    return next((name for magic, name in COMPRESSION_MAGIC.items() if head.startswith(magic)), None)
 
 
 # -- sizes -----------------------------------------------------------------------------------
@@ -245,11 +194,7 @@ def require_pairs(d, task: str, loaded: dict[str, LoadResult], kde_labels: bool 
                             f"{_pairs(n)} are too few to carve a dev split from (data.dev is null, data.dev_fraction "
                             f"{d.dev_fraction:g}): that takes at least {need} training pairs, {MIN_EVAL_PAIRS} for dev "
                             "and one left for training; give data.dev, or more training pairs")
-        dev_rows = carve_dev_rows(n, d.dev_fraction, d.subsample_seed)
-        train = tables["train"]
-        dev = train.filter(pa.array(dev_rows))
-        dev = dev.set_column(dev.schema.get_field_index(schema.SPLIT), schema.SPLIT, pa.array(["dev"] * dev.num_rows))
-        tables["train"], tables["dev"] = train.filter(pa.array(~dev_rows)), dev
+        tables["train"], tables["dev"] = carve_dev(tables["train"], d.dev_fraction, d.subsample_seed)
     for split in SPLITS:
         if split in d.subsample:
             tables[split] = tables[split].take(subsample_rows(tables[split].num_rows, d.subsample[split],
@@ -268,20 +213,6 @@ def require_pairs(d, task: str, loaded: dict[str, LoadResult], kde_labels: bool 
                             f"every training pair has the label {labels[0]:g} (scaled): KDE sampling fits a density "
                             "to the training labels and needs at least two different ones")
     return tables
-
-
-def require_folds(cfg: JobConfig, train_pairs: int) -> None:
-    """The fold pilots (``evaluation.pilot_folds``) have at least one training pair per fold.
-
-    Raises:
-        ConfigError: naming the job file, the key and the training pairs the job has.
-    """
-    k = cfg.evaluation.pilot_folds
-    if cfg.evaluation.pilot and k > train_pairs:
-        raise ConfigError(cfg.source, "evaluation.pilot_folds",
-                          f"{k} folds need at least {k} gold training pairs, one per fold; the job has {train_pairs} "
-                          f"(data.train {cfg.data.train.path}, after subsampling and a carved dev split): give at most "
-                          f"{train_pairs}, or 0 to score the pilots on dev")
 
 
 def require_target(t, target_task: str, loaded: dict[str, LoadResult], mode: str = "error") -> None:
@@ -367,7 +298,7 @@ def _pairs(n: int) -> str:
     return f"{n} pair" if n == 1 else f"{n} pairs"
 
 
-# -- carving a dev split and subsampling (the job's gold stage uses these) -----------------------
+# -- carving a dev split and subsampling ---------------------------------------------------------
 def carved_dev_size(n: int, fraction: float) -> int:
     """How many of ``n`` training pairs a carved dev split takes."""
     return max(1, round(n * fraction))
@@ -380,6 +311,14 @@ def carve_minimum(fraction: float) -> int:
     while not (carved_dev_size(n, fraction) >= MIN_EVAL_PAIRS and n - carved_dev_size(n, fraction) >= 1):
         n += 1
     return n
+
+
+def carve_dev(train: pa.Table, fraction: float, seed: int) -> tuple[pa.Table, pa.Table]:
+    """Splits a seeded random ``fraction`` of the training pairs off as dev (both keep file order)."""
+    dev_rows = carve_dev_rows(train.num_rows, fraction, seed)
+    dev = train.filter(pa.array(dev_rows))
+    dev = dev.set_column(dev.schema.get_field_index(schema.SPLIT), schema.SPLIT, pa.array(["dev"] * dev.num_rows))
+    return train.filter(pa.array(~dev_rows)), dev
 
 
 def carve_dev_rows(n: int, fraction: float, seed: int) -> np.ndarray:

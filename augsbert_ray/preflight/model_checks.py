@@ -20,7 +20,7 @@ from pathlib import Path
 
 from augsbert_ray.config import EMBEDDED_MODEL, JobConfig
 from augsbert_ray.errors import AugSBERTError, ConfigError, ModelError
-from augsbert_ray.missing_paths import unresolved
+from augsbert_ray.preflight.missing_paths import unresolved
 
 # Position embeddings a model reserves before the first token's (RoBERTa's family counts
 # from its padding id + 1), by config.json's model_type.

@@ -13,8 +13,8 @@ a fresh process, the sides alternating over ``--rounds``. It records the process
 (RssAnon) as it goes, the batch shapes the model saw, the time, and a digest of every score:
 the digests of the two sides must be equal.
 
-    python benchmarks/labelling_shapes.py --work /tmp/shapes                     # tiny model, 300 blocks
-    python benchmarks/labelling_shapes.py --model embedded --blocks 40 --work /tmp/shapes --out /tmp/shapes/mini
+    python benchmarks/labeling_shapes.py --work /tmp/shapes                     # tiny model, 300 blocks
+    python benchmarks/labeling_shapes.py --model embedded --blocks 40 --work /tmp/shapes --out /tmp/shapes/mini
 """
 
 from __future__ import annotations
@@ -90,7 +90,7 @@ def _markdown(runs: list[dict], args, argv) -> list[str]:
                      f"{r['loaded'] / MIB:,.0f} | {at(0.25):,.0f} | {at(0.5):,.0f} | {at(0.75):,.0f} | "
                      f"{pts[-1][2] / MIB:,.0f} | {r['seconds']:.1f} | {pairs / r['seconds']:,.0f} |")
     lines += ["", f"Every score equal on both sides (a digest of all of them): {'yes' if same else 'NO'}.", "",
-              f"CPU: {cpu_description()}.", "", *provenance("benchmarks/labelling_shapes.py", argv)]
+              f"CPU: {cpu_description()}.", "", *provenance("benchmarks/labeling_shapes.py", argv)]
     return lines
 
 

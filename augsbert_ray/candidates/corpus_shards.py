@@ -1,0 +1,287 @@
+"""A large corpus's distinct sentences, made by Ray Data tasks as shards on storage.
+
+No process holds the corpus: four rounds of tasks, each over a bounded slice of it, write
+their results as Parquet files under ``work`` (the stage's folder; on a cluster of several
+nodes it must be storage every node reads and writes, as the run directory is).
+
+1. **read**: one task per byte range of the corpus files (``loaders.corpus.RANGE_BYTES``)
+   cleans its lines as ``read_corpus`` does, counts them, and writes the kept texts, each
+   with its line's position in the corpus, into hash shards (a text's shard is a stable
+   hash of the text, so every copy of a sentence lands in the same shard).
+2. **dedup**: one task per hash shard keeps each text once, at its first position, and writes
+   it back by the byte range of that position, counting them.
+3. **number**: a sentence's id is the number of distinct texts that first appear before it:
+   those of the earlier byte ranges (the driver sums the counts), then its rank within its own
+   range. One task per byte range sorts its first appearances and writes ``part-NNNNN.parquet``
+   (a range with none makes no part).
+
+The ids are therefore those of ``read_corpus`` (order of first appearance, and the same seeded
+``max_sentences`` sample), whatever the cluster's size or the number of shards: the samplers
+find the same pairs. What the driver keeps grows with the number of byte ranges and shards (a
+few integers each), not the lines; with ``max_sentences``, the ids kept (8 bytes each) are drawn
+on the driver, as ``read_corpus`` draws them, and reach the tasks through the object store.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import shutil
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from augsbert_ray import schema
+
+log = logging.getLogger(__name__)
+
+SHARD_BYTES = 32 << 20  # corpus bytes per hash shard: what one dedup task holds, about
+QUERY_BLOCK = 16_384  # sentences per row group of a part: one query task's block (``sharded``)
+WRITTEN, FOUND = "written", "found"  # a task's row: which folders it wrote a file to; how many files it read
+POS = "pos"  # a line's position: its byte range's index << 32 | its line's index in the range
+FORMATS = ("lines", "jsonl")  # text formats, whose lines have positions; CSV and Parquet do not (yet)
+
+
+@dataclass
+class SentenceParts:
+    """The corpus's distinct sentences as id-ordered Parquet parts (``schema.SENTENCE_SCHEMA``)."""
+
+    folder: Path
+    sentences: int
+    offsets: list[int]  # part ``p`` holds ids ``offsets[p]`` to ``offsets[p + 1] - 1``
+    counts: dict = field(default_factory=dict)  # what happened to every line (as ``read_corpus``)
+
+    @property
+    def parts(self) -> list[Path]:
+        return [part_path(self.folder, p) for p in range(len(self.offsets) - 1)]
+
+
+def part_path(folder: Path, b: int) -> Path:
+    return Path(folder) / f"part-{b:05d}.parquet"
+
+
+def write_atomic(path: Path, table: pa.Table, row_group: int = 65_536) -> None:
+    """A Parquet file written under a temporary name, then renamed: a retried task rewrites it
+    whole, and a reader never sees half of it."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp")
+    pq.write_table(table, tmp, row_group_size=row_group)
+    tmp.replace(path)
+
+
+def _stable_hash(texts: pa.Array) -> np.ndarray:
+    """A hash of each text that every process computes alike (Python's ``hash`` is salted per process)."""
+    import pandas as pd
+
+    return pd.util.hash_array(texts.to_numpy(zero_copy_only=False)).astype(np.uint64)
+
+
+def _first_positions(texts: pa.Array, pos: np.ndarray) -> pa.Table:
+    """Each distinct text once, with its smallest position."""
+    t = pa.table({schema.TEXT: texts, POS: pa.array(pos, pa.int64())})
+    return t.group_by(schema.TEXT).aggregate([(POS, "min")]).rename_columns([schema.TEXT, POS])
+
+
+def _read_range(batch: pa.Table, work: str, shards: int, fmt: str, column: str | None, max_chars: int,
+                long_lines: str, on_bad_lines: str) -> pa.Table:
+    """Round 1, one byte range: its counts (or its first bad line's error, as JSON)."""
+    from augsbert_ray.loaders import corpus as loader
+
+    row = batch.to_pylist()[0]
+    i = row["index"]
+    lines = loader.read_ranges({k: [row[k]] for k in ("path", "size", "start", "end")}, fmt, column, max_chars,
+                               long_lines, on_bad_lines)
+    status = lines.column(loader.STATUS)
+    errors = lines.filter(pc.equal(status, loader.ERROR))
+    if errors.num_rows:
+        return _range_row(i, None, errors.column(schema.TEXT)[0].as_py(), [])
+    counts = {item["values"]: item["counts"] for item in pc.value_counts(status).to_pylist()}
+    counts["lines"] = lines.num_rows
+    texts = lines.column(schema.TEXT).combine_chunks()
+    kept = pc.is_valid(texts)
+    pos = (np.int64(i) << 32) + np.flatnonzero(kept.to_numpy(zero_copy_only=False)).astype(np.int64)
+    distinct = _first_positions(texts.filter(kept), pos)
+    written = []
+    if distinct.num_rows:
+        shard = _stable_hash(distinct.column(schema.TEXT).combine_chunks()) % np.uint64(shards)
+        for s in np.unique(shard).tolist():
+            write_atomic(Path(work) / "lines" / f"{s:05d}" / f"{i:06d}.parquet",
+                         distinct.filter(pa.array(shard == s)))
+            written.append(s)
+    return _range_row(i, json.dumps(counts), None, written)
+
+
+def _range_row(i: int, counts: str | None, error: str | None, written: list[int]) -> pa.Table:
+    return pa.table({"index": pa.array([i], pa.int64()), "counts": pa.array([counts], pa.string()),
+                     "error": pa.array([error], pa.string()), WRITTEN: pa.array([json.dumps(written)], pa.string())})
+
+
+def expected_files(rows: list[dict], size: int) -> list[int]:
+    """How many files each of ``size`` folders should hold, from the rows of the tasks that wrote them."""
+    expected = [0] * size
+    for r in rows:
+        for f in json.loads(r[WRITTEN]):
+            expected[f] += 1
+    return expected
+
+
+def check_found(rows: list[dict], expected: list[int], folder: Path) -> None:
+    """Every file a round wrote was found by the task of the next round that reads it.
+
+    Raises:
+        AugSBERTError: some were not: written on a node whose disk the reader does not see.
+    """
+    from augsbert_ray.errors import AugSBERTError
+
+    missing = sum(max(0, expected[r["index"]] - r[FOUND]) for r in rows if expected[r["index"]])
+    if missing:
+        raise AugSBERTError(f"{folder}: {missing} of {sum(expected)} files written by Ray tasks were not found by the "
+                            "tasks that read them: on a cluster of several nodes, the run directory must be on "
+                            "storage that every node reads and writes (a shared file system)")
+
+
+def _dedup_shard(batch: pa.Table, work: str) -> pa.Table:
+    """Round 2, one hash shard: each text once at its first position, written by the byte range
+    of that position; how many it holds from each range."""
+    s = batch.column("index")[0].as_py()
+    folder = Path(work) / "lines" / f"{s:05d}"
+    files = sorted(folder.glob("*.parquet")) if folder.exists() else []
+    table = pa.concat_tables([pq.read_table(f) for f in files]) if files else pa.table(
+        {schema.TEXT: pa.array([], pa.string()), POS: pa.array([], pa.int64())})
+    distinct = _first_positions(table.column(schema.TEXT).combine_chunks(), table.column(POS).to_numpy())
+    del table
+    where = distinct.column(POS).to_numpy() >> 32
+    ranges, sizes = np.unique(where, return_counts=True)
+    for i in ranges.tolist():
+        write_atomic(Path(work) / "ranges" / f"{i:06d}" / f"{s:05d}.parquet", distinct.filter(pa.array(where == i)))
+    shutil.rmtree(folder, ignore_errors=True)
+    return pa.table({"index": [s], FOUND: [len(files)], WRITTEN: [json.dumps(ranges.tolist())],
+                     "sizes": [json.dumps(sizes.tolist())]})
+
+
+def _number_range(batch: pa.Table, work: str, out: str, ranges: list[int], first_ids: list[int],
+                  new_ids: list[int], expected: list[int], keep_ref, row_group: int) -> pa.Table:
+    """Round 3, one byte range's first appearances: their ids (``first_ids[p]`` on, in position
+    order), the seeded sample kept (renumbered from ``new_ids[p]``), as sentence part ``p``."""
+    import ray
+
+    p = batch.column("index")[0].as_py()
+    i = ranges[p]
+    folder = Path(work) / "ranges" / f"{i:06d}"
+    files = sorted(folder.glob("*.parquet")) if folder.exists() else []
+    if len(files) != expected[i]:
+        return pa.table({"index": [i], FOUND: [len(files)]})  # the driver says which storage is missing
+    table = pa.concat_tables([pq.read_table(f) for f in files]).sort_by(POS)
+    ids = first_ids[p] + np.arange(table.num_rows, dtype=np.int64)
+    texts = table.column(schema.TEXT)
+    if keep_ref is not None:  # a seeded sample of the ids, renumbered in order
+        keep = ray.get(keep_ref)
+        at = np.minimum(np.searchsorted(keep, ids), len(keep) - 1)
+        kept = keep[at] == ids
+        ids, texts = at[kept], texts.filter(pa.array(kept))
+    if len(ids) and ids[0] != new_ids[p]:
+        raise RuntimeError(f"sentence part {p}: ids start at {ids[0]}, not {new_ids[p]}")
+    write_atomic(part_path(Path(out), p), pa.table({schema.SENTENCE_ID: pa.array(ids, pa.int64()), schema.TEXT: texts},
+                                                   schema=schema.SENTENCE_SCHEMA), row_group)
+    return pa.table({"index": [i], FOUND: [len(files)]})
+
+
+def each(indices: list[int], fn, **kwargs) -> list[dict]:
+    """``fn`` over one-row blocks ``{"index": i}`` as Ray Data tasks (one CPU each); their rows."""
+    import ray
+
+    if not indices:
+        return []
+    ds = ray.data.from_items([{"index": i} for i in indices], override_num_blocks=len(indices))
+    return ds.map_batches(fn, batch_size=1, batch_format="pyarrow", fn_kwargs=kwargs, num_cpus=1).take_all()
+
+
+def shard_corpus(cfg, files: list[tuple], out: Path, seed: int = 0) -> SentenceParts:
+    """Reads, cleans and deduplicates the corpus (``config.CorpusConfig``, format ``lines`` or
+    ``jsonl``) in Ray Data tasks, into id-ordered sentence parts under ``out / "sentences.parts"``.
+
+    Args:
+        files: the corpus's ``loaders.corpus.list_files`` entries.
+        out: the stage's folder (scratch files go to ``out / "_shards"``, removed at the end).
+        seed: the job seed (the ``max_sentences`` sample, as ``read_corpus`` draws it).
+
+    Raises:
+        DataError: a bad line (``on_bad_lines: error``): the first in corpus order, as ``read_corpus``.
+        ValueError: a format without line positions (CSV, TSV, Parquet).
+    """
+    from augsbert_ray.errors import DataError
+    from augsbert_ray.loaders import corpus as loader
+
+    if cfg.format not in FORMATS:
+        raise ValueError(f"corpus format '{cfg.format}' is not sharded; sharded: {', '.join(FORMATS)}")
+    out = Path(out)
+    work, parts = out / "_shards", out / "sentences.parts"
+    for folder in (work, parts):
+        shutil.rmtree(folder, ignore_errors=True)
+    total_bytes = sum(size for _, size, _ in files)
+    shards = max(1, math.ceil(total_bytes / SHARD_BYTES))
+    ranges = [{"path": p, "size": s, "start": a, "end": min(a + loader.RANGE_BYTES, s)}
+              for p, s, _ in files for a in range(0, s, loader.RANGE_BYTES)]
+    log.info(f"[corpus] {len(files)} files, {total_bytes / 2**20:.1f} MiB, from {cfg.path}: {len(ranges)} read tasks, "
+             f"{shards} hash shards")
+    rows = _each_range(ranges, work, shards, cfg)
+    bad = sorted((r for r in rows if r["error"] is not None), key=lambda r: r["index"])
+    if bad:
+        shutil.rmtree(work, ignore_errors=True)
+        raise DataError(**json.loads(bad[0]["error"]))
+    counts = {k: 0 for k in ("lines", loader.OK, loader.TRUNCATED, loader.EMPTY, loader.TOO_LONG, loader.BAD)}
+    for r in rows:
+        for k, v in json.loads(r["counts"]).items():
+            counts[k] += v
+    deduped = each(list(range(shards)), _dedup_shard, work=str(work))
+    check_found(deduped, expected_files(rows, shards), work / "lines")
+    # A sentence's id is its first appearance's rank: the sentences first seen in earlier byte
+    # ranges, then its rank within its own range.
+    per_range = np.zeros(len(ranges), np.int64)
+    for r in deduped:
+        per_range[json.loads(r[WRITTEN])] += json.loads(r["sizes"])
+    first_ids = np.concatenate([[0], np.cumsum(per_range)])
+    distinct = int(first_ids[-1])
+    kept = counts[loader.OK] + counts[loader.TRUNCATED]
+    counts.update(duplicates=kept - distinct, distinct=distinct, sampled_out=0)
+    keep_ref, new_ids = None, first_ids
+    if cfg.max_sentences is not None and distinct > cfg.max_sentences:
+        import ray
+
+        # read_corpus's own draw, so the sample is the same sentences
+        keep = np.sort(np.random.default_rng([seed, 7]).choice(distinct, cfg.max_sentences, replace=False))
+        keep_ref, new_ids = ray.put(keep), np.searchsorted(keep, first_ids)
+        del keep
+        counts["sampled_out"] = distinct - int(new_ids[-1])
+    n = int(new_ids[-1])
+    counts["sentences"] = n
+    nonempty = [i for i in range(len(ranges)) if new_ids[i + 1] > new_ids[i]]  # one part each, in order
+    expected = expected_files(deduped, len(ranges))
+    numbered = each(list(range(len(nonempty))), _number_range, work=str(work), out=str(parts), ranges=nonempty,
+                    first_ids=[int(first_ids[i]) for i in nonempty], new_ids=[int(new_ids[i]) for i in nonempty],
+                    expected=expected, keep_ref=keep_ref, row_group=QUERY_BLOCK)
+    check_found(numbered, expected, work / "ranges")
+    offsets = [int(new_ids[i]) for i in nonempty] + [n]
+    shutil.rmtree(work, ignore_errors=True)
+    log.info(f"[corpus] {counts['lines']:,} lines: {counts[loader.OK]:,} kept as they are, "
+             f"{counts[loader.TRUNCATED]:,} truncated, {counts[loader.EMPTY]:,} empty, {counts[loader.TOO_LONG]:,} too "
+             f"long and {counts[loader.BAD]:,} bad left out, {counts['duplicates']:,} repeats; {n:,} sentences"
+             + (f" (a seeded sample of {distinct:,})" if counts["sampled_out"] else "")
+             + f" in {len(nonempty)} parts")
+    return SentenceParts(parts, n, offsets, counts)
+
+
+def _each_range(ranges: list[dict], work: Path, shards: int, cfg) -> list[dict]:
+    import ray
+
+    if not ranges:
+        return []
+    ds = ray.data.from_items([{"index": i, **r} for i, r in enumerate(ranges)], override_num_blocks=len(ranges))
+    return ds.map_batches(_read_range, batch_size=1, batch_format="pyarrow", num_cpus=1, fn_kwargs={
+        "work": str(work), "shards": shards, "fmt": cfg.format, "column": cfg.column, "max_chars": cfg.max_chars,
+        "long_lines": cfg.long_lines, "on_bad_lines": cfg.on_bad_lines}).take_all()

@@ -1,0 +1,223 @@
+"""Candidate pairs over a corpus's sentence parts (``corpus_shards``), no process holding them all.
+
+The samplers' own code, run on shards:
+
+- **queries** run as Ray Data tasks over the sentence parts, a row group of a part
+  (``corpus_shards.QUERY_BLOCK`` sentences) at a time, which the task reads itself: random draws (``rs``, ``kde``) in plain tasks, BM25 (``bm25``, ``bm25-kde``) in a pool of
+  ``sampling.searchers`` actors that open one Tantivy index, built once from the parts (by one
+  task that streams them) in the stage's folder, where every node reads it. Each block's hits
+  are written to storage at once, split by pair bucket: a pair belongs to the sentence part
+  that holds its smaller id;
+- **pairs**: one Ray Data task per bucket reads its hits and applies ``pairs.finalize_candidates``'
+  rules (``pairs.unique_pairs``), fetches the two texts of each pair from the sentence parts (its
+  own, then each other part its pairs name, one at a time) and writes ``candidates.parts/
+  part-NNNNN.parquet``, sorted by (id1, id2);
+- the parts, in order, are ``candidates.parquet`` (the file the labelling stage reads), copied a
+  row group at a time by a task on the driver's node; ``sentences.parquet`` likewise.
+
+The pairs are those of the sampler over the whole sentence table: the same sentence ids,
+the same per-sentence draws, the same BM25 index (its documents added in id order).
+
+What grows with the corpus, and where: the sentence parts, the hits and the candidate parts
+(storage); the Tantivy index (storage, and the page cache of the nodes whose searchers read it);
+the driver's lists of parts and blocks (a few bytes per part). A task holds one block of
+queries, one bucket's pairs and one sentence part at a time.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from augsbert_ray import schema
+from augsbert_ray.candidates.corpus_shards import (FOUND, WRITTEN, SentenceParts, check_found, each, expected_files,
+                                                   part_path, write_atomic)
+
+log = logging.getLogger(__name__)
+
+ROW_GROUP = 65_536  # rows per row group of the files written (``rundir.write_table``'s slices)
+
+# Strategies sampled on shards; the others (semantic search) read the sentence table whole.
+SHARDED = frozenset({"rs", "kde", "bm25", "bm25-kde"})
+
+# A large corpus takes the sharded path wherever it applies (``wanted``); False keeps the single
+# task of ``off_driver``, which benchmarks/corpus_scale.py measures beside it.
+ENABLED = True
+
+
+def wanted(corpus_cfg, strategy: str) -> bool:
+    """Whether a large corpus (``off_driver.wanted``) is read and sampled on shards (pure)."""
+    from augsbert_ray.candidates.corpus_shards import FORMATS
+
+    return ENABLED and corpus_cfg.format in FORMATS and strategy in SHARDED
+
+
+def _spill(hits: pa.Table, work: str, first_id: int, offsets: list[int]) -> pa.Table:
+    """Writes a block's hits (``schema.HITS_SCHEMA``) into their pair buckets; the task's row."""
+    q, h = hits.column("query_id").to_numpy(), hits.column("hit_id").to_numpy()
+    which = np.searchsorted(np.asarray(offsets), np.minimum(q, h), side="right") - 1
+    written = np.unique(which).tolist()
+    for b in written:
+        write_atomic(Path(work) / f"{b:05d}" / f"{first_id:012d}.parquet", hits.filter(pa.array(which == b)))
+    return pa.table({WRITTEN: [json.dumps(written)]})
+
+
+def _block(item: pa.Table, columns: list[str] | None = None) -> tuple[pa.Table, int]:
+    """The sentences of a query block (``{"path", "group"}``: a row group of a part), and the id
+    that names its files: blocks hold disjoint sentences, and a retried block rewrites the same files."""
+    row = item.to_pylist()[0]
+    sentences = pq.ParquetFile(row["path"]).read_row_group(row["group"], columns=columns, use_threads=False)
+    return sentences, int(sentences.column(schema.SENTENCE_ID)[0].as_py())
+
+
+def _draw(item: pa.Table, n_sentences: int, k: int, seed: int, progress, work: str, offsets: list[int]) -> pa.Table:
+    """Ray Data task: the random partners of a block of sentences, spilled."""
+    from augsbert_ray.candidates.random_pairs import draw_batch
+
+    batch, first = _block(item, [schema.SENTENCE_ID])
+    hits = draw_batch(batch, n_sentences, k, seed, progress)
+    return _spill(hits, work, first, offsets)
+
+
+class _Search:
+    """Ray Data callable: a BM25 searcher over the shared index; a block's hits, spilled."""
+
+    def __init__(self, index_dir: str, top_k: int, progress, work: str, offsets: list[int], step: int):
+        from augsbert_ray.candidates.bm25 import BM25Searcher
+
+        self.searcher = BM25Searcher(index_dir, top_k, progress)
+        self.work, self.offsets, self.step = work, offsets, max(1, step)
+
+    def __call__(self, item: pa.Table) -> pa.Table:
+        batch, first = _block(item)
+        hits = pa.concat_tables([self.searcher(batch.slice(at, self.step))
+                                 for at in range(0, batch.num_rows, self.step)] or [self.searcher(batch)])
+        return _spill(hits, self.work, first, self.offsets)
+
+
+def _texts(parts: SentenceParts, b: int) -> pa.Array:
+    return pq.read_table(part_path(parts.folder, b), columns=[schema.TEXT]).column(0).combine_chunks()
+
+
+def _pair_bucket(batch: pa.Table, work: str, parts: SentenceParts, out: str, origin: str) -> pa.Table:
+    """Ray Data task, one pair bucket: its hits as candidate rows (``schema.CANDIDATE_SCHEMA``)."""
+    from augsbert_ray.candidates.pairs import unique_pairs
+
+    b, n, offsets = batch.column("index")[0].as_py(), parts.sentences, np.asarray(parts.offsets)
+    folder = Path(work) / f"{b:05d}"
+    files = sorted(folder.glob("*.parquet")) if folder.exists() else []
+    hits = pa.concat_tables([pq.read_table(f) for f in files]) if files else schema.HITS_SCHEMA.empty_table()
+    keys, scores = unique_pairs(hits.column("query_id").to_numpy(), hits.column("hit_id").to_numpy(),
+                                hits.column("score").to_numpy(), n, np.empty(0, np.int64))
+    del hits
+    id1, id2 = keys // n, keys % n
+    text1 = _texts(parts, b).take(pa.array(id1 - offsets[b])) if len(keys) else pa.array([], pa.string())
+    order = np.argsort(id2, kind="stable")
+    sorted2 = id2[order]
+    cuts = np.searchsorted(sorted2, offsets)
+    chunks = [_texts(parts, c).take(pa.array(sorted2[lo:hi] - offsets[c]))
+              for c, (lo, hi) in enumerate(zip(cuts[:-1], cuts[1:])) if hi > lo]
+    inverse = np.empty_like(order)
+    inverse[order] = np.arange(len(order))
+    text2 = pa.concat_arrays(chunks).take(pa.array(inverse)) if chunks else pa.array([], pa.string())
+    table = pa.table({schema.ID1: pa.array(id1, pa.int64()), schema.ID2: pa.array(id2, pa.int64()),
+                      schema.SENTENCE1: text1, schema.SENTENCE2: text2,
+                      schema.ORIGIN: pa.array([origin] * len(keys), pa.string()),
+                      schema.RETRIEVAL_SCORE: pa.array(scores, pa.float32())})
+    write_atomic(part_path(Path(out), b), table.cast(schema.CANDIDATE_SCHEMA), ROW_GROUP)
+    shutil.rmtree(folder, ignore_errors=True)
+    return pa.table({"index": [b], "rows": [table.num_rows], FOUND: [len(files)]})
+
+
+def concat_parts(parts: list[str], out: str, target_schema: pa.Schema, row_group: int = ROW_GROUP) -> int:
+    """Task: the Parquet ``parts``, in order, as one file ``out`` in row groups of ``row_group``
+    rows, read a row group at a time (written under a temporary name, then renamed); its rows."""
+    out = Path(out)
+    tmp = out.with_name(f".{out.name}.tmp")
+    rows, pending, held = 0, [], 0
+    with pq.ParquetWriter(tmp, target_schema) as writer:
+        for path in parts:
+            reader = pq.ParquetFile(path)
+            for g in range(reader.metadata.num_row_groups):
+                pending.append(reader.read_row_group(g, use_threads=False).cast(target_schema))
+                held += pending[-1].num_rows
+                while held >= row_group:
+                    whole = pa.concat_tables(pending)
+                    writer.write_table(whole.slice(0, row_group))
+                    rows += row_group
+                    pending, held = [whole.slice(row_group)], held - row_group
+        if held or not rows:
+            writer.write_table(pa.concat_tables(pending) if pending else target_schema.empty_table())
+            rows += held
+    tmp.replace(out)
+    return rows
+
+
+def _build_index(parts: list[str], index_dir: str) -> str:
+    """Task: the BM25 index over the sentence parts, read one at a time, in id order."""
+    from augsbert_ray.candidates.bm25 import build_index
+
+    return str(build_index((pq.read_table(p) for p in parts), Path(index_dir)))
+
+
+def sample_parts(ctx, parts: SentenceParts, out: Path) -> int:
+    """The job's sampler (``ctx.cfg.strategy``, one of ``SHARDED``) over ``parts``; writes
+    ``out / "candidates.parts"`` and ``out / "candidates.parquet"``; returns the number of pairs.
+
+    Args:
+        ctx: a ``SamplingContext`` without its sentences (its settings, seed, progress, work_dir).
+        parts: the corpus's sentence parts (``corpus_shards.shard_corpus``).
+        out: the stage's folder.
+    """
+    import ray
+    from ray.data import ActorPoolStrategy
+
+    from augsbert_ray.candidates import off_driver
+    from augsbert_ray.runtime import require_resources
+
+    cfg, n = ctx.cfg, parts.sentences
+    work, folder = Path(out) / "_hits", Path(out) / "candidates.parts"
+    for f in (work, folder):
+        shutil.rmtree(f, ignore_errors=True)
+    buckets, spilled = list(range(len(parts.parts))), []
+    if ctx.progress is not None:
+        ctx.progress.add_total(n, unit="sentences")
+    paths = [str(p) for p in parts.parts]
+    # One item per row group: the tasks read their sentences themselves, so no read task waits
+    # for a CPU that the searchers hold.
+    blocks = [{"path": p, "group": g} for p in paths for g in range(pq.ParquetFile(p).metadata.num_row_groups)]
+    if cfg.strategy in ("rs", "kde"):
+        k, origin = (cfg.random_per_sentence, "rs") if cfg.strategy == "rs" else (cfg.kde.pool_per_sentence, "kde")
+        if blocks:
+            spilled = ray.data.from_items(blocks, override_num_blocks=len(blocks)).map_batches(
+                _draw, batch_size=1, batch_format="pyarrow", num_cpus=1,
+                fn_kwargs={"n_sentences": n, "k": k, "seed": ctx.seed, "progress": ctx.progress, "work": str(work),
+                           "offsets": parts.offsets}).take_all()  # a row per block: a few bytes
+    elif cfg.strategy in ("bm25", "bm25-kde"):
+        origin = "bm25"
+        require_resources([{"CPU": 1}] * cfg.searchers, "BM25 search (sampling.searchers, one CPU each)")
+        index_dir = off_driver.run(_build_index, paths, str(Path(ctx.work_dir) / "bm25_index"))
+        if blocks:
+            spilled = ray.data.from_items(blocks, override_num_blocks=len(blocks)).map_batches(
+                _Search, batch_size=1, batch_format="pyarrow", num_cpus=1,
+                compute=ActorPoolStrategy(size=cfg.searchers),
+                fn_constructor_kwargs={"index_dir": index_dir, "top_k": cfg.top_k, "progress": ctx.progress,
+                                       "work": str(work), "offsets": parts.offsets,
+                                       "step": cfg.query_batch_size}).take_all()
+    else:
+        raise ValueError(f"sampling strategy '{cfg.strategy}' is not sampled on shards; sharded: "
+                         f"{', '.join(sorted(SHARDED))}")
+    rows = each(buckets, _pair_bucket, work=str(work), parts=parts, out=str(folder), origin=origin)
+    check_found(rows, expected_files(spilled, len(buckets)), work)
+    shutil.rmtree(work, ignore_errors=True)
+    pair_parts = [str(part_path(folder, b)) for b in buckets]
+    written = off_driver.run(concat_parts, pair_parts, str(Path(out) / "candidates.parquet"), schema.CANDIDATE_SCHEMA)
+    if written != sum(r["rows"] for r in rows):
+        raise RuntimeError(f"candidates.parquet has {written} rows, its parts {sum(r['rows'] for r in rows)}")
+    return written

@@ -1,0 +1,123 @@
+"""A large corpus deduplicated and sampled on shards: the same sentences, ids and pairs as the
+single process (the driver's, or ``off_driver``'s task), whatever the number of byte ranges, hash shards, id buckets
+and query blocks."""
+
+from __future__ import annotations
+
+import logging
+import random
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from conftest import make_sentence
+
+from augsbert_ray import schema
+from augsbert_ray.candidates import corpus_shards, off_driver, sharded
+from augsbert_ray.config import CorpusConfig, SamplingConfig
+from augsbert_ray.errors import AugSBERTError, DataError
+from augsbert_ray.loaders import corpus as loader
+from augsbert_ray.stages import candidates as stage
+from test_off_driver import _env, _NoInputs
+
+# corpus bytes per read task and per hash shard, sentences per query block
+CUTS = {"small": (2048, 2048, 50), "large": (8192, 4096, 1000)}
+
+
+def _corpus(path: Path, n: int = 400) -> Path:
+    rng = random.Random(5)
+    lines = [f"{make_sentence(rng)[:-1]} number {rng.randint(0, n // 3)}." for _ in range(n)]
+    lines[3] = "  "  # empty
+    lines[9] = lines[200] = lines[333]  # repeats of one line, the first one late
+    lines[50] = "x " * 300  # too long: truncated
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return path
+
+
+def _outputs(params, out: Path, caplog, monkeypatch, cuts: str | None):
+    """The stage's result and two files: on the driver (``cuts`` None; what the single task writes too,
+    test_off_driver.py) or sharded."""
+    monkeypatch.setattr(off_driver, "OFF_DRIVER_BYTES", off_driver.OFF_DRIVER_BYTES if cuts is None else 0)
+    monkeypatch.setattr(sharded, "ENABLED", cuts is not None)
+    if cuts is not None:
+        monkeypatch.setattr(loader, "RANGE_BYTES", CUTS[cuts][0])
+        monkeypatch.setattr(corpus_shards, "SHARD_BYTES", CUTS[cuts][1])
+        monkeypatch.setattr(corpus_shards, "QUERY_BLOCK", CUTS[cuts][2])
+    caplog.clear()
+    with caplog.at_level(logging.INFO, logger="augsbert_ray"):
+        result = stage._corpus_run(_NoInputs(), params, _env(out))
+    line = next(r.getMessage() for r in caplog.records if "corpus sentences" in r.getMessage())
+    assert ("sentence parts" in line) == (cuts is not None), line
+    return result, pq.read_table(out / "sentences.parquet"), pq.read_table(out / "candidates.parquet")
+
+
+def _same(a: pa.Table, b: pa.Table) -> bool:
+    """Equal tables, NaN scores (random pairs have none) equal to each other."""
+    score = schema.RETRIEVAL_SCORE
+    return (a.drop_columns([score]).equals(b.drop_columns([score]))
+            and np.array_equal(a.column(score).to_numpy(), b.column(score).to_numpy(), equal_nan=True))
+
+
+def test_bm25_on_shards_finds_the_single_process_pairs(tmp_path, ray_local, monkeypatch, caplog):
+    path = _corpus(tmp_path / "corpus.txt")
+    sampling = SamplingConfig(strategy="bm25", top_k=3, query_batch_size=16)
+    params = stage.CandidatesParams(source="target corpus", seed=3, sampling=sampling,
+                                    corpus=CorpusConfig(path=str(path), max_chars=200))
+    single = _outputs(params, tmp_path / "single", caplog, monkeypatch, None)
+    result, sentences, candidates = _outputs(params, tmp_path / "sharded", caplog, monkeypatch, "small")
+    assert result.model_dump() == single[0].model_dump()
+    assert sentences.equals(single[1]) and _same(candidates, single[2])
+    c = result.corpus_lines
+    assert c["empty"] == 1 and c["truncated"] == 1 and c["duplicates"] >= 2 and result.candidates > result.sentences
+    sentence_parts = sorted((tmp_path / "sharded" / "sentences.parts").glob("part-*.parquet"))
+    pair_parts = sorted((tmp_path / "sharded" / "candidates.parts").glob("part-*.parquet"))
+    assert len(pair_parts) == len(sentence_parts) > 5
+    assert not (tmp_path / "sharded" / "_shards").exists() and not (tmp_path / "sharded" / "_hits").exists()
+
+
+def test_random_pairs_on_shards_do_not_depend_on_the_cuts(tmp_path, ray_local, monkeypatch, caplog):
+    path = _corpus(tmp_path / "corpus.txt")
+    params = stage.CandidatesParams(source="target corpus", seed=4, sampling=SamplingConfig(strategy="rs"),
+                                    corpus=CorpusConfig(path=str(path), max_sentences=300))
+    single = _outputs(params, tmp_path / "single", caplog, monkeypatch, None)
+    assert single[0].corpus_lines["sampled_out"] > 0
+    for cuts in CUTS:
+        result, sentences, candidates = _outputs(params, tmp_path / cuts, caplog, monkeypatch, cuts)
+        assert result.model_dump() == single[0].model_dump(), cuts
+        assert sentences.equals(single[1]) and _same(candidates, single[2]), cuts
+
+
+def test_a_bad_line_on_shards_is_the_first_in_the_corpus(tmp_path, ray_local, monkeypatch):
+    path = _corpus(tmp_path / "corpus.txt")
+    raw = path.read_bytes().split(b"\n")
+    raw[150], raw[30] = b"bad \xff byte", b"another \xfe"  # in different byte ranges, the second first
+    path.write_bytes(b"\n".join(raw))
+    cfg = CorpusConfig(path=str(path))
+    with pytest.raises(DataError) as on_driver:
+        loader.read_corpus(cfg)
+    monkeypatch.setattr(loader, "RANGE_BYTES", 4096)
+    with pytest.raises(DataError) as on_shards:
+        corpus_shards.shard_corpus(cfg, loader.list_files(str(path)), tmp_path / "out")
+    assert str(on_shards.value) == str(on_driver.value) and "31" in str(on_driver.value)
+
+
+def test_files_a_reader_does_not_find_stop_the_stage(tmp_path):
+    written = [{corpus_shards.WRITTEN: "[0, 1]"}, {corpus_shards.WRITTEN: "[1]"}]
+    expected = corpus_shards.expected_files(written, 2)
+    assert expected == [1, 2]
+    corpus_shards.check_found([{"index": 0, "found": 1}, {"index": 1, "found": 2}], expected, tmp_path)
+    with pytest.raises(AugSBERTError, match="1 of 3 files .* shared file system"):
+        corpus_shards.check_found([{"index": 0, "found": 1}, {"index": 1, "found": 1}], expected, tmp_path)
+
+
+def test_a_staged_run_directory_keeps_a_cluster_on_the_single_task():
+    from types import SimpleNamespace
+
+    def env(nodes, storage):
+        return SimpleNamespace(cluster=SimpleNamespace(nodes=nodes), storage=storage)
+
+    assert stage._shared_folder(env(1, "s3://bucket/runs/a/stages/candidates"))
+    assert stage._shared_folder(env(3, "/mnt/augsbert/runs/a/stages/candidates"))
+    assert not stage._shared_folder(env(3, "s3://bucket/runs/a/stages/candidates"))
