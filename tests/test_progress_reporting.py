@@ -62,18 +62,17 @@ def test_labelling_reports_its_pairs_reused_shards_first(ray_local, tmp_path, mo
 
 
 def test_training_reports_its_total_and_each_step():
-    from augsbert_ray.training.ray_trainer import _chain, _step_reporter
+    from augsbert_ray.training.ray_trainer import _step_reporter
 
     class Trainer:
         total, step = 12, 4  # resumed from a checkpoint at step 4
 
-    progress, steps = Recorder(), []
-    hook = _chain(steps.append, _step_reporter(progress, Trainer()))
+    progress = Recorder()
+    hook = _step_reporter(progress, Trainer())
     hook(5)
     hook(6)
     assert progress.calls == [("set_total", 12, "steps"), ("update", 4), ("update", 5), ("update", 6)]
-    assert steps == [5, 6]
-    assert _chain(None, None) is None and _step_reporter(None, Trainer()) is None
+    assert _step_reporter(None, Trainer()) is None
 
 
 def test_bm25_searcher_reports_each_batch(tmp_path):
