@@ -33,6 +33,7 @@ import pyarrow as pa
 from augsbert_ray import schema
 from augsbert_ray.errors import TrainingError
 from augsbert_ray.rundir import is_uri
+from augsbert_ray.training import seed_choice
 from augsbert_ray.training.ray_trainer import (
     describe_error,
     export_model,
@@ -157,98 +158,161 @@ def seed_search(
         steps and seconds spent against training every seed to the end, and in audit
         mode the rank correlation between the pruning-point and final dev rankings.
     """
-    import ray.tune
-
     from augsbert_ray.runtime import require_resources
-    from augsbert_ray.training import seed_choice
 
     seed_choice.check_keep(plan.keep, len(plan.seeds))
 
     require_resources([{"CPU": plan.cpus_per_trial, "GPU": plan.gpus_per_trial}],
                       f"a seed-search trial of {name} (seed_search.cpus_per_trial, seed_search.gpus_per_trial)")
-    columns = [schema.SENTENCE1, schema.SENTENCE2, schema.LABEL]
     total = total_steps(pairs.num_rows, hparams)
     prune = plan.prune_step(total)
     base = {
         "kind": kind, "name": name, "recipe": recipe, "hparams": hparams, "task": task, "metric": metric,
         "threads": plan.cpus_per_trial, "gpus": plan.gpus_per_trial, "eval_batch_size": eval_batch_size,
     }
-    # with_parameters puts the pairs in the object store once; every trial reads them from there.
-    trainable = ray.tune.with_resources(
-        ray.tune.with_parameters(_trial, data=pairs.select(schema.training_columns(pairs)), dev=dev.select(columns)),
-        {"cpu": plan.cpus_per_trial, "gpu": plan.gpus_per_trial},
-    )
-    storage = str(storage_dir) if is_uri(storage_dir) else str(Path(storage_dir).absolute())
-
-    def fit(experiment: str, space: dict, **tune_config) -> list:
-        t0 = time.perf_counter()
-        # reuse_actors: a finished trial's actor takes the next seed, so the imports and the
-        # process start are paid once per concurrent trial (each trial seeds its own model).
-        tuner = ray.tune.Tuner(
-            trainable,
-            param_space={**base, **space},
-            tune_config=ray.tune.TuneConfig(reuse_actors=True, **tune_config),
-            run_config=ray.tune.RunConfig(name=experiment, storage_path=storage, verbose=0),
-        )
-        grid = tuner.fit()
-        fatal = [r.metrics for r in grid if r.error is None and r.metrics.get(FATAL_ERROR)]
-        if fatal:
-            raise TrainingError(f"seed search {experiment}: seed {fatal[0]['seed']} failed with an error that no retry "
-                                f"can fix: {fatal[0][FATAL_ERROR]}", permanent=True)
-        if grid.errors:
-            cause = getattr(grid.errors[0], "cause", None) or grid.errors[0]
-            raise TrainingError(f"seed search {experiment}: {len(grid.errors)} trial(s) failed: "
-                                f"{describe_error(cause)}")
-        results = sorted(grid, key=lambda r: r.metrics["seed"])
-        log.info(f"[{name}] {experiment}: {len(results)} trial(s) in {time.perf_counter() - t0:.1f}s")
-        return results
+    experiments = _Experiments(_trainable(pairs, dev, plan), base, _storage_path(storage_dir), name)
 
     t0 = time.perf_counter()
     log.info(f"[{name}] seed search: seeds {plan.seeds}, {total} steps each, pruning at step {prune}, "
              f"keeping {plan.keep} ({plan.scheduler}{', audit' if plan.audit else ''})")
     trials = {s: {"seed": s, "curve": [], "status": "pruned"} for s in plan.seeds}
+    survivors, at_prune = _run_trials(experiments, trials, plan, prune, total)
+    wall = time.perf_counter() - t0
 
-    def record(results: list) -> None:
-        for r in results:
-            t = trials[r.metrics["seed"]]
-            rows = r.metrics_dataframe[["step", "dev"]].to_dict("records")
-            t["curve"] = sorted(t["curve"] + [[int(row["step"]), float(row["dev"])] for row in rows])
-            # each Tune trial that trained this seed: the step it started from and where it ended
-            t.setdefault("segments", []).append([int(r.metrics["resumed_from_step"]), int(r.metrics["step"])])
-            t["steps"] = t["curve"][-1][0]
-            t["train_seconds"] = float(r.metrics["train_seconds"])
-            t["checkpoint"] = r.checkpoint
+    chosen, final = _settle(trials, plan, survivors, out_dir)
+    record_out = _search_record(trials, plan, survivors=survivors, at_prune=at_prune, chosen=chosen, final=final,
+                                prune=prune, total=total, wall=wall)
+    cost = record_out["cost"]
+    log.info(f"[{name}] seed search chose seed {chosen} (dev {final[chosen]:.2f}); "
+             f"{cost['search_steps']} of {cost['all_seeds_steps']} steps of training every seed "
+             f"({cost['search_fraction']:.0%})")
+    return record_out
 
+
+def _trainable(pairs: pa.Table, dev: pa.Table, plan: SearchPlan):
+    """``_trial`` as a Tune trainable with the data in the object store and each trial's resources."""
+    import ray.tune
+
+    columns = [schema.SENTENCE1, schema.SENTENCE2, schema.LABEL]
+    # with_parameters puts the pairs in the object store once; every trial reads them from there.
+    return ray.tune.with_resources(
+        ray.tune.with_parameters(_trial, data=pairs.select(schema.training_columns(pairs)), dev=dev.select(columns)),
+        {"cpu": plan.cpus_per_trial, "gpu": plan.gpus_per_trial},
+    )
+
+
+def _storage_path(storage_dir: Path) -> str:
+    """Tune's storage path: a URI as given, a local directory made absolute."""
+    return str(storage_dir) if is_uri(storage_dir) else str(Path(storage_dir).absolute())
+
+
+@dataclass(frozen=True)
+class _Experiments:
+    """The search's Tune experiments: one trainable, the config every trial shares, one storage."""
+
+    trainable: object
+    base: dict
+    storage: str
+    name: str
+
+    def fit(self, experiment: str, space: dict, **tune_config) -> list:
+        """Runs one Tune experiment; returns its results by seed, or raises a TrainingError for a failed trial."""
+        import ray.tune
+
+        t0 = time.perf_counter()
+        # reuse_actors: a finished trial's actor takes the next seed, so the imports and the
+        # process start are paid once per concurrent trial (each trial seeds its own model).
+        tuner = ray.tune.Tuner(
+            self.trainable,
+            param_space={**self.base, **space},
+            tune_config=ray.tune.TuneConfig(reuse_actors=True, **tune_config),
+            run_config=ray.tune.RunConfig(name=experiment, storage_path=self.storage, verbose=0),
+        )
+        grid = tuner.fit()
+        _raise_failures(grid, experiment)
+        results = sorted(grid, key=lambda r: r.metrics["seed"])
+        log.info(f"[{self.name}] {experiment}: {len(results)} trial(s) in {time.perf_counter() - t0:.1f}s")
+        return results
+
+
+def _raise_failures(grid, experiment: str) -> None:
+    """Raises a TrainingError for a trial's fatal error (permanent) or a failed trial."""
+    fatal = [r.metrics for r in grid if r.error is None and r.metrics.get(FATAL_ERROR)]
+    if fatal:
+        raise TrainingError(f"seed search {experiment}: seed {fatal[0]['seed']} failed with an error that no retry "
+                            f"can fix: {fatal[0][FATAL_ERROR]}", permanent=True)
+    if grid.errors:
+        cause = getattr(grid.errors[0], "cause", None) or grid.errors[0]
+        raise TrainingError(f"seed search {experiment}: {len(grid.errors)} trial(s) failed: "
+                            f"{describe_error(cause)}")
+
+
+def _record(trials: dict, results: list) -> None:
+    """Adds each Tune result's dev curve, segment, steps, seconds and checkpoint to its seed's trial."""
+    for r in results:
+        t = trials[r.metrics["seed"]]
+        rows = r.metrics_dataframe[["step", "dev"]].to_dict("records")
+        t["curve"] = sorted(t["curve"] + [[int(row["step"]), float(row["dev"])] for row in rows])
+        # each Tune trial that trained this seed: the step it started from and where it ended
+        t.setdefault("segments", []).append([int(r.metrics["resumed_from_step"]), int(r.metrics["step"])])
+        t["steps"] = t["curve"][-1][0]
+        t["train_seconds"] = float(r.metrics["train_seconds"])
+        t["checkpoint"] = r.checkpoint
+
+
+def _run_trials(experiments: _Experiments, trials: dict, plan: SearchPlan, prune: int,
+                total: int) -> tuple[list, dict]:
+    """Runs the search (ASHA, or explore then exploit) into ``trials``; returns the survivors and dev at pruning."""
+    import ray.tune
+
+    name = experiments.name
     if plan.scheduler == "asha":
         from ray.tune.schedulers import ASHAScheduler
 
-        record(fit(f"{name}-asha", {"seed": ray.tune.grid_search(plan.seeds), "eval_steps": [prune, total],
-                                    "stop_step": total},
-                   scheduler=ASHAScheduler(time_attr="step", metric="dev", mode="max", max_t=total,
-                                           grace_period=prune, reduction_factor=max(2, len(plan.seeds) / plan.keep))))
+        _record(trials, experiments.fit(
+            f"{name}-asha", {"seed": ray.tune.grid_search(plan.seeds), "eval_steps": [prune, total],
+                             "stop_step": total},
+            scheduler=ASHAScheduler(time_attr="step", metric="dev", mode="max", max_t=total,
+                                    grace_period=prune, reduction_factor=max(2, len(plan.seeds) / plan.keep))))
         survivors = [s for s in plan.seeds if trials[s]["steps"] == total]
     else:
-        record(fit(f"{name}-explore", {"seed": ray.tune.grid_search(plan.seeds), "eval_steps": [prune],
-                                       "stop_step": prune}))
+        _record(trials, experiments.fit(f"{name}-explore", {"seed": ray.tune.grid_search(plan.seeds),
+                                                            "eval_steps": [prune], "stop_step": prune}))
     at_prune = {s: _score_at(trials[s]["curve"], prune) for s in plan.seeds}
     if plan.scheduler == "exact":
         survivors = seed_choice.survivors(at_prune, plan.keep)
-        continued = plan.seeds if plan.audit else survivors
         if prune < total:
-            log.info(f"[{name}] dev at step {prune}: "
-                     + ", ".join(f"seed {s} {at_prune[s]:.2f}" for s in seed_choice.ranked(at_prune))
-                     + f"; continuing {sorted(survivors)}" + (" (audit: all seeds run to the end)" if plan.audit else ""))
-            record(fit(f"{name}-exploit", {"seed": ray.tune.grid_search(continued),
-                                           "resume": {str(s): trials[s]["checkpoint"] for s in continued},
-                                           "eval_steps": [total], "stop_step": total}))
-    wall = time.perf_counter() - t0
+            _exploit(experiments, trials, plan, at_prune, survivors, prune, total)
+    return survivors, at_prune
 
+
+def _exploit(experiments: _Experiments, trials: dict, plan: SearchPlan, at_prune: dict, survivors: list,
+             prune: int, total: int) -> None:
+    """Resumes the survivors (every seed in audit mode) from their pruning-point checkpoints to the end."""
+    import ray.tune
+
+    continued = plan.seeds if plan.audit else survivors
+    log.info(f"[{experiments.name}] dev at step {prune}: "
+             + ", ".join(f"seed {s} {at_prune[s]:.2f}" for s in seed_choice.ranked(at_prune))
+             + f"; continuing {sorted(survivors)}" + (" (audit: all seeds run to the end)" if plan.audit else ""))
+    _record(trials, experiments.fit(f"{experiments.name}-exploit", {
+        "seed": ray.tune.grid_search(continued), "resume": {str(s): trials[s]["checkpoint"] for s in continued},
+        "eval_steps": [total], "stop_step": total}))
+
+
+def _settle(trials: dict, plan: SearchPlan, survivors: list, out_dir: Path) -> tuple[int, dict]:
+    """Chooses the best survivor, sets every trial's fate, exports the chosen model; returns it and the final dev."""
     final = {s: trials[s]["curve"][-1][1] for s in survivors}
     chosen = seed_choice.chosen(final)
     for s, status in seed_choice.statuses(plan.seeds, survivors, chosen, plan.audit).items():
         trials[s]["status"] = status
     export_model(trials[chosen]["checkpoint"], out_dir)
+    return chosen, final
 
+
+def _search_record(trials: dict, plan: SearchPlan, *, survivors: list, at_prune: dict, chosen: int, final: dict,
+                   prune: int, total: int, wall: float) -> dict:
+    """The search's record: the plan, every trial, the choice, the cost and, in exact audit mode, the audit."""
     cost = seed_choice.cost(plan.seeds, survivors, prune, total, steps_run=sum(t["steps"] for t in trials.values()),
                             train_seconds=sum(t["train_seconds"] for t in trials.values()), wall_seconds=wall)
     record_out = {
@@ -267,9 +331,6 @@ def seed_search(
     }
     if plan.audit and plan.scheduler == "exact":
         record_out["audit_result"] = seed_choice.audit(at_prune, {s: trials[s]["curve"][-1][1] for s in plan.seeds})
-    log.info(f"[{name}] seed search chose seed {chosen} (dev {final[chosen]:.2f}); "
-             f"{cost['search_steps']} of {cost['all_seeds_steps']} steps of training every seed "
-             f"({cost['search_fraction']:.0%})")
     return record_out
 
 
