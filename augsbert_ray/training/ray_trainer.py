@@ -458,34 +458,47 @@ def train_on_ray(
         TrainingError: a permanent error in the training loop (``permanent=True``, not
             retried), or the restarts exhausted by transient faults.
     """
-    from ray.train import TrainingFailedError
-
     from augsbert_ray.runtime import require_resources
-    from augsbert_ray.training.warm_fit import RestartsExhausted
 
     require_resources([{"CPU": resources.cpus_per_worker, "GPU": 1 if resources.use_gpu else 0}]
                       * resources.num_workers,
                       f"training {name} (training.num_workers, training.cpus_per_worker, training.use_gpu)")
-    run = name
     storage = _storage(storage_dir)
-    marker = f"{storage.rstrip('/')}/{run}.fatal.json"
-    _remove_marker(marker)  # an earlier attempt's error is not this one's
     executor = executor or WorkerGroup()
-    loop_config = {
+    loop_config = _prepare_run(kind, pairs, recipe, hparams, resources, storage, name, progress, executor)
+    trained = _run_on(executor, loop_config, resources, storage, name)
+    return _finish_run(trained, loop_config["fatal_marker"], name, storage, out_dir)
+
+
+def _prepare_run(kind: str, pairs: pa.Table | TrainingSet, recipe: dict, hparams: dict, resources: WorkerResources,
+                 storage: str, name: str, progress, executor: Executor) -> dict:
+    """Clears an earlier attempt's error marker and builds the workers' config, the pairs fed to suit the executor."""
+    marker = f"{storage.rstrip('/')}/{name}.fatal.json"
+    _remove_marker(marker)  # an earlier attempt's error is not this one's
+    return {
         "kind": kind,
         "name": name,
         "recipe": recipe,
         "hparams": hparams,
         "threads": resources.cpus_per_worker,
-        "data": feed(pairs, f"{storage.rstrip('/')}/{run}-pairs", executor.stream_above_rows),
+        "data": feed(pairs, f"{storage.rstrip('/')}/{name}-pairs", executor.stream_above_rows),
         "checkpoint_every": resources.checkpoint_every,
         "checkpoint_min_seconds": resources.checkpoint_min_seconds,
         "fatal_marker": marker,
         "progress": progress,
     }
+
+
+def _run_on(executor: Executor, loop_config: dict, resources: WorkerResources, storage: str, name: str):
+    """Runs the training on the executor, turning a failed run into a permanent or restarts-exhausted TrainingError."""
+    from ray.train import TrainingFailedError
+
+    from augsbert_ray.training.warm_fit import RestartsExhausted
+
+    run, marker = name, loop_config["fatal_marker"]
     try:
-        trained = executor.fit(_train_loop_per_worker, loop_config, resources, storage, run,
-                               what=f"training {name} (training.cpus_per_worker, training.use_gpu)")
+        return executor.fit(_train_loop_per_worker, loop_config, resources, storage, run,
+                            what=f"training {name} (training.cpus_per_worker, training.use_gpu)")
     except TrainingFailedError as e:
         fatal = _read_marker(marker)
         if fatal is not None:  # several workers, no restart left to report it from
@@ -494,9 +507,13 @@ def train_on_ray(
         raise _restarts_exhausted(name, resources, storage, run, _failure_summary(e)) from None
     except RestartsExhausted as e:
         raise _restarts_exhausted(name, resources, storage, run, describe_error(e.cause)) from None
-    _raise_recorded_error(marker, name, storage, run)
+
+
+def _finish_run(trained, marker: str, name: str, storage: str, out_dir: Path) -> dict:
+    """Raises a recorded permanent error or a missing final checkpoint, else exports the model; returns the stats."""
+    _raise_recorded_error(marker, name, storage, name)
     if trained.checkpoint is None:  # not expected: every attempt that ends reports a final checkpoint
-        raise TrainingError(f"training {name} ended without a final checkpoint in {storage.rstrip('/')}/{run}; "
+        raise TrainingError(f"training {name} ended without a final checkpoint in {storage.rstrip('/')}/{name}; "
                             f"a re-run resumes from the latest one there")
     export_model(trained.checkpoint, out_dir)
     return {**trained.metrics, "storage_filesystem": trained.filesystem}
