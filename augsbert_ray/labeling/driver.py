@@ -358,54 +358,87 @@ def _label(shards, done: dict | None, model_dir, cfg, max_length, cpus_per_actor
     (the file the shards are cut from), pending shards are read from it where they are
     labelled, not put in the object store; with a ``spool``, they wait in its folder.
     """
-    import ray
-
     report = report if report is not None else LabelingReport()
-    keep = done is not None
-    if not keep and store is None:
+    if done is None and store is None:
         raise ValueError("labelling without keeping shards in memory needs a ShardStore")
-    finished: set[int] = set()
-    digests: list[str] = []
-    pending: dict[int, _Pending] = {}
-    pairs = reused_pairs = 0
+    cut = _cut(shards, done, store, source, spool)
+    _announce(cut, report, progress)
+    t0 = time.perf_counter()
+    commit = _committer(cut, done, store, on_commit, spool, report, progress, t0)
+    _attempts(lambda: _run_attempt(cut.pending, cut.finished, commit, model_dir, cfg, max_length, cpus_per_actor,
+                                   actors, scorer, hosts),
+              cut.pending, len(cut.digests), cfg, store, _actor_class(scorer))
+    report.seconds = time.perf_counter() - t0
+    return len(cut.digests)
+
+
+@dataclass
+class _Cut:
+    """The shards as cut: every shard's digest, those finished, those pending, and their pairs."""
+
+    digests: list[str] = field(default_factory=list)
+    finished: set[int] = field(default_factory=set)
+    pending: dict[int, _Pending] = field(default_factory=dict)
+    pairs: int = 0
+    reused_pairs: int = 0
+
+
+def _cut(shards, done: dict | None, store, source: FileSource | None, spool: ShardSpool | None) -> _Cut:
+    """Sorts the shards into those an earlier run committed (read into ``done`` where kept) and those pending."""
+    cut = _Cut()
     for i, shard in enumerate(shards):
         digest = keys_digest(shard)
-        digests.append(digest)
-        pairs += shard.num_rows
+        cut.digests.append(digest)
+        cut.pairs += shard.num_rows
         if store is not None and store.done(i, digest):
-            finished.add(i)
-            reused_pairs += shard.num_rows
-            if keep:
+            cut.finished.add(i)
+            cut.reused_pairs += shard.num_rows
+            if done is not None:
                 done[i] = store.read(i)
             continue
-        pairs_id = pairs_digest(shard)
-        if source is not None:
-            pending[i] = _Pending(None, pairs_id, shard.num_rows, source, i)
-            continue
-        block = shard.append_column(SHARD, pa.array(np.full(shard.num_rows, i, np.int64)))
-        if spool is not None:
-            pending[i] = _Pending(None, pairs_id, shard.num_rows, spool.put(i, block), i)
-        else:
-            pending[i] = _Pending(ray.put(block), pairs_id, shard.num_rows, None, i)
-    report.shards = len(digests)
-    report.reused = len(finished)
-    if finished:
-        log.info(f"[silver] {len(finished)} of {len(digests)} shards labelled by an earlier run; {len(pending)} to label")
+        cut.pending[i] = _pending(i, shard, source, spool)
+    return cut
+
+
+def _pending(i: int, shard: pa.Table, source: FileSource | None, spool: ShardSpool | None) -> _Pending:
+    """Shard ``i`` waiting to be labelled: read from ``source``, waiting in ``spool``, or in the object store."""
+    import ray
+
+    pairs_id = pairs_digest(shard)
+    if source is not None:
+        return _Pending(None, pairs_id, shard.num_rows, source, i)
+    block = shard.append_column(SHARD, pa.array(np.full(shard.num_rows, i, np.int64)))
+    if spool is not None:
+        return _Pending(None, pairs_id, shard.num_rows, spool.put(i, block), i)
+    return _Pending(ray.put(block), pairs_id, shard.num_rows, None, i)
+
+
+def _announce(cut: _Cut, report: LabelingReport, progress) -> None:
+    """Records the shard counts in ``report``, logs those reused, and starts the progress at the reused pairs."""
+    report.shards = len(cut.digests)
+    report.reused = len(cut.finished)
+    if cut.finished:
+        log.info(f"[silver] {len(cut.finished)} of {len(cut.digests)} shards labelled by an earlier run; "
+                 f"{len(cut.pending)} to label")
     if progress is not None:
-        progress.set_total(pairs, unit="pairs")
-        progress.update(reused_pairs)
-    t0 = time.perf_counter()
+        progress.set_total(cut.pairs, unit="pairs")
+        progress.update(cut.reused_pairs)
+
+
+def _committer(cut: _Cut, done: dict | None, store, on_commit, spool: ShardSpool | None, report: LabelingReport,
+               progress, t0: float):
+    """The callback that commits a labelled shard, moves it from pending to finished and reports it."""
     last_log = [t0]
 
     def commit(i: int, table: pa.Table) -> None:
         if store is not None:
-            store.commit(i, table, digests[i])
+            store.commit(i, table, cut.digests[i])
             if on_commit is not None:
                 on_commit()
-        if keep:
+        if done is not None:
             done[i] = table
-        finished.add(i)
-        del pending[i]  # its block leaves the object store
+        cut.finished.add(i)
+        del cut.pending[i]  # its block leaves the object store
         if spool is not None:
             spool.remove(i)
         report.labelled += 1
@@ -416,12 +449,9 @@ def _label(shards, done: dict | None, model_dir, cfg, max_length, cpus_per_actor
         if progress is not None:
             progress.advance(table.num_rows)
         now = time.perf_counter()
-        if (progress is None and now - last_log[0] > 10) or len(finished) == len(digests):
+        if (progress is None and now - last_log[0] > 10) or len(cut.finished) == len(cut.digests):
             last_log[0] = now
-            log.info(f"[silver] {len(finished)}/{len(digests)} shards labelled ({report.labelled_pairs / (now - t0):.1f} pairs/s)")
+            log.info(f"[silver] {len(cut.finished)}/{len(cut.digests)} shards labelled "
+                     f"({report.labelled_pairs / (now - t0):.1f} pairs/s)")
 
-    _attempts(lambda: _run_attempt(pending, finished, commit, model_dir, cfg, max_length, cpus_per_actor, actors,
-                                   scorer, hosts),
-              pending, len(digests), cfg, store, _actor_class(scorer))
-    report.seconds = time.perf_counter() - t0
-    return len(digests)
+    return commit
