@@ -102,60 +102,89 @@ def start_ray(address: str | None = None, num_cpus: int | None = None,
     for key, value in TRAIN_ENV_DEFAULTS.items():
         os.environ.setdefault(key, value)
     if not ray.is_initialized():
-        _auto_connect(True)
-        state.settings = state.Settings(verbose=verbose)
-        # RAY_ADDRESS left by an earlier start_ray of this process names a cluster that is gone.
-        if state.pinned and os.environ.get("RAY_ADDRESS") == state.pinned.get("address"):
-            unpin()
-        address = address or os.environ.get("RAY_ADDRESS") or None
-        state.set_env({"RAY_TRAIN_ENABLE_PRINT_PATCH": "0"}, only_unset=True)
-        if not verbose:
-            quiet_ray_output(log_dir)  # before ray.init, which logs the token notice
-        job_env = {**(env_vars or {})}
-        ours = signals.active()
-        if ours:  # Ctrl-C ends the job, not only the Ray Tune run in progress (see signals)
-            state.set_env({"TUNE_DISABLE_SIGINT_HANDLER": "1"}, only_unset=True)
+        address, job_env, ours = _prepare_start(address, env_vars, verbose, log_dir)
         if address:
-            runtime_env = {"env_vars": job_env} if job_env else None
-            try:
-                ctx = ray.init(address=address, log_to_driver=True, runtime_env=runtime_env)
-            except SystemExit as e:  # ray.init's own SIGTERM handler, while it connects
-                restore_ray_output()
-                raise _interrupted(e, ours) from None
-            except (ConnectionError, RuntimeError, TimeoutError, ValueError) as e:
-                restore_ray_output()
-                raise AugSBERTError(f"Ray address '{address}': could not connect: {_first_line(e)}") from None
-            finally:
-                if ours:
-                    signals.install()
+            ctx = _connect(address, job_env, ours)
         else:
-            for key, value in LOCAL_TRAIN_ENV_DEFAULTS.items():
-                os.environ.setdefault(key, value)
-            # The dashboard (bound to 127.0.0.1) serves the State API that Ray Train relies on.
-            # Every worker pins itself to this cluster (pin_worker_to_cluster).
-            runtime_env = {"worker_process_setup_hook": pin_worker_to_cluster(quiet=not verbose),
-                           **({"env_vars": job_env} if job_env else {})}
-            try:
-                with local_only():
-                    ctx = ray.init(**local_ray_options(num_cpus), dashboard_host="127.0.0.1", log_to_driver=True,
-                                   runtime_env=runtime_env)
-            except SystemExit as e:
-                _abandon_local_start()
-                raise _interrupted(e, ours) from None
-            except Exception as e:  # noqa: BLE001 - e.g. a node that timed out starting on a loaded machine
-                _abandon_local_start()
-                raise AugSBERTError(f"the local Ray did not start: {_first_line(e)} (Ray's logs: "
-                                    "/tmp/ray/session_latest/logs; on a busy machine, try again, or give it fewer "
-                                    "CPUs with ray.num_cpus)") from None
-            finally:
-                if ours:
-                    signals.install()
-            state.local = {"session": ctx.address_info["session_dir"]}
-            atexit.register(stop_ray)
-            if not ours:
-                _stop_on_sigterm()
+            ctx = _start_local(num_cpus, job_env, ours, verbose)
         pin_driver()
         state.owned[:] = [True]
+    return _cluster_resources(ctx)
+
+
+def _prepare_start(address: str | None, env_vars: dict[str, str] | None, verbose: bool,
+                   log_dir: str | os.PathLike | None) -> tuple[str | None, dict, bool]:
+    """Readies this process for a Ray start; returns the address, the job's env vars, whether ``signals`` is on."""
+    _auto_connect(True)
+    state.settings = state.Settings(verbose=verbose)
+    # RAY_ADDRESS left by an earlier start_ray of this process names a cluster that is gone.
+    if state.pinned and os.environ.get("RAY_ADDRESS") == state.pinned.get("address"):
+        unpin()
+    address = address or os.environ.get("RAY_ADDRESS") or None
+    state.set_env({"RAY_TRAIN_ENABLE_PRINT_PATCH": "0"}, only_unset=True)
+    if not verbose:
+        quiet_ray_output(log_dir)  # before ray.init, which logs the token notice
+    job_env = {**(env_vars or {})}
+    ours = signals.active()
+    if ours:  # Ctrl-C ends the job, not only the Ray Tune run in progress (see signals)
+        state.set_env({"TUNE_DISABLE_SIGINT_HANDLER": "1"}, only_unset=True)
+    return address, job_env, ours
+
+
+def _connect(address: str, job_env: dict, ours: bool):
+    """Connects to the cluster at ``address``; a failure is an AugSBERTError naming it."""
+    import ray
+
+    runtime_env = {"env_vars": job_env} if job_env else None
+    try:
+        return ray.init(address=address, log_to_driver=True, runtime_env=runtime_env)
+    except SystemExit as e:  # ray.init's own SIGTERM handler, while it connects
+        restore_ray_output()
+        raise _interrupted(e, ours) from None
+    except (ConnectionError, RuntimeError, TimeoutError, ValueError) as e:
+        restore_ray_output()
+        raise AugSBERTError(f"Ray address '{address}': could not connect: {_first_line(e)}") from None
+    finally:
+        if ours:
+            signals.install()
+
+
+def _start_local(num_cpus: int | None, job_env: dict, ours: bool, verbose: bool):
+    """Starts a local Ray inside this process, stopped at exit; a failure is an AugSBERTError."""
+    import ray
+
+    for key, value in LOCAL_TRAIN_ENV_DEFAULTS.items():
+        os.environ.setdefault(key, value)
+    # The dashboard (bound to 127.0.0.1) serves the State API that Ray Train relies on.
+    # Every worker pins itself to this cluster (pin_worker_to_cluster).
+    runtime_env = {"worker_process_setup_hook": pin_worker_to_cluster(quiet=not verbose),
+                   **({"env_vars": job_env} if job_env else {})}
+    try:
+        with local_only():
+            ctx = ray.init(**local_ray_options(num_cpus), dashboard_host="127.0.0.1", log_to_driver=True,
+                           runtime_env=runtime_env)
+    except SystemExit as e:
+        _abandon_local_start()
+        raise _interrupted(e, ours) from None
+    except Exception as e:  # noqa: BLE001 - e.g. a node that timed out starting on a loaded machine
+        _abandon_local_start()
+        raise AugSBERTError(f"the local Ray did not start: {_first_line(e)} (Ray's logs: "
+                            "/tmp/ray/session_latest/logs; on a busy machine, try again, or give it fewer "
+                            "CPUs with ray.num_cpus)") from None
+    finally:
+        if ours:
+            signals.install()
+    state.local = {"session": ctx.address_info["session_dir"]}
+    atexit.register(stop_ray)
+    if not ours:
+        _stop_on_sigterm()
+    return ctx
+
+
+def _cluster_resources(ctx) -> ClusterResources:
+    """The cluster's CPUs, GPUs, nodes and memory; its logs and dashboard where this call started or connected Ray."""
+    import ray
+
     session = (ctx.address_info.get("session_dir") if ctx is not None else None)
     res = ray.cluster_resources()
     gib = 1024**3
