@@ -31,7 +31,7 @@ import hashlib
 import json
 import math
 import os
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -164,23 +164,6 @@ def _staged_schema(silver: bool) -> pa.Schema:
     return pa.schema(fields + ([pa.field(schema.IS_SILVER, pa.bool_())] if silver else []))
 
 
-def _rechunked(tables: Iterable[pa.Table], rows: int) -> Iterator[pa.Table]:
-    """The rows of ``tables`` in tables of exactly ``rows`` rows (the last one: the rest)."""
-    pending: list[pa.Table] = []
-    have = 0
-    for t in tables:
-        while t.num_rows:
-            take = min(rows - have, t.num_rows)
-            pending.append(t.slice(0, take))
-            have += take
-            t = t.slice(take)
-            if have == rows:
-                yield pa.concat_tables(pending)
-                pending, have = [], 0
-    if have:
-        yield pa.concat_tables(pending)
-
-
 def stage(pairs: pa.Table | TrainingSet, folder: str) -> StagedPairs:
     """Writes ``pairs`` to ``folder/pairs.arrow`` in blocks (see the module), whole or not at all.
 
@@ -191,6 +174,8 @@ def stage(pairs: pa.Table | TrainingSet, folder: str) -> StagedPairs:
     Raises:
         ValueError: no pairs.
     """
+    from augsbert_ray.labeling.shards import exact_shards
+
     fs, base = _filesystem(folder)
     fs.create_dir(base, recursive=True)
     silver = (schema.IS_SILVER in pairs.column_names) if isinstance(pairs, pa.Table) else pairs.has_silver_flags
@@ -200,7 +185,7 @@ def stage(pairs: pa.Table | TrainingSet, folder: str) -> StagedPairs:
     path, tmp = f"{base}/{STAGED_FILE}", f"{base}/.{STAGED_FILE}.writing"
     rows, digest = 0, hashlib.sha256()
     with fs.open_output_stream(tmp) as sink, pa.ipc.new_file(sink, out_schema) as writer:
-        for block in _rechunked((c.select(out_schema.names).cast(out_schema) for c in chunks), ROWS_PER_BLOCK):
+        for block in exact_shards((c.select(out_schema.names).cast(out_schema) for c in chunks), ROWS_PER_BLOCK):
             batch = block.combine_chunks().to_batches()[0]  # one record batch per block
             writer.write_batch(batch)
             digest.update(batch.serialize())
