@@ -29,7 +29,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from augsbert_ray.bench.ceiling import PhaseTimes, analyse, devices_fed, steady_rate
+from augsbert_ray.bench.ceiling import PhaseTimes, analyse, devices_fed, steady_driver, steady_rate
 from augsbert_ray.bench.records import PartResult
 
 NULL_LABEL = -1.0  # outside any cross-encoder's [0, 1]: a shard labelled by a real model shows
@@ -42,12 +42,15 @@ class NullScorer:
     ``PairScorer`` drops them.
     """
 
-    def __init__(self, **_):
-        pass
+    def __init__(self, delay_s: float = 0.0, **_):
+        self.delay_s = delay_s  # seconds per batch: a slow labeller, to see the driver while it waits
 
     def __call__(self, batch: pa.Table) -> pa.Table:
         from augsbert_ray import schema
         from augsbert_ray.labeling import codec
+
+        if self.delay_s:
+            time.sleep(self.delay_s)
 
         batch = batch.drop_columns([c for c in (codec.IDS, codec.TYPES) if c in batch.column_names])
         return batch.append_column(schema.LABEL, pa.array(np.full(batch.num_rows, NULL_LABEL, np.float32)))
@@ -68,6 +71,7 @@ class PhaseClock:
         self._last = time.perf_counter()
         self.times: list[float] = []  # when each shard was committed
         self.sizes: list[int] = []
+        self.cpus: list[float] = []  # the driver's CPU seconds then
 
     def cpu(self) -> float:
         t = self.me.cpu_times()
@@ -85,6 +89,7 @@ class PhaseClock:
         now = time.perf_counter()
         self.times.append(now)
         self.sizes.append(n)
+        self.cpus.append(self.cpu())
         if now - self._last >= self.every:
             self._last = now
             self.log(f"[bench] control plane: {self.done:,}/{self.total:,} pairs")
@@ -112,9 +117,9 @@ def shards(pool: list[str], pairs: int, size: int, timer: list[float]):
         yield table
 
 
-def write_inputs(pool: list[str], pairs: int, size: int, folder) -> tuple[str, str, float]:
-    """The pairs as the engine reads them (one Parquet file, a row group per shard) and as the
-    peer does (a folder of one Parquet file per shard: a Ray Data block each).
+def write_inputs(pool: list[str], pairs: int, size: int, folder, peer: bool = True) -> tuple[str, str, float]:
+    """The pairs as the engine reads them (one Parquet file, a row group per shard) and, with
+    ``peer``, as the peer does (a folder of one Parquet file per shard: a Ray Data block each).
 
     Returns:
         The file, the folder, and the seconds spent making the pairs and writing both.
@@ -129,14 +134,16 @@ def write_inputs(pool: list[str], pairs: int, size: int, folder) -> tuple[str, s
     with pq.ParquetWriter(path, schema.CANDIDATE_SCHEMA) as writer:
         for i, table in enumerate(shards(pool, pairs, size, [0.0])):
             writer.write_table(table, row_group_size=size)
-            pq.write_table(table, os.path.join(parts, f"part-{i:06d}.parquet"))
+            if peer:
+                pq.write_table(table, os.path.join(parts, f"part-{i:06d}.parquet"))
     return path, parts, time.perf_counter() - t0
 
 
 def measure(pool: list[str], pairs: int, block_size: int, actors: int, cluster_cpus: float, log,
-            inputs: tuple[str, str, float] | None = None) -> PhaseTimes:
+            inputs: tuple[str, str, float] | None = None, delay_s: float = 0.0) -> PhaseTimes:
     """One null-scorer labelling run of ``pairs`` pairs in shards of ``block_size``, through the
-    engine (``labeling.label_file``). ``inputs``: what ``write_inputs`` made (None: made here)."""
+    engine (``labeling.label_file``). ``inputs``: what ``write_inputs`` made (None: made here);
+    ``delay_s``: seconds the null scorer waits per shard."""
     from augsbert_ray.bench.memory import MemorySampler
     from augsbert_ray.config import LabelingConfig
     from augsbert_ray.labeling import LabelingReport, ScorerSpec, ShardStore, actor_cpus
@@ -151,7 +158,7 @@ def measure(pool: list[str], pairs: int, block_size: int, actors: int, cluster_c
         with MemorySampler(interval=0.5, descendants=False) as mem, lines_to(log):
             rss0, cpu0, t0 = clock.me.memory_info().rss, clock.cpu(), time.perf_counter()
             label_file(path, store, "embedded", cfg, 128, actor_cpus(cfg, cluster_cpus, actors), report=report,
-                       actors=actors, progress=clock, scorer=ScorerSpec(NullScorer))
+                       actors=actors, progress=clock, scorer=ScorerSpec(NullScorer, {"delay_s": delay_s}))
             wall, cpu1 = time.perf_counter() - t0, clock.cpu()
         _check_null_labels(store)
     queued = (clock.queued_at or t0) - t0
@@ -159,7 +166,9 @@ def measure(pool: list[str], pairs: int, block_size: int, actors: int, cluster_c
                       first_shard=report.first_shard_seconds or 0.0, commit=0.0,
                       driver_cpu_queued=clock.cpu_at_queued - cpu0, driver_cpu_pool=cpu1 - clock.cpu_at_queued,
                       peak_rss=mem.peak_rss, steady_pairs_per_s=steady_rate(clock.times, clock.sizes),
-                      rss_before=rss0, peak_private=mem.peak_private, peak_shared=mem.peak_shared)
+                      rss_before=rss0, peak_private=mem.peak_private, peak_shared=mem.peak_shared,
+                      **dict(zip(("steady_driver_cpu_rate", "steady_shards_per_s"),
+                                 steady_driver(clock.times, clock.cpus))))
 
 
 def _check_null_labels(store) -> None:
@@ -225,6 +234,22 @@ def gpus_fed(ms_per_shard: float, block_size: int, per_gpu: float) -> float:
     """GPUs one driver keeps busy if its CPU per shard is all that limits it: the pairs/s one
     core of driver sustains (``block_size`` pairs per ``ms_per_shard``) over one GPU's rate."""
     return block_size / (ms_per_shard / 1000) / per_gpu if ms_per_shard > 0 else float("inf")
+
+
+def driver_capacity(fast_rate: float | None, fast_shards_per_s: float | None, slow_rate: float | None,
+                    slow_shards_per_s: float | None) -> dict | None:
+    """The driver's CPU as ``waiting_rate + ms_per_shard * shards/s``, from two steady runs (CPU
+    seconds per second and shards per second each), and the shards/s at which it fills one core:
+    what limits one driver once the shards come faster than this machine's actors make them.
+    None where the two runs do not tell the parts apart."""
+    if None in (fast_rate, fast_shards_per_s, slow_rate, slow_shards_per_s) or fast_shards_per_s <= slow_shards_per_s:
+        return None
+    per_shard = (fast_rate - slow_rate) / (fast_shards_per_s - slow_shards_per_s)
+    waiting = slow_rate - per_shard * slow_shards_per_s
+    if per_shard <= 0 or waiting >= 1:
+        return None
+    return {"ms_per_shard": per_shard * 1000, "waiting_rate": max(0.0, waiting),
+            "shards_per_s": (1 - max(0.0, waiting)) / per_shard}
 
 
 GPU_RATES = (100_000, 250_000)  # pairs/s per GPU: an H100/H200 today, and the goal

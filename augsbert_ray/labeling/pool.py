@@ -135,16 +135,23 @@ def run_pool(pending: dict, finished: set, commit, model_dir, cfg, max_length, c
         batches.close()
 
 
-# Most shards a reading task (and so an actor's task) takes where actors commit their shards.
-MAX_SHARDS_PER_TASK = 8
+# Most shards, and most pairs, a reading task (and so an actor's task) takes where actors commit
+# their shards: the driver's work is per task, and a task's pairs are one block in memory.
+MAX_SHARDS_PER_TASK = 64
+MAX_PAIRS_PER_TASK = 64 * 8192
+# Fewest tasks per actor before shards are grouped: the last wave of tasks is then at most
+# about 1/TASKS_PER_ACTOR of an actor's work, so grouping does not leave GPUs idle at the end.
+TASKS_PER_ACTOR = 8
 
 
-def shards_per_task(pending: int, actors: int) -> int:
+def shards_per_task(pending: int, actors: int, block_size: int = 8192) -> int:
     """Shards per reading task where the actors commit: one while there are few (each shard's
-    record reaches the driver as soon as it is committed), up to ``MAX_SHARDS_PER_TASK`` where
-    every actor has many, since the driver's scheduling is per task, not per shard. An actor
-    still labels and commits one shard per call (its batches are ``labeling.block_size`` rows)."""
-    return max(1, min(MAX_SHARDS_PER_TASK, pending // (64 * max(1, actors))))
+    record reaches the driver as soon as it is committed), up to ``MAX_SHARDS_PER_TASK`` (and
+    ``MAX_PAIRS_PER_TASK`` pairs) where every actor has many, since the driver's scheduling is
+    per task, not per shard. An actor still labels and commits one shard per call (its batches
+    are ``labeling.block_size`` rows)."""
+    most = max(1, min(MAX_SHARDS_PER_TASK, MAX_PAIRS_PER_TASK // max(1, block_size)))
+    return max(1, min(most, pending // (TASKS_PER_ACTOR * max(1, actors))))
 
 
 def run_committing_pool(source: FileSource, pending: dict[int, int], actors_spec: ScorerSpec, on_record, model_dir,
@@ -157,7 +164,7 @@ def run_committing_pool(source: FileSource, pending: dict[int, int], actors_spec
     Raises:
         Exception: whatever ended the pool (actor restarts or task retries exhausted, a lost actor).
     """
-    tasks = source.tasks_for(pending, shards_per_task(len(pending), actors or 1))
+    tasks = source.tasks_for(pending, shards_per_task(len(pending), actors or 1, source.block_size))
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message=".*ray_remote_args.*deprecated", category=DeprecationWarning)
         records = labelled_dataset((source, tasks), model_dir, cfg, max_length, cpus_per_actor, actors, actors_spec)
