@@ -253,6 +253,8 @@ def driver_capacity(fast_rate: float | None, fast_shards_per_s: float | None, sl
 
 
 GPU_RATES = (100_000, 250_000)  # pairs/s per GPU: an H100/H200 today, and the goal
+# The run that shows the driver while it waits for shards (driver_capacity's slow run).
+WAITING_SHARDS, WAITING_DELAY_S = 30, 0.3
 
 
 def run(result: PartResult, pool: list[str], plan, cluster, per_device: tuple[str, float | None], log) -> None:
@@ -271,6 +273,12 @@ def run(result: PartResult, pool: list[str], plan, cluster, per_device: tuple[st
         inputs = write_inputs(pool, plan.null_pairs, block, tmp)
         t = measure(pool, plan.null_pairs, block, actors, cluster.cpus, log, inputs=inputs)
         peer = measure_peer(inputs[1], plan.null_pairs, block, actors, log)
+    log(f"[bench] control plane: {WAITING_SHARDS} shards through a null actor waiting {WAITING_DELAY_S:g} s a shard "
+        "(the driver while it waits)")
+    with tempfile.TemporaryDirectory(prefix="bench-control-plane-input-") as tmp:
+        pairs = WAITING_SHARDS * block
+        waiting = measure(pool, pairs, block, actors, cluster.cpus, log,
+                          inputs=write_inputs(pool, pairs, block, tmp, peer=False), delay_s=WAITING_DELAY_S)
     c = analyse(t)
     engine_wall = t.wall - t.input
     peer_name = "plain Ray Data: read_parquet -> map_batches (null actor) -> write_parquet, end to end"
@@ -291,6 +299,18 @@ def run(result: PartResult, pool: list[str], plan, cluster, per_device: tuple[st
         result.add(f"GPUs one driver feeds at {rate:,} pairs/s per GPU (its CPU per shard the limit)",
                    gpus_fed(engine_ms, block, rate), "GPUs", side="info",
                    note=f"{block:,} pairs per {engine_ms:.1f} ms of driver CPU")
+    fit = driver_capacity(t.steady_driver_cpu_rate, t.steady_shards_per_s, waiting.steady_driver_cpu_rate,
+                          waiting.steady_shards_per_s)
+    if fit is not None:
+        result.add("engine: driver CPU per shard, steady, less its CPU while waiting", fit["ms_per_shard"], "ms",
+                   side="info", note=f"while waiting: {fit['waiting_rate'] * 100:.1f}% of a core (Ray Data's polling)")
+        for rate in GPU_RATES:
+            result.add(f"GPUs one driver feeds at {rate:,} pairs/s per GPU (steady: one core's shards/s)",
+                       fit["shards_per_s"] * block / rate, "GPUs", side="info",
+                       note=f"{fit['shards_per_s']:,.0f} shards/s fill one driver core")
+    else:
+        result.notes.append("The steady driver CPU per shard could not be told apart from its CPU while waiting "
+                            "(too few shards, or the waiting run as fast as the null run).")
     result.add("driver's peak memory (RSS)", c.peak_rss_mib, "MiB", side="info",
                note="psutil, every 0.5 s; this process's imports and earlier parts included")
     result.add("driver's memory growth during the run (peak RSS less RSS before)", c.rss_growth_mib, "MiB",
@@ -315,4 +335,5 @@ def run(result: PartResult, pool: list[str], plan, cluster, per_device: tuple[st
                             "the ceiling above divided by one device's steady pairs/s.")
     result.data.update({"phases": t.__dict__, "ceiling": c.to_dict(), "devices_fed": fed, "peer": peer.__dict__,
                         "driver_ms_per_shard": engine_ms, "peer_driver_ms_per_block": peer_ms,
-                        "gpus_fed": {str(r): gpus_fed(engine_ms, block, r) for r in GPU_RATES}})
+                        "gpus_fed": {str(r): gpus_fed(engine_ms, block, r) for r in GPU_RATES},
+                        "waiting": waiting.__dict__, "steady_capacity": fit})
