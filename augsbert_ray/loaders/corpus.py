@@ -262,27 +262,38 @@ def clean_column(batch: pa.Table, column: str, max_chars: int, long_lines: str) 
 
 
 def _parse_options(fmt: str):
-    """CSV: comma-separated, double-quoted fields; TSV: tab-separated, quotes are text."""
+    """CSV: comma-separated, double-quoted fields, which may hold newlines; TSV: tab-separated,
+    quotes are text."""
     import pyarrow.csv as pacsv
 
     if fmt == "tsv":
         return pacsv.ParseOptions(delimiter="\t", quote_char=False)
-    return pacsv.ParseOptions()
+    # Without newlines_in_values, a quoted newline that falls across the reader's 1 MiB blocks
+    # stops the read ("CSV parser got out of sync with chunker").
+    return pacsv.ParseOptions(newlines_in_values=True)
+
+
+def header(path: str, fmt: str) -> list[str]:
+    """A CSV / TSV file's column names (its first row; a malformed row after it is left to the reading)."""
+    import pyarrow.csv as pacsv
+
+    fs, p = _filesystem(path)
+    options = _parse_options(fmt)
+    options.invalid_row_handler = lambda row: "skip"  # the reader parses a first block to open the file
+    with fs.open_input_stream(p) as f:
+        return pacsv.open_csv(f, read_options=pacsv.ReadOptions(block_size=1 << 16), parse_options=options).schema.names
 
 
 def _check_column(files: list[tuple], fmt: str, column: str) -> None:
     """Every CSV / Parquet file has ``column`` (read from its header or footer only)."""
-    import pyarrow.csv as pacsv
     import pyarrow.parquet as pq
 
     for path, *_ in files:
-        fs, p = _filesystem(path)
         if fmt == "parquet":
+            fs, p = _filesystem(path)
             names = pq.read_schema(p, filesystem=fs).names
         else:
-            with fs.open_input_stream(p) as f:
-                names = pacsv.open_csv(f, read_options=pacsv.ReadOptions(block_size=1 << 16),
-                                       parse_options=_parse_options(fmt)).schema.names
+            names = header(path, fmt)
         if column not in names:
             raise DataError(path, None if fmt == "parquet" else 1, column,
                             f"no such column (the file has: {', '.join(names)})")
