@@ -53,6 +53,7 @@ POS = "pos"  # a line's position: its read unit's index << 32 | its line's index
 NODE = "node"  # a task's row: the node it ran on
 FORMATS = ("lines", "jsonl", "tsv", "csv", "parquet")  # every corpus format
 RANGE, GROUP, STREAM = "range", "group", "stream"  # how a read task takes its slice (``read_tasks``)
+COMPRESSION = 32  # the text a compressed file holds per byte, at most, for its read units (``_streamed_units``)
 
 
 @dataclass
@@ -144,7 +145,7 @@ def read_tasks(cfg, files: list[tuple], range_bytes: int) -> tuple[list[dict], i
                 tasks.append({**base, "kind": GROUP, "group": g, "unit": unit, "units": 1})
                 unit += 1
         elif cfg.format == "csv" or (cfg.format == "tsv" and _compressed(path)):
-            units = size // range_bytes + 1
+            units = size * (COMPRESSION if _compressed(path) else 1) // range_bytes + 1
             tasks.append({**base, "kind": STREAM, "unit": unit, "units": units})
             unit += units
         else:
@@ -167,71 +168,6 @@ def _table_options(fmt: str, column: str, names: list[str] | None = None) -> dic
             "convert_options": pacsv.ConvertOptions(include_columns=[column], column_types={column: pa.string()})}
 
 
-def _bad_row(path: str, fmt: str, column: str, reason: str, body: bytes | None = None, first_line: int = 1):
-    """The ``DataError`` of the first row that the CSV reader refused, found again line by line
-    (the error path only): a row with another number of fields than the header, or a column
-    value that is not UTF-8. ``body``: a TSV byte range's lines from ``first_line`` on (else the
-    whole file is read, header first).
-    """
-    import csv
-    import io
-    import re
-
-    from augsbert_ray.errors import DataError
-    from augsbert_ray.loaders import corpus as loader
-
-    names = loader.header(path, fmt)
-    if body is not None:  # TSV: quotes are text, a row is a line (\\n, \\r\\n or \\r, as the CSV reader)
-        lines = re.split(r"\r\n|\r|\n", body.decode("utf-8", "surrogateescape"))
-        rows = ((first_line + k, line.split("\t") if line else []) for k, line in enumerate(lines))
-        return _first_bad(rows, path, names, column, reason, header=first_line == 1)
-    fs, p = loader._filesystem(path)
-    limit = csv.field_size_limit()
-    csv.field_size_limit(1 << 30)  # a long sentence is no error here
-    try:
-        with fs.open_input_stream(p) as f:
-            text = io.TextIOWrapper(f, encoding="utf-8-sig", errors="surrogateescape", newline="")
-            reader = csv.reader(text, delimiter="\t", quoting=csv.QUOTE_NONE) if fmt == "tsv" else csv.reader(text)
-
-            def rows():
-                done = 0
-                while True:
-                    try:
-                        record = next(reader)
-                    except StopIteration:
-                        return
-                    except csv.Error as e:
-                        raise DataError(path, done + 1, None, f"not {fmt.upper()}: {e}") from None
-                    yield done + 1, record
-                    done = reader.line_num
-
-            return _first_bad(rows(), path, names, column, reason, header=True)
-    finally:
-        csv.field_size_limit(limit)
-
-
-def _first_bad(rows, path: str, names: list[str], column: str, reason: str, header: bool):
-    from augsbert_ray.errors import DataError
-
-    at = names.index(column)
-    try:
-        for line, record in rows:
-            if header:  # the header's own row
-                header = False
-                continue
-            if not record:  # an empty line: the reader skips it
-                continue
-            if len(record) != len(names):
-                return DataError(path, line, None, f"{len(record)} fields, the header has {len(names)}")
-            try:
-                record[at].encode("utf-8")
-            except UnicodeEncodeError:
-                return DataError(path, line, column, "invalid UTF-8")
-    except DataError as e:
-        return e
-    return DataError(path, None, column, f"unreadable: {reason}")
-
-
 def _range_table(row: dict, column: str, max_chars: int, long_lines: str) -> pa.Table:
     """A TSV byte range's cleaned rows (the header's range reads the header itself)."""
     import pyarrow.csv as pacsv
@@ -249,7 +185,7 @@ def _range_table(row: dict, column: str, max_chars: int, long_lines: str) -> pa.
         table = pacsv.read_csv(pa.BufferReader(body), **_table_options("tsv", column, names))
     except pa.ArrowInvalid as e:
         line = 1 if first == 0 else loader._line_number(path, first)
-        raise _bad_row(path, "tsv", column, str(e), body, line) from None
+        raise loader.bad_row(path, "tsv", column, str(e), body, line) from None
     return loader.clean_column(table, column, max_chars, long_lines)
 
 
@@ -271,8 +207,9 @@ def _group_table(row: dict, column: str, max_chars: int, long_lines: str) -> pa.
 def _streamed_units(row: dict, fmt: str, column: str, max_chars: int, long_lines: str, range_bytes: int):
     """A CSV (or compressed) file streamed in row batches by the reader Ray Data uses: (unit,
     cleaned rows) for each of its units in order. A unit is closed once it holds ``range_bytes``
-    of the column's text, which is no more than the file's bytes: ``read_tasks`` gives the file
-    ``size // range_bytes + 1`` units, enough for every row."""
+    of the column's text, which is no more than the file's bytes: the ``size // range_bytes + 1``
+    units that ``read_tasks`` gives the file hold every row (a compressed file's rows beyond
+    ``COMPRESSION`` times its size go to its last unit)."""
     import pyarrow.csv as pacsv
 
     from augsbert_ray.loaders import corpus as loader
@@ -284,16 +221,17 @@ def _streamed_units(row: dict, fmt: str, column: str, max_chars: int, long_lines
         return loader.clean_column(pa.Table.from_batches(batches), column, max_chars, long_lines)
 
     held, unit, text = [], int(row["unit"]), 0
+    last = unit + int(row["units"]) - 1  # the next file's units are not this one's
     try:
         with fs.open_input_stream(p) as f:  # decompressed by its name's extension, as Ray Data's reader does
             for batch in pacsv.open_csv(f, **_table_options(fmt, column)):
                 held.append(batch)
                 text += pc.sum(pc.binary_length(batch.column(0))).as_py() or 0
-                if text >= range_bytes:
+                if text >= range_bytes and unit < last:
                     yield unit, cleaned(held)
                     held, unit, text = [], unit + 1, 0
     except pa.ArrowInvalid as e:
-        raise _bad_row(path, fmt, column, str(e)) from None
+        raise loader.bad_row(path, fmt, column, str(e)) from None
     if held:
         yield unit, cleaned(held)
 

@@ -151,25 +151,32 @@ def _table_corpus(folder: Path, fmt: str, n: int = 300) -> str:
     return str(folder / f"*.{fmt}")
 
 
-@pytest.mark.parametrize("fmt", ["csv", "tsv", "parquet"])
-def test_csv_tsv_and_parquet_on_shards_find_the_single_process_pairs(tmp_path, ray_local, monkeypatch, caplog, fmt):
-    # random pairs: the cheapest sampler (BM25 on parts: above and in tests/cluster/)
-    sampling = SamplingConfig(strategy="rs", random_per_sentence=2)
-    params = stage.CandidatesParams(source="target corpus", seed=5, sampling=sampling, corpus=CorpusConfig(
-        path=_table_corpus(tmp_path / "corpus", fmt), format=fmt, column="body", max_chars=200))
-    single = _outputs(params, tmp_path / "single", caplog, monkeypatch, None)
-    result, sentences, candidates = _outputs(params, tmp_path / "sharded", caplog, monkeypatch, "small")
-    assert result.model_dump() == single[0].model_dump()
-    assert sentences.equals(single[1]) and _same(candidates, single[2])
-    c = result.corpus_lines
+def test_csv_tsv_and_parquet_on_shards_find_the_single_process_pairs(tmp_path, ray_local, monkeypatch, caplog):
+    # The single process reads the three formats alike (tests/test_corpus.py); its pairs over the
+    # CSV files are the reference for each format on shards. Random pairs: the cheapest sampler
+    # (BM25 on parts: above, and on a cluster in tests/cluster/).
+    globs = {fmt: _table_corpus(tmp_path / fmt, fmt) for fmt in ("csv", "tsv", "parquet")}
+
+    def params(fmt: str) -> stage.CandidatesParams:
+        return stage.CandidatesParams(
+            source="target corpus", seed=5, sampling=SamplingConfig(strategy="rs", random_per_sentence=2),
+            corpus=CorpusConfig(path=globs[fmt], format=fmt, column="body", max_chars=200))
+
+    single = _outputs(params("csv"), tmp_path / "single", caplog, monkeypatch, None)
+    c = single[0].corpus_lines
     assert c["lines"] == 300 and c["empty"] == 1 and c["truncated"] == 1 and c["duplicates"] >= 1
-    assert "a \"quoted\", comma-held sentence" in sentences.column(schema.TEXT).to_pylist()
-    parts = sorted((tmp_path / "sharded" / "sentences.parts").glob("part-*.parquet"))
-    assert len(parts) == {"csv": 2, "tsv": len(parts), "parquet": 8}[fmt] and len(parts) > 1
+    assert 'a "quoted", comma-held sentence' in single[1].column(schema.TEXT).to_pylist()
+    for fmt, n_parts in (("csv", 2), ("tsv", 8), ("parquet", 8)):  # per file; per byte range; per row group
+        result, sentences, candidates = _outputs(params(fmt), tmp_path / f"sharded-{fmt}", caplog, monkeypatch,
+                                                 "small")
+        assert result.model_dump() == single[0].model_dump(), fmt
+        assert sentences.equals(single[1]) and _same(candidates, single[2]), fmt
+        assert len(list((tmp_path / f"sharded-{fmt}" / "sentences.parts").glob("part-*.parquet"))) == n_parts, fmt
 
 
 def test_a_streamed_csv_fills_consecutive_units_of_bounded_text(tmp_path):
     import csv
+    import gzip
 
     rng = random.Random(2)
     path = tmp_path / "big.csv"
@@ -184,6 +191,20 @@ def test_a_streamed_csv_fills_consecutive_units_of_bounded_text(tmp_path):
     expected = loader.clean_column(whole, "body", 1000, "truncate")
     assert pa.concat_tables([t for _, t in units]).equals(expected)
     assert expected.column(schema.TEXT)[5].as_py() == " ".join(texts[5].split())
+    # fewer units than the text would fill: the last one takes the rest (the next file's are not touched)
+    capped = list(corpus_shards._streamed_units({**row, "units": 2}, "csv", "body", 1000, "truncate", 400_000))
+    assert [u for u, _ in capped] == [7, 8] and pa.concat_tables([t for _, t in capped]).equals(expected)
+    # a compressed TSV is streamed too, as Ray Data's reader decompresses it
+    gz = tmp_path / "c.tsv.gz"
+    rows = "".join(f"{i}\t{t.replace(chr(10), ' ')}\n" for i, t in enumerate(texts[:50]))
+    gz.write_bytes(gzip.compress(f"n\tbody\n{rows}".encode()))
+    cfg = CorpusConfig(path=str(tmp_path / "*.gz"), format="tsv", column="body")
+    tasks, n_units = corpus_shards.read_tasks(cfg, loader.list_files(cfg.path), 1024)
+    assert [t["kind"] for t in tasks] == [corpus_shards.STREAM]
+    assert n_units == gz.stat().st_size * corpus_shards.COMPRESSION // 1024 + 1  # room for its text unpacked
+    got = pa.concat_tables([t for _, t in corpus_shards._streamed_units(tasks[0], "tsv", "body", 1000, "truncate",
+                                                                        1 << 20)])
+    assert got.column(schema.TEXT).to_pylist() == [" ".join(t.split()) for t in texts[:50]]
 
 
 def test_a_bad_row_on_shards_names_its_file_line_and_field(tmp_path, ray_local, monkeypatch):
