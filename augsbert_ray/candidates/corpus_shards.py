@@ -109,6 +109,10 @@ def nodes_of(rows: list[dict]) -> list[str]:
     return sorted({r[NODE] for r in rows if r.get(NODE)})
 
 
+def on_nodes(nodes: list[str]) -> str:
+    return f"on {len(nodes)} node{'' if len(nodes) == 1 else 's'}"
+
+
 def _compressed(path: str) -> bool:
     """Whether a file's name says it is compressed (as Ray Data's readers infer it)."""
     try:
@@ -449,7 +453,7 @@ def shard_corpus(cfg, files: list[tuple], out: Path, seed: int = 0) -> SentenceP
              f"{counts[loader.TRUNCATED]:,} truncated, {counts[loader.EMPTY]:,} empty, {counts[loader.TOO_LONG]:,} too "
              f"long and {counts[loader.BAD]:,} bad left out, {counts['duplicates']:,} repeats; {n:,} sentences"
              + (f" (a seeded sample of {distinct:,})" if counts["sampled_out"] else "")
-             + f" in {len(nonempty)} parts; tasks on " + ", ".join(f"{len(v)} nodes ({k})" for k, v in nodes.items()),
+             + f" in {len(nonempty)} parts; " + ", ".join(f"{k} {on_nodes(v)}" for k, v in nodes.items()),
              extra={"task_nodes": nodes})
     return SentenceParts(parts, n, offsets, counts, nodes)
 

@@ -37,7 +37,8 @@ import pyarrow.parquet as pq
 
 from augsbert_ray import schema
 from augsbert_ray.candidates.corpus_shards import (FOUND, NODE, WRITTEN, SentenceParts, check_found, each,
-                                                   expected_files, node_id, nodes_of, part_path, write_atomic)
+                                                   expected_files, node_id, nodes_of, on_nodes, part_path,
+                                                   write_atomic)
 
 log = logging.getLogger(__name__)
 
@@ -216,8 +217,8 @@ def sample_parts(ctx, parts: SentenceParts, out: Path) -> int:
     rows = each(buckets, _pair_bucket, work=str(work), parts=parts, out=str(folder), origin=origin)
     check_found(rows, expected_files(spilled, len(buckets)), work)
     nodes = {"query": nodes_of(spilled), "pairs": nodes_of(rows)}
-    log.info(f"[candidates] {len(blocks)} query blocks on {len(nodes['query'])} nodes, {len(buckets)} pair buckets "
-             f"on {len(nodes['pairs'])} nodes", extra={"task_nodes": nodes})
+    log.info(f"[candidates] {len(blocks)} query blocks {on_nodes(nodes['query'])}, {len(buckets)} pair buckets "
+             f"{on_nodes(nodes['pairs'])}", extra={"task_nodes": nodes})
     shutil.rmtree(work, ignore_errors=True)
     pair_parts = [str(part_path(folder, b)) for b in buckets]
     written = off_driver.run(concat_parts, pair_parts, str(Path(out) / "candidates.parquet"), schema.CANDIDATE_SCHEMA)
