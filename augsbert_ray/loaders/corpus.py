@@ -422,9 +422,11 @@ def read_corpus(cfg, seed: int = 0, files: list[tuple] | None = None) -> CorpusR
                 log.info(f"[corpus] {counts['lines']:,} lines read, {seen.count:,} distinct sentences so far "
                          f"({counts['lines'] / (last - t0):,.0f} lines/s)")
     except Exception as e:
-        if cfg.format not in ("csv", "tsv") or isinstance(e, DataError):
+        # Ray Data's reader refused a row without saying where (pyarrow's ArrowInvalid, raised
+        # as it is or wrapped): found again, file by file
+        refused = isinstance(e, pa.ArrowInvalid) or "Failed to read CSV file" in str(e)
+        if cfg.format not in ("csv", "tsv") or isinstance(e, DataError) or not refused:
             raise
-        # Ray Data's reader refused a row without saying where: found again, file by file
         for path, *_ in files:
             error = bad_row(path, cfg.format, cfg.column, str(e))
             if error.line is not None:
