@@ -153,8 +153,9 @@ def _table_corpus(folder: Path, fmt: str, n: int = 300) -> str:
 
 def test_csv_tsv_and_parquet_on_shards_find_the_single_process_pairs(tmp_path, ray_local, monkeypatch, caplog):
     # The single process reads the three formats alike (tests/test_corpus.py); its pairs over the
-    # CSV files are the reference for each format on shards. Random pairs: the cheapest sampler
-    # (BM25 on parts: above, and on a cluster in tests/cluster/).
+    # CSV files are the reference for each format's sentence parts and the pairs sampled on them
+    # (the stage around them: the tests above). Random pairs: the cheapest sampler (BM25 on
+    # parts: above, and on a cluster in tests/cluster/).
     globs = {fmt: _table_corpus(tmp_path / fmt, fmt) for fmt in ("csv", "tsv", "parquet")}
 
     def params(fmt: str) -> stage.CandidatesParams:
@@ -162,16 +163,21 @@ def test_csv_tsv_and_parquet_on_shards_find_the_single_process_pairs(tmp_path, r
             source="target corpus", seed=5, sampling=SamplingConfig(strategy="rs", random_per_sentence=2),
             corpus=CorpusConfig(path=globs[fmt], format=fmt, column="body", max_chars=200))
 
-    single = _outputs(params("csv"), tmp_path / "single", caplog, monkeypatch, None)
-    c = single[0].corpus_lines
+    single, sentences, candidates = _outputs(params("csv"), tmp_path / "single", caplog, monkeypatch, None)
+    c = single.corpus_lines
     assert c["lines"] == 300 and c["empty"] == 1 and c["truncated"] == 1 and c["duplicates"] >= 1
-    assert 'a "quoted", comma-held sentence' in single[1].column(schema.TEXT).to_pylist()
+    assert 'a "quoted", comma-held sentence' in sentences.column(schema.TEXT).to_pylist()
+    monkeypatch.setattr(loader, "RANGE_BYTES", CUTS["small"][0])
+    monkeypatch.setattr(corpus_shards, "SHARD_BYTES", CUTS["small"][1])
+    monkeypatch.setattr(corpus_shards, "QUERY_BLOCK", CUTS["small"][2])
     for fmt, n_parts in (("csv", 2), ("tsv", 8), ("parquet", 8)):  # per file; per byte range; per row group
-        result, sentences, candidates = _outputs(params(fmt), tmp_path / f"sharded-{fmt}", caplog, monkeypatch,
-                                                 "small")
-        assert result.model_dump() == single[0].model_dump(), fmt
-        assert sentences.equals(single[1]) and _same(candidates, single[2]), fmt
-        assert len(list((tmp_path / f"sharded-{fmt}" / "sentences.parts").glob("part-*.parquet"))) == n_parts, fmt
+        out = tmp_path / f"sharded-{fmt}"
+        parts = corpus_shards.shard_corpus(params(fmt).corpus, loader.list_files(globs[fmt]), out, seed=5)
+        assert parts.counts == c and len(parts.parts) == n_parts, fmt
+        assert pa.concat_tables([pq.read_table(p) for p in parts.parts]).equals(sentences), fmt
+        ctx = stage._context(None, np.empty(0, np.int64), params(fmt), _env(out), None, hosts=None)
+        assert sharded.sample_parts(ctx, parts, out) == single.candidates
+        assert _same(pq.read_table(out / "candidates.parquet"), candidates), fmt
 
 
 def test_a_streamed_csv_fills_consecutive_units_of_bounded_text(tmp_path):
