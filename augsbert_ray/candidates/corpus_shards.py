@@ -10,8 +10,8 @@ nodes it must be storage every node reads and writes, as the run directory is).
    sentence lands in the same shard). A slice is a byte range (``loaders.corpus.RANGE_BYTES``)
    of a ``lines``, ``jsonl`` or TSV file (whose rows are lines), a row group of a Parquet file,
    or a whole CSV file (a quoted value may hold a newline, so no byte offset is known to start
-   a row) or compressed file, which one task streams in row batches with the reader Ray Data
-   uses. A position is a read unit's index and a line's index in it; a streamed file's rows
+   a row) or a compressed CSV or TSV file, which one task streams in row batches with the
+   reader Ray Data uses. A position is a read unit's index and a line's index in it; a streamed file's rows
    fill consecutive units of about ``RANGE_BYTES`` of text each.
 2. **dedup**: one task per hash shard keeps each text once, at its first position, and writes
    it back by the read unit of that position, counting them.
