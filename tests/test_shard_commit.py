@@ -125,3 +125,18 @@ def test_actors_commit_each_shard_of_a_reading_task_of_several(ray_local, tmp_pa
     assert set(silver.column(schema.LABEL).to_pylist()) == {NULL_LABEL} and report.labelled == 11
     node = ray_local.get_runtime_context().get_node_id()
     assert {json.loads(store.manifest(i).read_text())["writer"] for i in range(11)} == {node}
+
+
+def test_reading_tasks_run_on_the_nodes_that_see_the_candidates_file(ray_local, tmp_path):
+    from augsbert_ray.labeling.driver import _file_identity, nodes_that_see
+    from augsbert_ray.labeling.pool import FileSource, read_tasks
+
+    node = ray_local.get_runtime_context().get_node_id()
+    (tmp_path / "c.parquet").write_bytes(b"x" * 70_000)
+    assert _file_identity(str(tmp_path / "c.parquet"))[0] == 70_000
+    assert _file_identity(str(tmp_path / "missing.parquet")) is None
+    assert nodes_that_see(str(tmp_path / "c.parquet"), node) == [node]  # one node: nothing to ask
+    assert FileSource("c", 8, "a").selector() == {"ray.io/node-id": "a"}
+    assert FileSource("c", 8, "a", ("a",)).selector() == {"ray.io/node-id": "a"}
+    assert FileSource("c", 8, "a", ("a", "b")).selector() == {"ray.io/node-id": "in(a, b)"}
+    assert read_tasks(None) == read_tasks(1) == read_tasks(8) == 2 and read_tasks(64) == 16

@@ -17,8 +17,15 @@ from augsbert_ray.labeling.scorer import PairScorer, ScorerSpec, pair_scorer_kwa
 from augsbert_ray.labeling.shards import SHARD, file_row_groups, pairs_digest, read_rows
 from augsbert_ray.labeling.sizing import TOKENIZE_CPUS, labelling_requests, pool_size, separate_tokenizer
 
-# Reading tasks at once: decoding Parquet is far faster than any model labels.
+# Reading tasks at once: one decodes about a million pairs a second, four GPU actors' worth at
+# 250,000 pairs/s each, so a pool of ``a`` actors gets max(READ_TASKS, ceil(a / ACTORS_PER_READ_TASK)).
 READ_TASKS = 2
+ACTORS_PER_READ_TASK = 4
+
+
+def read_tasks(actors: int | None) -> int:
+    """Reading tasks that run at once for a pool of ``actors``."""
+    return max(READ_TASKS, -(-(actors or 1) // ACTORS_PER_READ_TASK))
 
 
 # The row groups of a candidates file that this worker process decoded last (``_read_cached``).
@@ -66,13 +73,20 @@ def read_shards(tasks: pa.Table) -> pa.Table:
 @dataclass(frozen=True)
 class FileSource:
     """Pending shards that Ray Data tasks read from the candidates file themselves, on the
-    driver's node (where the file is), instead of the driver putting every shard in the object
+    driver's node (where the file is) or on every node of ``readers`` (the nodes that see the
+    same file: a shared file system), instead of the driver putting every shard in the object
     store before the pool starts. Shard ``i`` is rows ``[i * block_size, i * block_size + rows)``.
     """
 
     path: str
     block_size: int
     node_id: str
+    readers: tuple[str, ...] = ()
+
+    def selector(self) -> dict:
+        """Where its reading tasks may run (a Ray label selector)."""
+        nodes = self.readers if len(self.readers) > 1 else (self.node_id,)
+        return {"ray.io/node-id": nodes[0] if len(nodes) == 1 else f"in({', '.join(nodes)})"}
 
     read = staticmethod(read_shards)
 
@@ -190,16 +204,16 @@ def pool_input(pending: dict):
     return [p.ref if p.ref is not None else ray.put(p.block()) for _, p in sorted(pending.items())]
 
 
-def input_dataset(inputs):
-    """The Ray Dataset of pending shards (``pool_input``)."""
+def input_dataset(inputs, actors: int | None = None):
+    """The Ray Dataset of pending shards (``pool_input``), read by ``read_tasks(actors)`` tasks at once."""
     import ray
 
     if isinstance(inputs, tuple):
         source, tasks = inputs
+        selector = source.selector() if isinstance(source, FileSource) else {"ray.io/node-id": source.node_id}
         return ray.data.from_items(tasks, override_num_blocks=len(tasks)).map_batches(
             source.read, batch_size=1, batch_format="pyarrow", num_cpus=0,
-            compute=ray.data.TaskPoolStrategy(size=READ_TASKS),
-            label_selector={"ray.io/node-id": source.node_id})
+            compute=ray.data.TaskPoolStrategy(size=read_tasks(actors)), label_selector=selector)
     return ray.data.from_arrow_refs(inputs)
 
 
@@ -307,7 +321,7 @@ def labelled_dataset(inputs, model_dir: str, cfg, max_length: int, cpus_per_acto
                       "labelling (labeling.actors, labeling.num_cpus, labeling.num_gpus"
                       + (", and one CPU for the tokenising stage ahead of the actors)" if separate_tokenizer(cfg)
                          else ")"))
-    ds = input_dataset(inputs)
+    ds = input_dataset(inputs, actors)
     if separate_tokenizer(cfg):
         # Tokenise in CPU tasks ahead of the actors, so a GPU actor only pads and runs the model.
         ds = ds.map_batches(tokenize_batch, fn_kwargs={"model_dir": model_dir, "max_length": max_length},
