@@ -32,11 +32,29 @@ class ShardStore:
     manifest matches the input and the file it names: a crash at any point leaves a shard either
     done or redone, never half there. A commit runs in the driver or in the labelling actor that
     labelled the shard (``labeling.commit``), where the store's folder is shared with the workers.
+
+    ``root`` is a folder (a path or a ``file://`` URI) or a storage URI (``s3://``, ``gs://``, any
+    location ``pyarrow.fs`` opens): ``ShardStore(uri)`` is then a ``uri_store.UriShardStore``,
+    the same names and checks without a rename (one PUT of an object is atomic), which every
+    worker that can open the storage commits to.
     """
 
+    def __new__(cls, root: str | os.PathLike | None = None):
+        if cls is ShardStore and root is not None and on_storage(root):
+            from augsbert_ray.labeling.uri_store import UriShardStore
+
+            return super().__new__(UriShardStore)
+        return super().__new__(cls)
+
     def __init__(self, root: str | os.PathLike):
-        self.root = Path(root)
+        self.root = Path(local_path(root))
         self.root.mkdir(parents=True, exist_ok=True)
+        self.location = str(self.root.resolve())  # what a worker opens it by
+
+    @property
+    def where(self) -> str:
+        """The store's location, for messages."""
+        return str(self.root)
 
     def part(self, i: int) -> Path:
         return self.root / f"part-{i:06d}.parquet"
@@ -44,14 +62,30 @@ class ShardStore:
     def manifest(self, i: int) -> Path:
         return self.root / f"part-{i:06d}.json"
 
-    def done(self, i: int, digest: str) -> bool:
+    def has_manifest(self, i: int) -> bool:
+        return self.manifest(i).exists()
+
+    def record(self, i: int) -> dict | None:
+        """Shard ``i``'s manifest as written; None when it has none (or an unreadable one)."""
         try:
-            record = json.loads(self.manifest(i).read_text(encoding="utf-8"))
+            return json.loads(self.manifest(i).read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return None
+
+    def verified(self, i: int, digest: str) -> dict | None:
+        """Shard ``i``'s manifest where it matches the input ``digest`` and the file it names; else None."""
+        record = self.record(i)
+        try:
             part = self.part(i)
-            return (record["input"] == digest and part.stat().st_size == record["bytes"]
-                    and file_sha256(part) == record["sha256"])
-        except (OSError, ValueError, KeyError):
-            return False
+            if (record is not None and record["input"] == digest and part.stat().st_size == record["bytes"]
+                    and file_sha256(part) == record["sha256"]):
+                return record
+        except (OSError, KeyError, TypeError):
+            pass
+        return None
+
+    def done(self, i: int, digest: str) -> bool:
+        return self.verified(i, digest) is not None
 
     def committed(self) -> set[int]:
         """The shards with a manifest (a listing, nothing read): those a resume has to verify."""
@@ -116,12 +150,54 @@ def _identity(path: Path) -> tuple[int, int, int]:
 
 
 def sees_store(root: str | os.PathLike, token: str) -> bool:
-    """Whether this process sees the store folder ``root`` that ``ShardStore.open_for_workers``
-    wrote ``token`` into (nothing is created where it does not)."""
+    """Whether this process sees the store ``root`` (a folder or a storage URI) that
+    ``ShardStore.open_for_workers`` wrote ``token`` into (nothing is created where it does not):
+    a worker that can open a URI's storage sees it."""
+    if on_storage(root):
+        from augsbert_ray.labeling.uri_store import sees
+
+        return sees(str(root), token)
     try:
-        return (Path(root) / TOKEN_FILE).read_text(encoding="utf-8") == token
+        return (Path(local_path(root)) / TOKEN_FILE).read_text(encoding="utf-8") == token
     except OSError:
         return False
+
+
+def on_storage(location: str | os.PathLike) -> bool:
+    """Whether a store's location is a storage URI (``s3://``, ``gs://``, ...) rather than a folder
+    (a path, or a ``file://`` URI: a folder, where a rename is atomic)."""
+    from augsbert_ray.rundir import is_uri
+
+    return is_uri(location)
+
+
+def local_path(location: str | os.PathLike) -> str:
+    """A folder's path, given as a path or a ``file://`` URI."""
+    text = str(location)
+    if text.startswith("file://"):
+        import pyarrow.fs as pafs
+
+        return pafs.FileSystem.from_uri(text)[1]
+    return text
+
+
+def remove_stores(location: str | os.PathLike, keep: str | None = None) -> None:
+    """Removes the folder of stores at ``location`` (a path or a storage URI), or with ``keep``
+    every store in it but the one named ``keep``."""
+    import shutil
+
+    if on_storage(location):
+        from augsbert_ray.labeling.uri_store import remove
+
+        remove(str(location), keep)
+        return
+    folder = Path(local_path(location))
+    if keep is None:
+        shutil.rmtree(folder, ignore_errors=True)
+        return
+    for old in folder.glob("*") if folder.exists() else []:
+        if old.name != keep:
+            shutil.rmtree(old, ignore_errors=True)
 
 
 def keys_digest(table: pa.Table) -> str:

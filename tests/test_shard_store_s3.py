@@ -1,0 +1,167 @@
+"""Labelling shards on object storage (``labeling.uri_store``), against a real S3 endpoint: moto's
+server on loopback. The bucket's endpoint and credentials travel in the store's URI (user info and
+query, as pyarrow reads them), so the session's Ray workers reach it without any environment."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from augsbert_ray import schema
+from augsbert_ray.errors import LabelingError
+from augsbert_ray.labeling.shards import SHARD, ShardStore, keys_digest, sees_store
+
+BUCKET = "labelling"
+
+
+@pytest.fixture(scope="module")
+def s3():
+    """``(boto3 client, uri_of(prefix))`` of a bucket on a loopback S3 server."""
+    pytest.importorskip("moto")
+    import boto3
+    from moto.server import ThreadedMotoServer
+
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server.start()
+    host, port = server.get_host_and_port()
+    client = boto3.client("s3", endpoint_url=f"http://{host}:{port}", region_name="us-east-1",
+                          aws_access_key_id="testing", aws_secret_access_key="testing")
+    client.create_bucket(Bucket=BUCKET)
+
+    def uri_of(prefix: str) -> str:
+        return f"s3://testing:testing@{BUCKET}/{prefix}?endpoint_override={host}:{port}&scheme=http&region=us-east-1"
+
+    yield client, uri_of
+    server.stop()
+
+
+def _keys(client, prefix: str) -> dict[str, bytes]:
+    listed = client.list_objects_v2(Bucket=BUCKET, Prefix=f"{prefix}/").get("Contents", [])
+    return {o["Key"][len(prefix) + 1:]: client.get_object(Bucket=BUCKET, Key=o["Key"])["Body"].read() for o in listed}
+
+
+def _candidates(n: int) -> pa.Table:
+    ids = np.arange(n, dtype=np.int64)
+    return pa.table({schema.ID1: ids, schema.ID2: ids + 1000, schema.SENTENCE1: [f"a man {j}" for j in ids],
+                     schema.SENTENCE2: [f"a dog {j}" for j in ids], schema.ORIGIN: ["bm25"] * n,
+                     schema.RETRIEVAL_SCORE: pa.array(np.ones(n), pa.float32())})
+
+
+def _labelled(rows: pa.Table, scale: float) -> pa.Table:
+    labels = pa.array(rows.column(schema.ID1).to_numpy().astype(np.float32) * scale)
+    return rows.append_column(schema.LABEL, labels).select(schema.SILVER_SCHEMA.names).cast(schema.SILVER_SCHEMA)
+
+
+def _parquet(table: pa.Table) -> bytes:
+    sink = pa.BufferOutputStream()
+    pq.write_table(table, sink)
+    return sink.getvalue().to_pybytes()
+
+
+def test_a_shard_on_s3_is_a_file_and_its_manifest_and_damaged_bytes_are_never_accepted(s3):
+    client, uri_of = s3
+    store = ShardStore(uri_of("plain/block-4"))
+    assert type(store).__name__ == "UriShardStore" and "testing" not in store.where
+    assert store.committed() == set() and _keys(client, "plain") == {}  # nothing made until a commit
+    rows = _candidates(4)
+    digest = keys_digest(rows.select(INPUT))
+    record = store.commit(0, _labelled(rows, 0.01), digest, writer="node-a")
+    objects = _keys(client, "plain/block-4")
+    assert sorted(objects) == ["part-000000.json", "part-000000.parquet"]
+    assert json.loads(objects["part-000000.json"]) == record and record["writer"] == "node-a"
+    assert store.done(0, digest) and not store.done(0, "another input") and store.committed() == {0}
+    assert store.read(0).column(schema.LABEL).to_pylist() == pytest.approx([0.0, 0.01, 0.02, 0.03])
+
+    # The same rows with other labels put in its place (a valid Parquet file, its manifest kept):
+    # the shard is not done, and its rows are never read as the shard's.
+    client.put_object(Bucket=BUCKET, Key="plain/block-4/part-000000.parquet", Body=_parquet(_labelled(rows, 0.02)))
+    assert not store.done(0, digest)
+    with pytest.raises(LabelingError, match=r"s3://labelling/plain/block-4: shard 0's file does not match"):
+        store.read(0)
+
+
+INPUT = [schema.ID1, schema.ID2, schema.SENTENCE1, schema.SENTENCE2]
+
+
+def test_two_writers_of_one_shard_end_as_one_file_and_the_manifest_that_names_it(s3, monkeypatch):
+    """Writer A puts its file; writer B (an actor retried after A wrote) commits the shard whole
+    with other labels before A's manifest: A's check finds B's file in place and names it."""
+    from augsbert_ray.labeling import uri_store
+
+    client, uri_of = s3
+    store = ShardStore(uri_of("race/block-4"))
+    rows = _candidates(4)
+    digest = keys_digest(rows.select(INPUT))
+    put = uri_store.put_bytes
+    raced = []
+
+    def put_racing(fs, path, data):
+        if path.endswith(".json") and not raced:  # A is about to write its manifest: B commits first
+            raced.append(None)
+            raced[0] = ShardStore(uri_of("race/block-4")).commit(0, _labelled(rows, 0.02), digest, writer="B")
+        put(fs, path, data)
+
+    monkeypatch.setattr(uri_store, "put_bytes", put_racing)
+    record = store.commit(0, _labelled(rows, 0.01), digest, writer="A")
+    objects = _keys(client, "race/block-4")
+    assert sorted(objects) == ["part-000000.json", "part-000000.parquet"]
+    assert json.loads(objects["part-000000.json"]) == record and record["sha256"] == raced[0]["sha256"]
+    assert store.done(0, digest)
+    assert store.read(0).column(schema.LABEL).to_pylist() == pytest.approx([0.0, 0.02, 0.04, 0.06])  # B's file
+
+    # Written twice in turn (a task retried after its commit): still one file and one manifest.
+    again = store.commit(0, _labelled(rows, 0.01), digest, writer="C")
+    assert sorted(_keys(client, "race/block-4")) == ["part-000000.json", "part-000000.parquet"]
+    assert store.record(0) == again and store.done(0, digest)
+
+
+def test_a_worker_sees_a_store_on_storage_by_its_token(s3):
+    _, uri_of = s3
+    store = ShardStore(uri_of("token/block-4"))
+    token = store.open_for_workers()
+    assert sees_store(store.location, token) and not sees_store(store.location, "another run")
+    assert not sees_store(uri_of("token/block-8"), token)  # nothing there
+    assert not sees_store(store.location.replace(f"s3://testing:testing@{BUCKET}", "s3://testing:testing@nobucket"),
+                          token)
+
+
+def test_actors_commit_to_s3_and_a_rerun_redoes_only_the_damaged_and_uncommitted_shards(s3, ray_local, tmp_path):
+    from augsbert_ray.bench.control_plane import NULL_LABEL, NullScorer
+    from augsbert_ray.config import LabelingConfig
+    from augsbert_ray.labeling import LabelingReport, ScorerSpec, label_candidates_file
+
+    client, uri_of = s3
+    cands = _candidates(22)  # shards of 4: five whole, one of 2
+    pq.write_table(cands, tmp_path / "candidates.parquet", row_group_size=7)
+    cfg = LabelingConfig(actors=1, block_size=4, tokenize_stage="actor", executor="pool")
+
+    def label(report: LabelingReport) -> pa.Table:
+        n = label_candidates_file(tmp_path / "candidates.parquet", tmp_path / "silver.parquet", "unused", cfg, 32,
+                                  1.0, store=ShardStore(uri_of("run/block-4")), report=report, actors=1,
+                                  scorer=ScorerSpec(NullScorer))
+        assert n == 22
+        return pq.read_table(tmp_path / "silver.parquet")
+
+    first = LabelingReport()
+    silver = label(first)
+    assert silver.column(schema.ID1).to_pylist() == cands.column(schema.ID1).to_pylist()
+    assert set(silver.column(schema.LABEL).to_pylist()) == {NULL_LABEL} and first.labelled == 6
+    objects = _keys(client, "run/block-4")
+    assert sorted(k for k in objects if k.startswith("part-")) == sorted(
+        f"part-{i:06d}.{ext}" for i in range(6) for ext in ("json", "parquet"))
+    node = ray_local.get_runtime_context().get_node_id()  # written by the actor, on the node that labelled them
+    assert {json.loads(objects[f"part-{i:06d}.json"])["writer"] for i in range(6)} == {node}
+
+    # Shard 2's bytes damaged in the bucket, shard 4's manifest lost: a re-run redoes those two only.
+    damaged = bytearray(objects["part-000002.parquet"])
+    damaged[len(damaged) // 2] ^= 0xFF
+    client.put_object(Bucket=BUCKET, Key="run/block-4/part-000002.parquet", Body=bytes(damaged))
+    client.delete_object(Bucket=BUCKET, Key="run/block-4/part-000004.json")
+    again = LabelingReport()
+    assert label(again).equals(silver)
+    assert again.reused == 4 and sorted(again.redone_shards) == [2, 4]
+    assert _keys(client, "run/block-4")["part-000000.parquet"] == objects["part-000000.parquet"]  # not rewritten
