@@ -129,39 +129,67 @@ def test_a_worker_sees_a_store_on_storage_by_its_token(s3):
                           token)
 
 
-def test_actors_commit_to_s3_and_a_rerun_redoes_only_the_damaged_and_uncommitted_shards(s3, ray_local, tmp_path):
+def test_the_silver_stage_of_a_run_dir_on_s3_has_its_actors_commit_there_and_resumes_from_it(s3, ray_local, tmp_path,
+                                                                                             monkeypatch):
+    """The silver stage under a run directory on S3: its store is the stage's folder on the bucket,
+    which the labelling actor writes to itself (nothing goes through the staging copy). Of what an
+    earlier run left there, the verified shards are reused and a damaged one, one without its
+    manifest and a stale block size's are not; the shards go once ``silver.parquet`` holds them."""
+    from types import SimpleNamespace
+
     from augsbert_ray.bench.control_plane import NULL_LABEL, NullScorer
     from augsbert_ray.config import LabelingConfig
-    from augsbert_ray.labeling import LabelingReport, ScorerSpec, label_candidates_file
+    from augsbert_ray.labeling import pool, shards
+    from augsbert_ray.rundir import RunDir
+    from augsbert_ray.stages.base import Artifact, Inputs
+    from augsbert_ray.stages.silver import Silver, SilverParams, shards_location
 
     client, uri_of = s3
+    monkeypatch.setenv("AUGSBERT_STAGING_DIR", str(tmp_path / "staging"))
+    monkeypatch.setattr(pool, "PairScorer", NullScorer)  # looked up at each attempt: no model work
+    rd = RunDir(uri_of("job"))
+    rel = "stages/silver/ab12"
+    env = SimpleNamespace(out=rd.path(rel), storage=rd.storage(f"{rel}/ray"), rd=rd, hosts=None,
+                          cluster=SimpleNamespace(gpus=0, cpus=2), ship=str, reporter=lambda local=False: None)
+    env.out.mkdir(parents=True)
     cands = _candidates(22)  # shards of 4: five whole, one of 2
     pq.write_table(cands, tmp_path / "candidates.parquet", row_group_size=7)
-    cfg = LabelingConfig(actors=1, block_size=4, tokenize_stage="actor", executor="pool")
-
-    def label(report: LabelingReport) -> pa.Table:
-        n = label_candidates_file(tmp_path / "candidates.parquet", tmp_path / "silver.parquet", "unused", cfg, 32,
-                                  1.0, store=ShardStore(uri_of("run/block-4")), report=report, actors=1,
-                                  scorer=ScorerSpec(NullScorer))
-        assert n == 22
-        return pq.read_table(tmp_path / "silver.parquet")
-
-    first = LabelingReport()
-    silver = label(first)
-    assert silver.column(schema.ID1).to_pylist() == cands.column(schema.ID1).to_pylist()
-    assert set(silver.column(schema.LABEL).to_pylist()) == {NULL_LABEL} and first.labelled == 6
-    objects = _keys(client, "run/block-4")
-    assert sorted(k for k in objects if k.startswith("part-")) == sorted(
-        f"part-{i:06d}.{ext}" for i in range(6) for ext in ("json", "parquet"))
-    node = ray_local.get_runtime_context().get_node_id()  # written by the actor, on the node that labelled them
-    assert {json.loads(objects[f"part-{i:06d}.json"])["writer"] for i in range(6)} == {node}
-
-    # Shard 2's bytes damaged in the bucket, shard 4's manifest lost: a re-run redoes those two only.
-    damaged = bytearray(objects["part-000002.parquet"])
+    inputs = Inputs({"candidates": Artifact(tmp_path / "candidates.parquet", "c"),
+                     "teacher": Artifact(tmp_path / "teacher", "t")}, "silver")
+    prefix = f"job/{rel}/ray/shards"
+    assert shards_location(env) == uri_of(prefix)
+    # An earlier run committed shards 0 to 3; then shard 2's bytes were damaged in the bucket and
+    # shard 3's manifest lost. It also left shards of another block size.
+    earlier = ShardStore(uri_of(f"{prefix}/block-4"))
+    for i in range(4):
+        rows = shards.read_rows(tmp_path / "candidates.parquet", 4 * i, 4 * i + 4)  # as a worker reads them
+        labels = rows.append_column(schema.LABEL, pa.array(np.full(4, NULL_LABEL, np.float32)))
+        earlier.commit(i, labels.select(schema.SILVER_SCHEMA.names).cast(schema.SILVER_SCHEMA), keys_digest(rows))
+    damaged = bytearray(client.get_object(Bucket=BUCKET, Key=f"{prefix}/block-4/part-000002.parquet")["Body"].read())
     damaged[len(damaged) // 2] ^= 0xFF
-    client.put_object(Bucket=BUCKET, Key="run/block-4/part-000002.parquet", Body=bytes(damaged))
-    client.delete_object(Bucket=BUCKET, Key="run/block-4/part-000004.json")
-    again = LabelingReport()
-    assert label(again).equals(silver)
-    assert again.reused == 4 and sorted(again.redone_shards) == [2, 4]
-    assert _keys(client, "run/block-4")["part-000000.parquet"] == objects["part-000000.parquet"]  # not rewritten
+    client.put_object(Bucket=BUCKET, Key=f"{prefix}/block-4/part-000002.parquet", Body=bytes(damaged))
+    client.delete_object(Bucket=BUCKET, Key=f"{prefix}/block-4/part-000003.json")
+    client.put_object(Bucket=BUCKET, Key=f"{prefix}/block-8/part-000000.json", Body=b"{}")
+    kept = _keys(client, f"{prefix}/block-4")["part-000000.parquet"]
+
+    seen = {}
+    remove = shards.remove_stores
+
+    def remove_seen(location, keep=None):  # the bucket as labelling left it, before the shards go
+        if keep is None:
+            seen.update(_keys(client, prefix))
+        remove(location, keep)
+
+    monkeypatch.setattr(shards, "remove_stores", remove_seen)
+    params = SilverParams(labeling=LabelingConfig(actors=1, block_size=4, tokenize_stage="actor", executor="pool"),
+                          max_length=32)
+    result = Silver().run(inputs, params, env)
+    assert (result.shards.total, result.shards.reused, result.shards.labelled) == (6, 2, 4)
+    silver = pq.read_table(env.out / "silver.parquet")
+    assert silver.column(schema.ID1).to_pylist() == cands.column(schema.ID1).to_pylist()
+    assert set(silver.column(schema.LABEL).to_pylist()) == {NULL_LABEL}
+    assert not [k for k in seen if k.startswith("block-8/")] and seen["block-4/part-000000.parquet"] == kept
+    node = ray_local.get_runtime_context().get_node_id()  # written by the actor, on the node that labelled them
+    assert [json.loads(seen[f"block-4/part-{i:06d}.json"])["writer"] for i in range(6)] == [None, None] + [node] * 4
+    assert not [k for k in _keys(client, f"job/{rel}") if "shards" in k]  # gone from the bucket once merged
+    assert not list(rd.root.rglob("part-*"))  # and none went through the staging copy
