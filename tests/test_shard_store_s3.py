@@ -1,4 +1,4 @@
-"""Labelling shards on object storage (``labeling.uri_store``), against a real S3 endpoint: moto's
+"""Labelling shards on object storage (``labeling.store.UriShardStore``), against a real S3 endpoint: moto's
 server on loopback. The bucket's endpoint and credentials travel in the store's URI (user info and
 query, as pyarrow reads them), so the session's Ray workers reach it without any environment."""
 
@@ -13,7 +13,7 @@ import pytest
 
 from augsbert_ray import schema
 from augsbert_ray.errors import LabelingError
-from augsbert_ray.labeling.shards import SHARD, ShardStore, keys_digest, sees_store
+from augsbert_ray.labeling.shards import ShardStore, keys_digest, sees_store
 
 BUCKET = "labelling"
 
@@ -90,13 +90,13 @@ INPUT = [schema.ID1, schema.ID2, schema.SENTENCE1, schema.SENTENCE2]
 def test_two_writers_of_one_shard_end_as_one_file_and_the_manifest_that_names_it(s3, monkeypatch):
     """Writer A puts its file; writer B (an actor retried after A wrote) commits the shard whole
     with other labels before A's manifest: A's check finds B's file in place and names it."""
-    from augsbert_ray.labeling import uri_store
+    from augsbert_ray.labeling import store as stores
 
     client, uri_of = s3
     store = ShardStore(uri_of("race/block-4"))
     rows = _candidates(4)
     digest = keys_digest(rows.select(INPUT))
-    put = uri_store.put_bytes
+    put = stores.put_bytes
     raced = []
 
     def put_racing(fs, path, data):
@@ -105,7 +105,7 @@ def test_two_writers_of_one_shard_end_as_one_file_and_the_manifest_that_names_it
             raced[0] = ShardStore(uri_of("race/block-4")).commit(0, _labelled(rows, 0.02), digest, writer="B")
         put(fs, path, data)
 
-    monkeypatch.setattr(uri_store, "put_bytes", put_racing)
+    monkeypatch.setattr(stores, "put_bytes", put_racing)
     record = store.commit(0, _labelled(rows, 0.01), digest, writer="A")
     objects = _keys(client, "race/block-4")
     assert sorted(objects) == ["part-000000.json", "part-000000.parquet"]
@@ -139,7 +139,7 @@ def test_the_silver_stage_of_a_run_dir_on_s3_has_its_actors_commit_there_and_res
 
     from augsbert_ray.bench.control_plane import NULL_LABEL, NullScorer
     from augsbert_ray.config import LabelingConfig
-    from augsbert_ray.labeling import pool, shards
+    from augsbert_ray.labeling import pool, shards, store as stores
     from augsbert_ray.rundir import RunDir
     from augsbert_ray.stages.base import Artifact, Inputs
     from augsbert_ray.stages.silver import Silver, SilverParams, shards_location
@@ -173,14 +173,14 @@ def test_the_silver_stage_of_a_run_dir_on_s3_has_its_actors_commit_there_and_res
     kept = _keys(client, f"{prefix}/block-4")["part-000000.parquet"]
 
     seen = {}
-    remove = shards.remove_stores
+    remove = stores.remove_stores
 
     def remove_seen(location, keep=None):  # the bucket as labelling left it, before the shards go
         if keep is None:
             seen.update(_keys(client, prefix))
         remove(location, keep)
 
-    monkeypatch.setattr(shards, "remove_stores", remove_seen)
+    monkeypatch.setattr(stores, "remove_stores", remove_seen)
     params = SilverParams(labeling=LabelingConfig(actors=1, block_size=4, tokenize_stage="actor", executor="pool"),
                           max_length=32)
     result = Silver().run(inputs, params, env)

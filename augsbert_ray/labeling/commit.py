@@ -10,7 +10,7 @@ shard to the store (``ShardStore.commit``, recording its node) and hands the dri
 shard: its index, rows, input digest and file sha256 (``RECORD_SCHEMA``, well under 1 KiB). An
 actor that does not see the store (a folder on another node's disk; a storage its node cannot
 open) sends the checked shard in that row instead, and the driver commits it. With a store on
-object storage (``s3://``, ...: ``uri_store``), every actor that can open it commits there: a
+object storage (``s3://``, ...: ``store.UriShardStore``), every actor that can open it commits there: a
 shard's bytes go from the node that labelled it to the storage, not through the driver.
 
 A re-run verifies the shards an earlier run committed in Ray tasks beside the file
@@ -27,7 +27,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from augsbert_ray.errors import LabelingError
-from augsbert_ray.labeling.shards import SHARD, ShardStore, keys_digest, pairs_digest, sees_store
+from augsbert_ray.labeling.shards import SHARD, keys_digest, pairs_digest
+from augsbert_ray.labeling.store import ShardStore, sees_store
 
 # What an actor returns per shard: a commit record; ``table`` holds the checked shard (Arrow IPC)
 # only where the actor could not write to the store itself.

@@ -108,7 +108,7 @@ class Silver(Stage):
 
     def run(self, inputs, params: SilverParams, env) -> SilverResult:
         from augsbert_ray.labeling import LabelingReport, ShardStore, actor_cpus, label_candidates_file, pool_size
-        from augsbert_ray.labeling.shards import remove_stores
+        from augsbert_ray.labeling.store import remove_stores
 
         lab = params.labeling
         actors = pool_size(lab, env.cluster.gpus, env.cluster.cpus)  # fixed here, so the CPUs per actor and the pool agree
