@@ -10,8 +10,8 @@ shard to the store (``ShardStore.commit``, recording its node) and hands the dri
 shard: its index, rows, input digest and file sha256 (``RECORD_SCHEMA``, well under 1 KiB). An
 actor that does not see the store (a folder on another node's disk; a storage its node cannot
 open) sends the checked shard in that row instead, and the driver commits it. With a store on
-object storage (``s3://``, ...: ``store.UriShardStore``), every actor that can open it commits there: a
-shard's bytes go from the node that labelled it to the storage, not through the driver.
+object storage (``s3://``, ...: ``store.UriShardStore``), every actor that can open it commits
+there: a shard's bytes go from the node that labelled it to the storage, not through the driver.
 
 A re-run verifies the shards an earlier run committed in Ray tasks beside the file
 (``verify_committed``): each reads its shards' input rows, digests them and checks their
@@ -39,8 +39,9 @@ RECORD_SCHEMA = pa.schema([("shard", pa.int64()), ("rows", pa.int64()), ("input"
 @dataclass(frozen=True)
 class StoreTarget:
     """What an actor needs to commit shards of a file's candidates: the store's location (a folder,
-    or a storage URI: ``ShardStore.location``), the token that shows it sees it (``ShardStore.open_for_workers``), and the shards' sizes (shard ``i``
-    holds rows ``[i * block_size, min((i + 1) * block_size, total))``)."""
+    or a storage URI: ``ShardStore.location``), the token that shows it sees it
+    (``ShardStore.open_for_workers``), and the shards' sizes (shard ``i`` holds rows
+    ``[i * block_size, min((i + 1) * block_size, total))``)."""
 
     root: str
     token: str

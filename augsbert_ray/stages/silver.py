@@ -1,9 +1,9 @@
 """Step 2.2 (AugSBERT section 3): the cross-encoder labels the candidates ("silver" pairs).
 
 The pairs stream from ``candidates.parquet`` through a Ray Data actor pool into committed
-shards (in this stage's folder, or with a run directory on storage, straight to the storage
-by the labelling actors: ``shards_location``) and from there into ``silver.parquet``; the
-driver never holds them all (``labeling.label_candidates_file``). A labelling interrupted by a crash
+shards (in this stage's folder, or with a run directory on storage, written there by the
+labelling actors: ``shards_location``) and from there into ``silver.parquet``; the driver
+never holds them all (``labeling.label_candidates_file``). A labelling interrupted by a crash
 resumes from its committed shards. A strategy that labels a pool and keeps part of it
 (KDE) keeps the labelled pool as ``silver_pool.parquet``.
 """
