@@ -36,8 +36,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from augsbert_ray import schema
-from augsbert_ray.candidates.corpus_shards import (FOUND, WRITTEN, SentenceParts, check_found, each, expected_files,
-                                                   part_path, write_atomic)
+from augsbert_ray.candidates.corpus_shards import (FOUND, NODE, WRITTEN, SentenceParts, check_found, each,
+                                                   expected_files, node_id, nodes_of, on_nodes, part_path,
+                                                   write_atomic)
 
 log = logging.getLogger(__name__)
 
@@ -65,7 +66,7 @@ def _spill(hits: pa.Table, work: str, first_id: int, offsets: list[int]) -> pa.T
     written = np.unique(which).tolist()
     for b in written:
         write_atomic(Path(work) / f"{b:05d}" / f"{first_id:012d}.parquet", hits.filter(pa.array(which == b)))
-    return pa.table({WRITTEN: [json.dumps(written)]})
+    return pa.table({WRITTEN: [json.dumps(written)], NODE: [node_id()]})
 
 
 def _block(item: pa.Table, columns: list[str] | None = None) -> tuple[pa.Table, int]:
@@ -132,7 +133,7 @@ def _pair_bucket(batch: pa.Table, work: str, parts: SentenceParts, out: str, ori
                       schema.RETRIEVAL_SCORE: pa.array(scores, pa.float32())})
     write_atomic(part_path(Path(out), b), table.cast(schema.CANDIDATE_SCHEMA), ROW_GROUP)
     shutil.rmtree(folder, ignore_errors=True)
-    return pa.table({"index": [b], "rows": [table.num_rows], FOUND: [len(files)]})
+    return pa.table({"index": [b], "rows": [table.num_rows], FOUND: [len(files)], NODE: [node_id()]})
 
 
 def concat_parts(parts: list[str], out: str, target_schema: pa.Schema, row_group: int = ROW_GROUP) -> int:
@@ -215,6 +216,9 @@ def sample_parts(ctx, parts: SentenceParts, out: Path) -> int:
                          f"{', '.join(sorted(SHARDED))}")
     rows = each(buckets, _pair_bucket, work=str(work), parts=parts, out=str(folder), origin=origin)
     check_found(rows, expected_files(spilled, len(buckets)), work)
+    nodes = {"query": nodes_of(spilled), "pairs": nodes_of(rows)}
+    log.info(f"[candidates] {len(blocks)} query blocks {on_nodes(nodes['query'])}, {len(buckets)} pair buckets "
+             f"{on_nodes(nodes['pairs'])}", extra={"task_nodes": nodes})
     shutil.rmtree(work, ignore_errors=True)
     pair_parts = [str(part_path(folder, b)) for b in buckets]
     written = off_driver.run(concat_parts, pair_parts, str(Path(out) / "candidates.parquet"), schema.CANDIDATE_SCHEMA)
