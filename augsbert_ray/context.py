@@ -116,8 +116,9 @@ class StageEnv:
 
     Attributes:
         out: the stage's own folder; outputs go here (resumable state too).
-        storage: where Ray Train / Tune may keep this stage's checkpoints (a path, or a URI
-            under a remote run directory).
+        storage: where this stage's Ray workers write to storage themselves (Ray Train / Tune
+            checkpoints; labelling shards under a remote run directory): a path, or a URI under a
+            remote run directory; removed once the stage is done.
         ctx: the job's context (``context.JobContext``): the cluster, warm hosts, model shipping.
         rd: the run directory (a stage that commits work as it goes pushes it: ``rd.push``).
         fresh: the stage must not resume anything.

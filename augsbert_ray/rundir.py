@@ -98,6 +98,16 @@ def is_uri(location: str | os.PathLike) -> bool:
     return bool(_URI.match(text)) and not text.startswith("file://")
 
 
+def join_location(location: str | os.PathLike, *names: str) -> str:
+    """``names`` under a folder given as a path or a URI (a URI's query, such as pyarrow's
+    ``?endpoint_override=...``, stays at its end)."""
+    text = str(location)
+    if not _URI.match(text):
+        return str(Path(text).joinpath(*names))
+    base, sep, query = text.partition("?")
+    return "/".join([base.rstrip("/"), *names]) + sep + query
+
+
 STORAGE_TIMEOUT_S = 15.0
 
 
@@ -181,8 +191,9 @@ class RunDir:
         return self.uri or str(self.root)
 
     def storage(self, name: str) -> str:
-        """A location for Ray Train / Tune storage under the run directory (remote when it is)."""
-        return f"{self.uri}/{name}" if self.uri else str(self.path(name))
+        """A location under the run directory that Ray workers write to themselves (Ray Train and
+        Tune checkpoints, labelling shards): on the storage when the run directory is remote."""
+        return join_location(self.uri, name) if self.uri else str(self.path(name))
 
     # -- remote storage ------------------------------------------------------------------
     def _local_files(self) -> dict[str, tuple[int, int]]:

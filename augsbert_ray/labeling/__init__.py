@@ -5,7 +5,9 @@
 - ``codec``: pairs tokenised ahead of the actors, as Arrow token columns;
 - ``scorer``: ``PairScorer``, the Ray Data callable that loads the model once per actor, and
   ``ScorerSpec``, the actors' class and arguments a caller may pass instead;
-- ``shards``: candidates cut into shards, and the ``ShardStore`` that commits each once;
+- ``shards``: candidates cut into shards, and their digests;
+- ``store``: the ``ShardStore`` that commits each labelled shard once, in a folder or on a storage
+  URI (``s3://``, ...);
 - ``sizing``: the pool's size and each actor's CPUs (pure);
 - ``pool``: one actor pool over the pending shards (the Ray edge);
 - ``commit``: each shard of a candidates file checked and committed by the actor that labels it;
@@ -17,7 +19,8 @@ from augsbert_ray.labeling.codec import tokenize_batch
 from augsbert_ray.labeling.driver import (LabelingReport, label_candidates, label_candidates_file, label_file,
                                           label_shards)
 from augsbert_ray.labeling.scorer import TRACE_ENV, PairScorer, ScorerSpec
-from augsbert_ray.labeling.shards import ShardStore, exact_shards
+from augsbert_ray.labeling.shards import exact_shards
+from augsbert_ray.labeling.store import ShardStore
 from augsbert_ray.labeling.sizing import (TOKENIZE_CPUS, actor_cpus, labelling_requests, pool_size,
                                           separate_tokenizer)
 from augsbert_ray.scoring import score_pairs

@@ -8,8 +8,10 @@ that does not spread over the cluster's nodes. Here each actor of the pool wraps
 against them (the same pairs, once each; finite scores: ``pool.checked_shard``), commits the
 shard to the store (``ShardStore.commit``, recording its node) and hands the driver one row per
 shard: its index, rows, input digest and file sha256 (``RECORD_SCHEMA``, well under 1 KiB). An
-actor that does not see the store's folder (its node has a disk of its own) sends the checked
-shard in that row instead, and the driver commits it.
+actor that does not see the store (a folder on another node's disk; a storage its node cannot
+open) sends the checked shard in that row instead, and the driver commits it. With a store on
+object storage (``s3://``, ...: ``store.UriShardStore``), every actor that can open it commits
+there: a shard's bytes go from the node that labelled it to the storage, not through the driver.
 
 A re-run verifies the shards an earlier run committed in Ray tasks beside the file
 (``verify_committed``): each reads its shards' input rows, digests them and checks their
@@ -25,7 +27,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from augsbert_ray.errors import LabelingError
-from augsbert_ray.labeling.shards import SHARD, ShardStore, keys_digest, pairs_digest, sees_store
+from augsbert_ray.labeling.shards import SHARD, keys_digest, pairs_digest
+from augsbert_ray.labeling.store import ShardStore, sees_store
 
 # What an actor returns per shard: a commit record; ``table`` holds the checked shard (Arrow IPC)
 # only where the actor could not write to the store itself.
@@ -35,9 +38,10 @@ RECORD_SCHEMA = pa.schema([("shard", pa.int64()), ("rows", pa.int64()), ("input"
 
 @dataclass(frozen=True)
 class StoreTarget:
-    """What an actor needs to commit shards of a file's candidates: the store's folder, the token
-    that shows it sees it (``ShardStore.open_for_workers``), and the shards' sizes (shard ``i``
-    holds rows ``[i * block_size, min((i + 1) * block_size, total))``)."""
+    """What an actor needs to commit shards of a file's candidates: the store's location (a folder,
+    or a storage URI: ``ShardStore.location``), the token that shows it sees it
+    (``ShardStore.open_for_workers``), and the shards' sizes (shard ``i`` holds rows
+    ``[i * block_size, min((i + 1) * block_size, total))``)."""
 
     root: str
     token: str
@@ -124,20 +128,15 @@ class CommittingScorer:
         """The record of a batch that is one whole shard this store holds already (a task retried
         after its shard was committed, or a pool after one whose record never reached the
         driver): it is not labelled or written again. None otherwise."""
-        import json
-
         if self.store is None or keys.num_rows == 0:
             return None
         i = keys.column(SHARD)[0].as_py()
-        if keys.num_rows != self.target.rows(i) or i in self._inputs or not self.store.manifest(i).exists():
+        if keys.num_rows != self.target.rows(i) or i in self._inputs or not self.store.has_manifest(i):
             return None
         rows = keys.drop_columns([SHARD])
         digest = keys_digest(rows)
-        if not pc.all(pc.equal(keys.column(SHARD), i)).as_py() or not self.store.done(i, digest):
-            return None
-        try:
-            record = json.loads(self.store.manifest(i).read_text(encoding="utf-8"))
-        except (OSError, ValueError):
+        record = self.store.verified(i, digest) if pc.all(pc.equal(keys.column(SHARD), i)).as_py() else None
+        if record is None:
             return None
         return {"shard": i, "rows": rows.num_rows, "input": digest, "sha256": record.get("sha256"),
                 "writer": record.get("writer"), "table": None}
@@ -159,7 +158,7 @@ VERIFY_TASKS = 4  # verifying tasks at once
 
 def _verify(path: str, root: str, block_size: int, total: int, shards: list[int]) -> list[int]:
     """Runs in a Ray task: those of ``shards`` whose manifest matches their input rows in the file
-    and whose file matches their manifest."""
+    and whose file matches their manifest (``root``: the store's folder or storage URI)."""
     from augsbert_ray import schema
     from augsbert_ray.labeling.pool import _read_cached
 
@@ -196,7 +195,7 @@ def verify_committed(path: str, store: ShardStore, block_size: int, total: int, 
     done, running = set(), []
     while chunks or running:
         while chunks and len(running) < VERIFY_TASKS:
-            running.append(task.remote(path, str(store.root.resolve()), block_size, total, chunks.pop(0)))
+            running.append(task.remote(path, store.location, block_size, total, chunks.pop(0)))
         ready, running = ray.wait(running, num_returns=1)
         done.update(ray.get(ready[0]))
     return done

@@ -170,7 +170,7 @@ def _label_committing(source: FileSource, total: int, store: ShardStore, model_d
     report = report if report is not None else LabelingReport()
     size = cfg.block_size
     count = -(-total // size)
-    target = StoreTarget(str(store.root.resolve()), store.open_for_workers(), size, total)
+    target = StoreTarget(store.location, store.open_for_workers(), size, total)
     verified = verify_committed(source.path, store, size, total, source.node_id)
     pending = {i: target.rows(i) for i in range(count) if i not in verified}  # index -> rows: all the driver keeps
     report.shards, report.reused = count, len(verified)
@@ -252,7 +252,7 @@ def _attempts(run_once, pending: dict, count: int, cfg, store, actor_class: str)
                          f"not committed (retry {attempt} of labeling.pool_retries={cfg.pool_retries})")
                 continue
             committed = count - len(pending)
-            where = f"; the {committed} committed shards in {store.root} are kept and a re-run resumes from them" \
+            where = f"; the {committed} committed shards in {store.where} are kept and a re-run resumes from them" \
                 if store is not None and committed else ""
             raise LabelingError(
                 f"labelling failed with {len(pending)} of {count} shards not labelled (labeling.max_restarts="

@@ -1,17 +1,13 @@
-"""Candidate rows cut into shards, and the store that commits each labelled shard once."""
+"""Candidate rows cut into shards and their digests (the store that commits each labelled shard
+once is ``store``'s ``ShardStore``, also found here)."""
 
 from __future__ import annotations
-
-import json
-import os
-import uuid
-from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
 
 from augsbert_ray import schema
-from augsbert_ray.models import file_sha256
+from augsbert_ray.labeling.store import TOKEN_FILE, ShardStore, sees_store  # noqa: F401 (where callers find them)
 
 SHARD = "_shard"  # the shard a candidate row belongs to (dropped from the silver table)
 KEY_COLUMNS = [schema.ID1, schema.ID2]
@@ -19,109 +15,6 @@ KEY_COLUMNS = [schema.ID1, schema.ID2]
 # driver cut the shard or a worker read it (a read may add metadata or give other nullability).
 INPUT_SCHEMA = pa.schema([schema.CANDIDATE_SCHEMA.field(c) for c in
                           (schema.ID1, schema.ID2, schema.SENTENCE1, schema.SENTENCE2)])
-TOKEN_FILE = ".writers"  # the token that tells a worker it sees the driver's store (``ShardStore.open_for_workers``)
-
-
-class ShardStore:
-    """Labelled shards under deterministic names, each committed once with its manifest.
-
-    Shard ``i`` holds candidate rows ``[i * size, (i + 1) * size)``. Its labelled rows go to
-    ``part-{i:06d}.parquet`` (written under a temporary name, then renamed) and then its
-    manifest ``part-{i:06d}.json`` (the shard's input digest, row count, the file's sha256 and
-    the node that wrote it), also renamed into place. A shard counts as done only when its
-    manifest matches the input and the file it names: a crash at any point leaves a shard either
-    done or redone, never half there. A commit runs in the driver or in the labelling actor that
-    labelled the shard (``labeling.commit``), where the store's folder is shared with the workers.
-    """
-
-    def __init__(self, root: str | os.PathLike):
-        self.root = Path(root)
-        self.root.mkdir(parents=True, exist_ok=True)
-
-    def part(self, i: int) -> Path:
-        return self.root / f"part-{i:06d}.parquet"
-
-    def manifest(self, i: int) -> Path:
-        return self.root / f"part-{i:06d}.json"
-
-    def done(self, i: int, digest: str) -> bool:
-        try:
-            record = json.loads(self.manifest(i).read_text(encoding="utf-8"))
-            part = self.part(i)
-            return (record["input"] == digest and part.stat().st_size == record["bytes"]
-                    and file_sha256(part) == record["sha256"])
-        except (OSError, ValueError, KeyError):
-            return False
-
-    def committed(self) -> set[int]:
-        """The shards with a manifest (a listing, nothing read): those a resume has to verify."""
-        folder = self.manifest(0).parent
-        return {int(p.stem.split("-")[1]) for p in folder.glob("part-*.json") if p.stem.split("-")[1].isdigit()}
-
-    def commit(self, i: int, table: pa.Table, digest: str, writer: str | None = None) -> dict:
-        """Writes shard ``i``'s labelled rows, then its manifest; returns the manifest.
-
-        Idempotent: a shard written twice (a labelling task retried after its commit) ends as one
-        file with one manifest naming that file's sha256. Each write has a temporary name of its
-        own, and after the manifest is in place the file is hashed again: where another writer
-        replaced the file meanwhile, the manifest is rewritten for the file that is there.
-
-        Args:
-            writer: what wrote it (a Ray node id), recorded in the manifest.
-        """
-        import pyarrow.parquet as pq
-
-        from augsbert_ray.rundir import written_whole
-
-        part = self.part(i)
-        tmp = part.with_name(f".{part.name}.{uuid.uuid4().hex[:12]}.tmp")
-        with written_whole(tmp, part):  # a full disk: one error naming the part, no partial file kept
-            pq.write_table(table, tmp)
-        sha = file_sha256(tmp)
-        os.replace(tmp, part)
-        for _ in range(3):
-            placed = _identity(part)
-            record = {"input": digest, "rows": table.num_rows, "bytes": placed[1], "sha256": sha, "writer": writer}
-            manifest = self.manifest(i)
-            tmp = manifest.with_name(f".{manifest.name}.{uuid.uuid4().hex[:12]}.tmp")
-            with written_whole(tmp, manifest):
-                tmp.write_text(json.dumps(record), encoding="utf-8")
-            os.replace(tmp, manifest)
-            if _identity(part) == placed:  # the file the manifest names is still the one in place
-                return record
-            sha = file_sha256(part)  # another writer's file of the same rows replaced it: name that one
-        return record
-
-    def open_for_workers(self) -> str:
-        """Writes a new token into the store's folder and returns it: a labelling actor that reads
-        the same token there sees this folder (a shared file system, or the driver's node) and
-        commits its shards itself; one that does not sends them to the driver."""
-        token = uuid.uuid4().hex
-        path = self.root / TOKEN_FILE
-        tmp = path.with_name(f"{path.name}.{token}.tmp")
-        tmp.write_text(token, encoding="utf-8")
-        os.replace(tmp, path)
-        return token
-
-    def read(self, i: int) -> pa.Table:
-        import pyarrow.parquet as pq
-
-        return pq.read_table(self.part(i), use_threads=False)  # a shard is small: threads only hold memory
-
-
-def _identity(path: Path) -> tuple[int, int, int]:
-    """What tells one file from another put in its place: inode, size, modification time."""
-    st = path.stat()
-    return st.st_ino, st.st_size, st.st_mtime_ns
-
-
-def sees_store(root: str | os.PathLike, token: str) -> bool:
-    """Whether this process sees the store folder ``root`` that ``ShardStore.open_for_workers``
-    wrote ``token`` into (nothing is created where it does not)."""
-    try:
-        return (Path(root) / TOKEN_FILE).read_text(encoding="utf-8") == token
-    except OSError:
-        return False
 
 
 def keys_digest(table: pa.Table) -> str:

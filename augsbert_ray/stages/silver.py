@@ -1,8 +1,9 @@
 """Step 2.2 (AugSBERT section 3): the cross-encoder labels the candidates ("silver" pairs).
 
 The pairs stream from ``candidates.parquet`` through a Ray Data actor pool into committed
-shards in this stage's folder and from there into ``silver.parquet``; the driver never
-holds them all (``labeling.label_candidates_file``). A labelling interrupted by a crash
+shards (in this stage's folder, or with a run directory on storage, written there by the
+labelling actors: ``shards_location``) and from there into ``silver.parquet``; the driver
+never holds them all (``labeling.label_candidates_file``). A labelling interrupted by a crash
 resumes from its committed shards. A strategy that labels a pool and keeps part of it
 (KDE) keeps the labelled pool as ``silver_pool.parquet``.
 """
@@ -10,8 +11,6 @@ resumes from its committed shards. A strategy that labels a pool and keeps part 
 from __future__ import annotations
 
 import logging
-import shutil
-import time
 
 import numpy as np
 import pyarrow.parquet as pq
@@ -19,6 +18,7 @@ from pydantic import BaseModel
 
 from augsbert_ray import schema
 from augsbert_ray.config import LabelingConfig, SamplingConfig
+from augsbert_ray.rundir import join_location
 from augsbert_ray.stages.base import Declaration, Stage, StageParams, StageResult, SummaryContext, narrowed
 
 log = logging.getLogger(__name__)
@@ -108,30 +108,22 @@ class Silver(Stage):
 
     def run(self, inputs, params: SilverParams, env) -> SilverResult:
         from augsbert_ray.labeling import LabelingReport, ShardStore, actor_cpus, label_candidates_file, pool_size
+        from augsbert_ray.labeling.store import remove_stores
 
         lab = params.labeling
         actors = pool_size(lab, env.cluster.gpus, env.cluster.cpus)  # fixed here, so the CPUs per actor and the pool agree
         cpus = actor_cpus(lab, env.cluster.cpus, actors)
-        # Shards are committed under this stage's folder; shards of another block size are stale.
-        shards_dir = env.out / "shards"
-        store_dir = shards_dir / f"block-{lab.block_size}"
-        for old in shards_dir.glob("*") if shards_dir.exists() else []:
-            if old != store_dir:
-                shutil.rmtree(old, ignore_errors=True)
-        store = ShardStore(store_dir)
+        shards_dir = shards_location(env)
+        block = f"block-{lab.block_size}"
+        remove_stores(shards_dir, keep=block)  # shards of another block size are stale
+        store = ShardStore(join_location(shards_dir, block))
         report = LabelingReport()
-        last_push = [time.perf_counter()]
-
-        def upload() -> None:  # with a remote run dir, committed shards reach the storage often
-            if time.perf_counter() - last_push[0] > 30:
-                env.rd.push()
-                last_push[0] = time.perf_counter()
 
         selecting = params.selection is not None
         labelled_file = env.out / ("silver_pool.parquet" if selecting else "silver.parquet")
         labelled = label_candidates_file(
             inputs.path("candidates"), labelled_file, env.ship(inputs.path("teacher")), lab,
-            params.max_length, cpus, actors=actors, store=store, on_commit=upload,
+            params.max_length, cpus, actors=actors, store=store,
             report=report, progress=env.reporter(local=True), hosts=env.hosts)
         rate = report.labelled_pairs / report.seconds if report.seconds else 0.0
         log.info(f"[silver] labelled {report.labelled_pairs} pairs in {report.labelled} shards "
@@ -150,7 +142,7 @@ class Silver(Stage):
             write_table(env.out / "silver.parquet", silver)
             n_silver = silver.num_rows
             del silver
-        shutil.rmtree(shards_dir, ignore_errors=True)  # silver.parquet now holds every shard
+        remove_stores(shards_dir)  # silver.parquet now holds every shard
         hist, total, n = np.zeros(10, np.int64), 0.0, 0  # read a batch at a time: any number of pairs
         for batch in pq.ParquetFile(env.out / "silver.parquet").iter_batches(1 << 20, columns=[schema.LABEL]):
             values = batch.column(0).to_numpy(zero_copy_only=False)
@@ -162,6 +154,14 @@ class Silver(Stage):
             shards=Shards(total=report.shards, reused=report.reused, labelled=report.labelled,
                           block_size=lab.block_size),
             label_mean=total / n if n else None, label_hist=hist.tolist())
+
+
+def shards_location(env) -> str:
+    """Where the silver stage commits its shards: this stage's folder, or with a run directory on
+    storage (``s3://``, ...) the stage's folder there that Ray workers write to themselves
+    (``StageEnv.storage``, never copied through the staging copy), so that each shard is written
+    once, by the node that labelled it, and a re-run on any machine resumes from it."""
+    return join_location(env.storage, "shards") if env.rd.uri else str(env.out / "shards")
 
 
 def fit_calibration(teacher_scores: np.ndarray, gold_labels: np.ndarray):

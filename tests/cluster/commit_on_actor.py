@@ -2,8 +2,9 @@
 3-node ``ray.cluster_utils.Cluster`` (a head with no CPUs, where the driver and the file are,
 and two 1-CPU nodes, one labelling actor each), then a re-run after two manifests are removed.
 
-    python commit_on_actor.py OUT_DIR
+    python commit_on_actor.py OUT_DIR [STORE_URI]
 
+The shards go to OUT_DIR/shards, or to STORE_URI (a storage URI every node opens, ``s3://...``).
 Writes OUT_DIR/result.json: the nodes, the labelling actors' nodes, each shard's manifest, and
 the two runs' shard counts.
 """
@@ -51,7 +52,7 @@ def candidates(n: int) -> pa.Table:
                     schema=schema.CANDIDATE_SCHEMA)
 
 
-def main(out: Path) -> None:
+def main(out: Path, store_at: str | None = None) -> None:
     import ray
     from ray.cluster_utils import Cluster
 
@@ -70,7 +71,7 @@ def main(out: Path) -> None:
         trace = out / "actors.txt"
         spec = ScorerSpec(NodeScorer, {"trace": str(trace), "delay_s": 0.3})
         cfg = LabelingConfig(actors=2, block_size=8, tokenize_stage="actor", executor="pool")  # 12 shards
-        store = ShardStore(out / "shards")
+        store = ShardStore(store_at or out / "shards")
         runs = []
         for run in range(2):
             report = LabelingReport()
@@ -79,9 +80,12 @@ def main(out: Path) -> None:
             runs.append({"rows": n, "shards": report.shards, "reused": report.reused, "labelled": report.labelled,
                          "redone": sorted(report.redone_shards)})
             if run == 0:
-                manifests = {p.name: json.loads(p.read_text()) for p in sorted(store.root.glob("part-*.json"))}
+                manifests = {f"part-{i:06d}.json": store.record(i) for i in sorted(store.committed())}
                 for i in (3, 7):  # as if a run had been killed before these manifests were written
-                    store.manifest(i).unlink()
+                    if store.root is None:  # on storage
+                        store.fs.delete_file(store.manifest(i))
+                    else:
+                        store.manifest(i).unlink()
         silver = pq.read_table(out / "silver.parquet")
         ok = silver.column("label").to_pylist() == [np.float32(i / 1000).item() for i in range(96)]
         result = {"head": head, "workers": [w.node_id for w in workers],
@@ -99,4 +103,4 @@ def main(out: Path) -> None:
 
 if __name__ == "__main__":
     os.environ.setdefault("RAY_DATA_DISABLE_PROGRESS_BARS", "1")
-    main(Path(sys.argv[1]))
+    main(Path(sys.argv[1]), sys.argv[2] if len(sys.argv) > 2 else None)

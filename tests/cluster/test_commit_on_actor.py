@@ -1,7 +1,7 @@
 """Shards committed where they are labelled: on a 3-node ``ray.cluster_utils.Cluster``, each
 shard's Parquet file and manifest are written by the node whose actor labelled it, not by the
 driver's, and a re-run verifies the committed shards and labels only those whose manifest is
-missing."""
+missing; the same with the shards in an S3 bucket (moto's server on loopback)."""
 
 from __future__ import annotations
 
@@ -38,3 +38,39 @@ def test_each_shard_is_committed_by_the_node_that_labelled_it(tmp_path):
     assert sorted(first["redone"]) == list(range(12))
     assert {**again, "redone": sorted(again["redone"])} == {"rows": 96, "shards": 12, "reused": 10, "labelled": 2,
                                                              "redone": [3, 7]}
+
+
+@pytest.mark.timeout(300)
+def test_on_s3_each_shard_is_put_in_the_bucket_by_the_node_that_labelled_it(tmp_path):
+    pytest.importorskip("moto")
+    import boto3
+    from moto.server import ThreadedMotoServer
+
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server.start()
+    try:
+        host, port = server.get_host_and_port()
+        client = boto3.client("s3", endpoint_url=f"http://{host}:{port}", region_name="us-east-1",
+                              aws_access_key_id="testing", aws_secret_access_key="testing")
+        client.create_bucket(Bucket="shards")
+        # The endpoint and credentials in the URI: every node's workers open it without an environment.
+        uri = f"s3://testing:testing@shards/run/block-8?endpoint_override={host}:{port}&scheme=http&region=us-east-1"
+        out = tmp_path / "out"
+        proc = subprocess.run([sys.executable, str(Path(__file__).with_name("commit_on_actor.py")), str(out), uri],
+                              capture_output=True, text=True, timeout=280)
+        assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-4000:]
+        listed = client.list_objects_v2(Bucket="shards", Prefix="run/block-8/")["Contents"]
+        keys = {o["Key"] for o in listed if not o["Key"].endswith("/")}  # pyarrow keeps a folder's marker
+    finally:
+        server.stop()
+    result = json.loads((out / "result.json").read_text())
+    manifests = result["manifests"]
+    assert len(manifests) == 12 and result["silver_ok"] and not (out / "shards").exists()
+    assert keys == {f"run/block-8/part-{i:06d}.{ext}" for i in range(12) for ext in ("json", "parquet")} | {
+        "run/block-8/.writers"}
+    writers = {m["writer"] for m in manifests.values()}
+    assert set(result["actor_nodes"]) == set(result["workers"])
+    assert writers == set(result["workers"]) and result["head"] not in writers
+    first, again = result["runs"]
+    assert (first["reused"], first["labelled"]) == (0, 12)
+    assert (again["reused"], again["labelled"], sorted(again["redone"])) == (10, 2, [3, 7])
