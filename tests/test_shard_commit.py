@@ -140,3 +140,15 @@ def test_reading_tasks_run_on_the_nodes_that_see_the_candidates_file(ray_local, 
     assert FileSource("c", 8, "a", ("a",)).selector() == {"ray.io/node-id": "a"}
     assert FileSource("c", 8, "a", ("a", "b")).selector() == {"ray.io/node-id": "in(a, b)"}
     assert read_tasks(None) == read_tasks(1) == read_tasks(8) == 2 and read_tasks(64) == 16
+
+
+def test_a_shards_input_digest_is_the_same_for_a_slice_and_its_rows_read_back(tmp_path):
+    import pyarrow.parquet as pq
+
+    from augsbert_ray.labeling.shards import keys_digest
+
+    cands = pa.concat_tables([_shard(i, 10, 10) for i in range(3)]).drop_columns([SHARD])
+    sliced = cands.slice(10, 10)
+    pq.write_table(sliced, tmp_path / "s.parquet")
+    assert keys_digest(sliced) == keys_digest(pq.read_table(tmp_path / "s.parquet"))
+    assert keys_digest(sliced) != keys_digest(cands.slice(11, 10))
