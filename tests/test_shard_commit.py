@@ -152,3 +152,44 @@ def test_a_shards_input_digest_is_the_same_for_a_slice_and_its_rows_read_back(tm
     pq.write_table(sliced, tmp_path / "s.parquet")
     assert keys_digest(sliced) == keys_digest(pq.read_table(tmp_path / "s.parquet"))
     assert keys_digest(sliced) != keys_digest(cands.slice(11, 10))
+
+
+def test_an_actor_labels_one_batch_at_a_time_and_commits_beside_the_next(ray_local, tmp_path):
+    import pyarrow.parquet as pq
+
+    from augsbert_ray.config import LabelingConfig
+    from augsbert_ray.labeling import LabelingReport, ScorerSpec, label_candidates_file
+    from augsbert_ray.labeling.commit import COMMITTING_CALLS, committing_spec
+
+    assert COMMITTING_CALLS == 2 and committing_spec(ScorerSpec(Scorer), None).concurrent_calls == 2
+
+    class TracingScorer:  # defined here: the actors get it by value
+        """Labels as ``Scorer`` does, holding each batch ``delay_s``; appends "thread start end" per call."""
+
+        def __init__(self, trace: str, delay_s: float):
+            self.trace, self.delay_s = trace, delay_s
+
+        def __call__(self, batch: pa.Table) -> pa.Table:
+            import threading
+            import time
+
+            start = time.monotonic()
+            time.sleep(self.delay_s)
+            with open(self.trace, "a", encoding="utf-8") as f:
+                f.write(f"{threading.get_ident()} {start} {time.monotonic()}\n")
+            labels = batch.column(schema.ID1).to_numpy().astype(np.float32) / 100
+            return batch.append_column(schema.LABEL, pa.array(labels))
+
+    cands = pa.concat_tables([_shard(i, 4, 4) for i in range(12)]).drop_columns([SHARD])
+    pq.write_table(cands, tmp_path / "candidates.parquet", row_group_size=8)
+    trace = tmp_path / "trace.txt"
+    store, report = ShardStore(tmp_path / "shards"), LabelingReport()
+    cfg = LabelingConfig(actors=1, block_size=4, tokenize_stage="actor", executor="pool")
+    n = label_candidates_file(tmp_path / "candidates.parquet", tmp_path / "silver.parquet", "unused", cfg, 32, 1.0,
+                              store=store, report=report, actors=1,
+                              scorer=ScorerSpec(TracingScorer, {"trace": str(trace), "delay_s": 0.05}))
+    assert n == 48 and report.labelled == 12 and sorted(store.committed()) == list(range(12))
+    calls = sorted((float(s), float(e), t) for t, s, e in (line.split() for line in trace.read_text().splitlines()))
+    assert len(calls) == 12
+    assert len({t for _, _, t in calls}) == 2  # two calls at once on the actor's threads ...
+    assert all(a[1] <= b[0] for a, b in zip(calls, calls[1:]))  # ... but one batch labelled at a time

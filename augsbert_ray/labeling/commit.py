@@ -36,6 +36,10 @@ RECORD_SCHEMA = pa.schema([("shard", pa.int64()), ("rows", pa.int64()), ("input"
                            ("sha256", pa.string()), ("writer", pa.string()), ("table", pa.binary())])
 
 
+# Calls a committing actor runs at once: one labelling while the other checks and commits.
+COMMITTING_CALLS = 2
+
+
 @dataclass(frozen=True)
 class StoreTarget:
     """What an actor needs to commit shards of a file's candidates: the store's location (a folder,
@@ -69,10 +73,16 @@ class CommittingScorer:
     A shard's rows may reach the actor over several calls (Ray Data batches a task's blocks by
     ``labeling.block_size``): they are kept until the shard is whole, and the call that completes
     it commits it; the other calls return no row. All the blocks of a task go to one actor, and a
-    task that fails is redone whole, so the pieces kept are dropped when a call fails.
+    task that fails is redone whole, so the pieces kept of the failed call's shards are dropped.
+
+    The actor runs ``COMMITTING_CALLS`` calls at once (``committing_spec``): the scorer labels one
+    batch at a time (a lock), and a shard's check and commit (Parquet, hashing, the storage's
+    writes) run beside the next batch's labelling, so a GPU does not wait for the writes.
     """
 
     def __init__(self, scorer_cls, scorer_kwargs: dict, target: StoreTarget):
+        import threading
+
         import ray
 
         self.scorer = scorer_cls(**scorer_kwargs)
@@ -81,13 +91,17 @@ class CommittingScorer:
         self.node = ray.get_runtime_context().get_node_id() if ray.is_initialized() else None
         self._inputs: dict[int, list[pa.Table]] = {}
         self._labelled: dict[int, list[pa.Table]] = {}
+        self._scoring = threading.Lock()  # the scorer (a model, a tokenizer) labels one batch at a time
+        self._held = threading.Lock()  # the pieces of shards kept between calls
 
     def __call__(self, batch: pa.Table) -> pa.Table:
         try:
             return self._label(batch)
         except BaseException:
-            self._inputs.clear()
-            self._labelled.clear()
+            with self._held:
+                for i in set(batch.column(SHARD).to_pylist()):
+                    self._inputs.pop(i, None)
+                    self._labelled.pop(i, None)
             raise
 
     def _label(self, batch: pa.Table) -> pa.Table:
@@ -98,19 +112,22 @@ class CommittingScorer:
         done = self._committed_before(keys)
         if done is not None:
             return pa.Table.from_pylist([done], schema=RECORD_SCHEMA)
-        labelled = self.scorer(batch)
+        with self._scoring:
+            labelled = self.scorer(batch)
         records = []
         shard_of = batch.column(SHARD).to_numpy()
         for i in np.unique(shard_of).tolist():
             mine = pc.equal(keys.column(SHARD), i)
-            self._inputs.setdefault(i, []).append(keys.filter(mine))
-            self._labelled.setdefault(i, []).append(labelled.filter(pc.equal(labelled.column(SHARD), i)))
-            held = sum(t.num_rows for t in self._inputs[i])
             want = self.target.rows(i)
-            if held < want:
-                continue
-            rows = pa.concat_tables(self._inputs.pop(i)).drop_columns([SHARD])
-            out = pa.concat_tables(self._labelled.pop(i))
+            with self._held:
+                self._inputs.setdefault(i, []).append(keys.filter(mine))
+                self._labelled.setdefault(i, []).append(labelled.filter(pc.equal(labelled.column(SHARD), i)))
+                held = sum(t.num_rows for t in self._inputs[i])
+                if held < want:
+                    continue
+                inputs, outputs = self._inputs.pop(i), self._labelled.pop(i)
+            rows = pa.concat_tables(inputs).drop_columns([SHARD])
+            out = pa.concat_tables(outputs)
             if held > want:
                 raise LabelingError(f"shard {i} reached a labelling actor with {held} rows, {want} expected")
             digest = keys_digest(rows)
@@ -147,7 +164,7 @@ def committing_spec(scorer, target: StoreTarget):
     from augsbert_ray.labeling.scorer import ScorerSpec
 
     return ScorerSpec(CommittingScorer, {"scorer_cls": scorer.cls, "scorer_kwargs": dict(scorer.kwargs),
-                                         "target": target})
+                                         "target": target}, concurrent_calls=COMMITTING_CALLS)
 
 
 # -- a re-run: which of the shards with a manifest are done ------------------------------------

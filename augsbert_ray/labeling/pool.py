@@ -331,7 +331,8 @@ def labelled_dataset(inputs, model_dir: str, cfg, max_length: int, cpus_per_acto
     return ds.map_batches(
         scorer.cls,
         fn_constructor_kwargs=dict(scorer.kwargs),
-        compute=ActorPoolStrategy(size=actors),
+        compute=ActorPoolStrategy(size=actors) if scorer.concurrent_calls <= 1 else ActorPoolStrategy(
+            size=actors, max_concurrent_calls_per_actor=scorer.concurrent_calls, enable_true_multi_threading=True),
         batch_size=cfg.block_size,
         batch_format="pyarrow",
         num_cpus=cpus_per_actor,

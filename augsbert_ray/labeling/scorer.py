@@ -37,6 +37,9 @@ class ScorerSpec:
 
     cls: type
     kwargs: Mapping[str, Any] = field(default_factory=dict)
+    # Calls an actor runs at once (threads): above 1 the class keeps its model to one call at a
+    # time itself, so that what it does beside the model overlaps the next call's labelling.
+    concurrent_calls: int = 1
 
 
 def pair_scorer_kwargs(model_dir: str, cfg, max_length: int, threads: float) -> dict:
