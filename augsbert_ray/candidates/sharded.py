@@ -248,7 +248,8 @@ def sample_parts(ctx, parts: SentenceParts, out: Path) -> int:
         shutil.rmtree(f, ignore_errors=True)
     # One item per row group: the tasks read their sentences themselves, so no read task waits
     # for a CPU that the searchers hold.
-    blocks = [{"path": str(p), "group": g} for p in parts.parts for g in range(pq.ParquetFile(p).metadata.num_row_groups)]
+    blocks = [{"path": str(p), "group": g}
+              for p in parts.parts for g in range(pq.ParquetFile(p).metadata.num_row_groups)]
     # (origin, hits folder, the rows of the tasks that spilled them), in union_candidates' priority order
     searches = {"rs": [("rs", _random_hits)], "kde": [("kde", _random_hits)], "bm25": [("bm25", _bm25_hits)],
                 "bm25-kde": [("bm25", _bm25_hits)], "ss": [("ss", semantic_hits)],
