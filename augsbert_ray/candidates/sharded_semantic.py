@@ -23,11 +23,12 @@ read and write, as ``sharded`` requires):
    the query itself (``semantic.top_k_others``) and writes the hits into ``sharded``'s pair
    buckets.
 
-With a flat index (the default) the pairs are those of the single-process sampler. Faiss
-computes a block's scores with BLAS on other matrix shapes than one search of every sentence
-(fewer than 20 queries, a different kernel), which may change a score's last bit, and with it
-the order of two neighbours whose scores are that close: the only difference allowed, and none
-on the tests' corpora. IVF and HNSW shards are each approximate, as with ``sampling.faiss.shards``.
+With a flat index (the default) the pairs are those of the single-process sampler, up to float
+ties. Faiss computes a block's scores with BLAS on other matrix shapes and threads than one
+search of every sentence, which can change a score in its last bits, and with it the order of
+two neighbours whose cosines are that close (a few pairs in a hundred thousand sentences; none
+on the tests' corpora, where the scores too are equal to the bit). IVF and HNSW shards are each
+approximate, as with ``sampling.faiss.shards``.
 
 What a process holds: an embedding actor, its model and one block; an index task, one shard's
 vectors (twice, while Faiss copies them); a search task, one block's embeddings and top lists,
