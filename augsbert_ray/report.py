@@ -128,8 +128,29 @@ def unfinished_markdown(metrics: RunMetrics, live: str | None = None) -> list[st
                        "logs/job.log says which); running the job again resumes it."]
 
 
+def label_counts(labels, bins) -> tuple:
+    """Labels' counts in ``bins`` and their number: ``labels`` an array, or a Parquet file whose
+    label column is read a batch at a time (a silver set of any size)."""
+    import numpy as np
+
+    if not isinstance(labels, (str, os.PathLike)):
+        labels = np.asarray(labels)
+        return np.histogram(labels, bins=bins)[0], len(labels)
+    import pyarrow.parquet as pq
+
+    from augsbert_ray import schema
+
+    counts, n = np.zeros(len(bins) - 1, np.int64), 0
+    for batch in pq.ParquetFile(labels).iter_batches(batch_size=1 << 20, columns=[schema.LABEL]):
+        values = batch.column(0).to_numpy(zero_copy_only=False)
+        counts += np.histogram(values, bins=bins)[0]
+        n += len(values)
+    return counts, n
+
+
 def write_density_plot(path, gold_labels, silver_labels, title: str) -> None:
-    """Density of gold vs silver labels (the paper's Figure 4), as a PNG.
+    """Density of gold vs silver labels (the paper's Figure 4), as a PNG; labels as arrays or
+    Parquet files (``label_counts``).
 
     The silver distribution explains most of a strategy's result: labels far from
     gold's distribution (random pairs are mostly dissimilar) teach the wrong prior.
@@ -142,9 +163,10 @@ def write_density_plot(path, gold_labels, silver_labels, title: str) -> None:
 
     fig, ax = plt.subplots(figsize=(5, 3.2), dpi=120)
     bins = np.linspace(0, 1, 21)
-    ax.hist(gold_labels, bins=bins, density=True, alpha=0.55, label=f"gold (n={len(gold_labels)})")
-    if len(silver_labels):
-        ax.hist(silver_labels, bins=bins, density=True, alpha=0.55, label=f"silver (n={len(silver_labels)})")
+    gold, silver = label_counts(gold_labels, bins), label_counts(silver_labels, bins)
+    ax.hist(bins[:-1], bins=bins, weights=gold[0], density=True, alpha=0.55, label=f"gold (n={gold[1]})")
+    if silver[1]:
+        ax.hist(bins[:-1], bins=bins, weights=silver[0], density=True, alpha=0.55, label=f"silver (n={silver[1]})")
     ax.set_xlabel("label (scaled to [0, 1])")
     ax.set_ylabel("density")
     ax.set_title(title)
@@ -232,15 +254,10 @@ def finish(cfg, runner, stages: list, complete: bool = True, plot: bool = True, 
     rd = runner.rd
     done = runner.done
     if "silver" in done and plot:
-        import pyarrow.parquet as pq
-
-        from augsbert_ray import schema
-
-        labels = lambda path: pq.read_table(path, columns=[schema.LABEL]).column(0).to_numpy()  # noqa: E731
         silver = done["calibrate"] if "calibrate" in done else done["silver"]
         headline = next((h for s in m.stages if (h := s.result.headline())), "")
-        write_density_plot(rd.path("silver_density.png"), labels(runner.artifacts["gold/train.parquet"].path),
-                           labels(silver.folder / "silver.parquet"), f"{cfg.name}: {headline}")
+        write_density_plot(rd.path("silver_density.png"), runner.artifacts["gold/train.parquet"].path,
+                           silver.folder / "silver.parquet", f"{cfg.name}: {headline}")
     write_report(rd, m)
     from augsbert_ray.run_cards import publish_cards
 

@@ -215,3 +215,13 @@ def test_config_either_pairs_or_corpus():
             validate_tree({**base, "target": target})
     with pytest.raises(ConfigError, match="needs the name of the text column"):
         validate_tree({**base, "target": {"corpus": {"path": "/c.csv", "format": "csv"}, "test": test}})
+
+
+def test_a_csv_or_tsv_row_the_reader_refuses_names_its_file_and_line(tmp_path, ray_local):
+    # the rows after a quoted newline and a blank line: a row's line is not its number
+    (tmp_path / "c.csv").write_bytes(b'id,body\n1,"one\nvalue"\n\n2,fine\n3,"bad \xff"\n')
+    with pytest.raises(DataError, match=r"c\.csv:6: field 'body' invalid UTF-8"):
+        corpus.read_corpus(CorpusConfig(path=str(tmp_path / "c.csv"), format="csv", column="body"))
+    (tmp_path / "d.tsv").write_bytes(b"id\tbody\n1\tfine\n2\ttwo\tmany\n")
+    with pytest.raises(DataError, match=r"d\.tsv:3: 3 fields, the header has 2"):
+        corpus.read_corpus(CorpusConfig(path=str(tmp_path / "d.tsv"), format="tsv", column="body"))

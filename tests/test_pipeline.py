@@ -468,3 +468,38 @@ def test_a_teacher_used_as_given_labels_as_the_trained_one_did_and_the_run_is_tr
     assert m["score/cross_encoder/test/spearman"] == metrics.score("cross_encoder", "test")
     assert m["teacher_check/gap"] == pytest.approx(metrics.result("teacher_check").gap)
     assert {"models/cross-encoder", "models/bi-encoder-augsbert", "models/bi-encoder"} <= models
+
+
+def test_a_streamed_augsbert_training_reads_the_silver_file_in_blocks_and_trains_the_same_model(
+        finished_run, tmp_path, monkeypatch):
+    """Above the executor's size the student's gold + silver are staged from their files a block at
+    a time (``training.ingest``): the driver never reads the silver table, and the model is the
+    one the pairs held whole trained."""
+    import shutil
+
+    import pyarrow.parquet as pq
+
+    from augsbert_ray.stage_cache import MARKER
+    from augsbert_ray.training import ingest, ray_trainer
+
+    cfg, _, metrics, _ = finished_run
+    rd = tmp_path / "run"
+    shutil.copytree(cfg.resolved_run_dir, rd)
+    folder = rd / "stages" / "augsbert" / metrics.stage("augsbert").fingerprint[:16]
+    assert (folder / MARKER).is_file()
+    shutil.rmtree(folder)
+    fed = []
+    monkeypatch.setattr(ray_trainer, "feed", lambda pairs, folder, _above: fed.append(ingest.feed(pairs, folder, 0))
+                        or fed[-1])
+    read = []
+    whole = pq.read_table
+    monkeypatch.setattr(pq, "read_table", lambda source, *a, **k: read.append(str(source)) or whole(source, *a, **k))
+    again = run_job(cfg.model_copy(update={"run_dir": str(rd)}))
+    assert "augsbert" not in again.stages_reused and "silver" in again.stages_reused
+    assert read and not [p for p in read if p.endswith("silver.parquet")], read
+    assert [list(f) for f in fed] == [["staged"]]  # the one training, staged (then removed with its checkpoints)
+    assert fed[0]["staged"].rows == metrics.stage("augsbert").result.train_pairs
+    assert again.stage("augsbert").result.train_pairs == metrics.stage("augsbert").result.train_pairs
+    assert again.scores["augsbert"] == metrics.scores["augsbert"]
+    assert again.stage("augsbert").result.label_mean == pytest.approx(metrics.stage("augsbert").result.label_mean,
+                                                                      rel=1e-6)

@@ -100,7 +100,10 @@ def test_reading_tasks_take_consecutive_shards_only_where_many_are_pending():
     tasks = FileSource("c.parquet", 4, "node").tasks_for({0: 4, 1: 4, 2: 4, 4: 4, 5: 2}, per_task=2)
     assert [(t["shards"], t["start"], t["stop"]) for t in tasks] == [([0, 1], 0, 8), ([2], 8, 12), ([4, 5], 16, 22)]
     assert shards_per_task(5, 1) == 1 and shards_per_task(1221, 1) == MAX_SHARDS_PER_TASK
-    assert shards_per_task(300, 4) == 1  # 75 shards an actor: each its own task
+    assert shards_per_task(300, 4) == 9  # 75 shards an actor: still 8 tasks each
+    assert shards_per_task(28, 4) == 1  # 7 shards an actor: each its own task
+    assert shards_per_task(10**6, 64) == MAX_SHARDS_PER_TASK
+    assert shards_per_task(10**6, 64, block_size=65_536) == MAX_SHARDS_PER_TASK // 8  # bounded in pairs too
 
 
 def test_actors_commit_each_shard_of_a_reading_task_of_several(ray_local, tmp_path, monkeypatch):
@@ -110,7 +113,7 @@ def test_actors_commit_each_shard_of_a_reading_task_of_several(ray_local, tmp_pa
     from augsbert_ray.config import LabelingConfig
     from augsbert_ray.labeling import LabelingReport, ScorerSpec, label_candidates_file, pool
 
-    monkeypatch.setattr(pool, "shards_per_task", lambda pending, actors: 3)
+    monkeypatch.setattr(pool, "shards_per_task", lambda pending, actors, block_size: 3)
     cands = pa.concat_tables([_shard(i, 4, 4) for i in range(10)] + [_shard(10, 3, 4)]).drop_columns([SHARD])
     pq.write_table(cands, tmp_path / "candidates.parquet", row_group_size=7)
     store, report = ShardStore(tmp_path / "shards"), LabelingReport()
@@ -122,3 +125,18 @@ def test_actors_commit_each_shard_of_a_reading_task_of_several(ray_local, tmp_pa
     assert set(silver.column(schema.LABEL).to_pylist()) == {NULL_LABEL} and report.labelled == 11
     node = ray_local.get_runtime_context().get_node_id()
     assert {json.loads(store.manifest(i).read_text())["writer"] for i in range(11)} == {node}
+
+
+def test_reading_tasks_run_on_the_nodes_that_see_the_candidates_file(ray_local, tmp_path):
+    from augsbert_ray.labeling.driver import _file_identity, nodes_that_see
+    from augsbert_ray.labeling.pool import FileSource, read_tasks
+
+    node = ray_local.get_runtime_context().get_node_id()
+    (tmp_path / "c.parquet").write_bytes(b"x" * 70_000)
+    assert _file_identity(str(tmp_path / "c.parquet"))[0] == 70_000
+    assert _file_identity(str(tmp_path / "missing.parquet")) is None
+    assert nodes_that_see(str(tmp_path / "c.parquet"), node) == [node]  # one node: nothing to ask
+    assert FileSource("c", 8, "a").selector() == {"ray.io/node-id": "a"}
+    assert FileSource("c", 8, "a", ("a",)).selector() == {"ray.io/node-id": "a"}
+    assert FileSource("c", 8, "a", ("a", "b")).selector() == {"ray.io/node-id": "in(a, b)"}
+    assert read_tasks(None) == read_tasks(1) == read_tasks(8) == 2 and read_tasks(64) == 16

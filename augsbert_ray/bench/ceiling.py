@@ -37,6 +37,10 @@ class PhaseTimes:
     # (bounded by the store's size), each at its own peak; bytes.
     peak_private: int = 0
     peak_shared: int = 0
+    # The driver's CPU seconds per second and shards committed per second over the middle
+    # three fifths of the shards (the pool's start and last shards left out); None if too few.
+    steady_driver_cpu_rate: float | None = None
+    steady_shards_per_s: float | None = None
 
     @property
     def pool(self) -> float:
@@ -105,6 +109,20 @@ def devices_fed(ceiling_pairs_per_s: float, per_device_pairs_per_s: float | None
     if not per_device_pairs_per_s or per_device_pairs_per_s <= 0:
         return None
     return ceiling_pairs_per_s / per_device_pairs_per_s
+
+
+def steady_driver(commit_times: list[float], cpu_at_commit: list[float]) -> tuple[float | None, float | None]:
+    """The driver's CPU seconds per second and its shards per second over the middle three
+    fifths of the commits: the pool's start and its end left out. (None, None) with fewer
+    than ten shards."""
+    n = len(commit_times)
+    if n < 10 or len(cpu_at_commit) != n:
+        return None, None
+    a, b = n // 5, n - 1 - n // 5
+    span = commit_times[b] - commit_times[a]
+    if span <= 0:
+        return None, None
+    return (cpu_at_commit[b] - cpu_at_commit[a]) / span, (b - a) / span
 
 
 def steady_rate(commit_times: list[float], pairs_per_shard: list[int]) -> float | None:

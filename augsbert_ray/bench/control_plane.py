@@ -29,7 +29,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from augsbert_ray.bench.ceiling import PhaseTimes, analyse, devices_fed, steady_rate
+from augsbert_ray.bench.ceiling import PhaseTimes, analyse, devices_fed, steady_driver, steady_rate
 from augsbert_ray.bench.records import PartResult
 
 NULL_LABEL = -1.0  # outside any cross-encoder's [0, 1]: a shard labelled by a real model shows
@@ -42,12 +42,15 @@ class NullScorer:
     ``PairScorer`` drops them.
     """
 
-    def __init__(self, **_):
-        pass
+    def __init__(self, delay_s: float = 0.0, **_):
+        self.delay_s = delay_s  # seconds per batch: a slow labeller, to see the driver while it waits
 
     def __call__(self, batch: pa.Table) -> pa.Table:
         from augsbert_ray import schema
         from augsbert_ray.labeling import codec
+
+        if self.delay_s:
+            time.sleep(self.delay_s)
 
         batch = batch.drop_columns([c for c in (codec.IDS, codec.TYPES) if c in batch.column_names])
         return batch.append_column(schema.LABEL, pa.array(np.full(batch.num_rows, NULL_LABEL, np.float32)))
@@ -68,6 +71,7 @@ class PhaseClock:
         self._last = time.perf_counter()
         self.times: list[float] = []  # when each shard was committed
         self.sizes: list[int] = []
+        self.cpus: list[float] = []  # the driver's CPU seconds then
 
     def cpu(self) -> float:
         t = self.me.cpu_times()
@@ -85,6 +89,7 @@ class PhaseClock:
         now = time.perf_counter()
         self.times.append(now)
         self.sizes.append(n)
+        self.cpus.append(self.cpu())
         if now - self._last >= self.every:
             self._last = now
             self.log(f"[bench] control plane: {self.done:,}/{self.total:,} pairs")
@@ -112,9 +117,9 @@ def shards(pool: list[str], pairs: int, size: int, timer: list[float]):
         yield table
 
 
-def write_inputs(pool: list[str], pairs: int, size: int, folder) -> tuple[str, str, float]:
-    """The pairs as the engine reads them (one Parquet file, a row group per shard) and as the
-    peer does (a folder of one Parquet file per shard: a Ray Data block each).
+def write_inputs(pool: list[str], pairs: int, size: int, folder, peer: bool = True) -> tuple[str, str, float]:
+    """The pairs as the engine reads them (one Parquet file, a row group per shard) and, with
+    ``peer``, as the peer does (a folder of one Parquet file per shard: a Ray Data block each).
 
     Returns:
         The file, the folder, and the seconds spent making the pairs and writing both.
@@ -129,14 +134,16 @@ def write_inputs(pool: list[str], pairs: int, size: int, folder) -> tuple[str, s
     with pq.ParquetWriter(path, schema.CANDIDATE_SCHEMA) as writer:
         for i, table in enumerate(shards(pool, pairs, size, [0.0])):
             writer.write_table(table, row_group_size=size)
-            pq.write_table(table, os.path.join(parts, f"part-{i:06d}.parquet"))
+            if peer:
+                pq.write_table(table, os.path.join(parts, f"part-{i:06d}.parquet"))
     return path, parts, time.perf_counter() - t0
 
 
 def measure(pool: list[str], pairs: int, block_size: int, actors: int, cluster_cpus: float, log,
-            inputs: tuple[str, str, float] | None = None) -> PhaseTimes:
+            inputs: tuple[str, str, float] | None = None, delay_s: float = 0.0) -> PhaseTimes:
     """One null-scorer labelling run of ``pairs`` pairs in shards of ``block_size``, through the
-    engine (``labeling.label_file``). ``inputs``: what ``write_inputs`` made (None: made here)."""
+    engine (``labeling.label_file``). ``inputs``: what ``write_inputs`` made (None: made here);
+    ``delay_s``: seconds the null scorer waits per shard."""
     from augsbert_ray.bench.memory import MemorySampler
     from augsbert_ray.config import LabelingConfig
     from augsbert_ray.labeling import LabelingReport, ScorerSpec, ShardStore, actor_cpus
@@ -151,7 +158,7 @@ def measure(pool: list[str], pairs: int, block_size: int, actors: int, cluster_c
         with MemorySampler(interval=0.5, descendants=False) as mem, lines_to(log):
             rss0, cpu0, t0 = clock.me.memory_info().rss, clock.cpu(), time.perf_counter()
             label_file(path, store, "embedded", cfg, 128, actor_cpus(cfg, cluster_cpus, actors), report=report,
-                       actors=actors, progress=clock, scorer=ScorerSpec(NullScorer))
+                       actors=actors, progress=clock, scorer=ScorerSpec(NullScorer, {"delay_s": delay_s}))
             wall, cpu1 = time.perf_counter() - t0, clock.cpu()
         _check_null_labels(store)
     queued = (clock.queued_at or t0) - t0
@@ -159,7 +166,9 @@ def measure(pool: list[str], pairs: int, block_size: int, actors: int, cluster_c
                       first_shard=report.first_shard_seconds or 0.0, commit=0.0,
                       driver_cpu_queued=clock.cpu_at_queued - cpu0, driver_cpu_pool=cpu1 - clock.cpu_at_queued,
                       peak_rss=mem.peak_rss, steady_pairs_per_s=steady_rate(clock.times, clock.sizes),
-                      rss_before=rss0, peak_private=mem.peak_private, peak_shared=mem.peak_shared)
+                      rss_before=rss0, peak_private=mem.peak_private, peak_shared=mem.peak_shared,
+                      **dict(zip(("steady_driver_cpu_rate", "steady_shards_per_s"),
+                                 steady_driver(clock.times, clock.cpus))))
 
 
 def _check_null_labels(store) -> None:
@@ -227,7 +236,25 @@ def gpus_fed(ms_per_shard: float, block_size: int, per_gpu: float) -> float:
     return block_size / (ms_per_shard / 1000) / per_gpu if ms_per_shard > 0 else float("inf")
 
 
+def driver_capacity(fast_rate: float | None, fast_shards_per_s: float | None, slow_rate: float | None,
+                    slow_shards_per_s: float | None) -> dict | None:
+    """The driver's CPU as ``waiting_rate + ms_per_shard * shards/s``, from two steady runs (CPU
+    seconds per second and shards per second each), and the shards/s at which it fills one core:
+    what limits one driver once the shards come faster than this machine's actors make them.
+    None where the two runs do not tell the parts apart."""
+    if None in (fast_rate, fast_shards_per_s, slow_rate, slow_shards_per_s) or fast_shards_per_s <= slow_shards_per_s:
+        return None
+    per_shard = (fast_rate - slow_rate) / (fast_shards_per_s - slow_shards_per_s)
+    waiting = slow_rate - per_shard * slow_shards_per_s
+    if per_shard <= 0 or waiting >= 1:
+        return None
+    return {"ms_per_shard": per_shard * 1000, "waiting_rate": max(0.0, waiting),
+            "shards_per_s": (1 - max(0.0, waiting)) / per_shard}
+
+
 GPU_RATES = (100_000, 250_000)  # pairs/s per GPU: an H100/H200 today, and the goal
+# The run that shows the driver while it waits for shards (driver_capacity's slow run).
+WAITING_SHARDS, WAITING_DELAY_S = 30, 0.3
 
 
 def run(result: PartResult, pool: list[str], plan, cluster, per_device: tuple[str, float | None], log) -> None:
@@ -246,6 +273,12 @@ def run(result: PartResult, pool: list[str], plan, cluster, per_device: tuple[st
         inputs = write_inputs(pool, plan.null_pairs, block, tmp)
         t = measure(pool, plan.null_pairs, block, actors, cluster.cpus, log, inputs=inputs)
         peer = measure_peer(inputs[1], plan.null_pairs, block, actors, log)
+    log(f"[bench] control plane: {WAITING_SHARDS} shards through a null actor waiting {WAITING_DELAY_S:g} s a shard "
+        "(the driver while it waits)")
+    with tempfile.TemporaryDirectory(prefix="bench-control-plane-input-") as tmp:
+        pairs = WAITING_SHARDS * block
+        waiting = measure(pool, pairs, block, actors, cluster.cpus, log,
+                          inputs=write_inputs(pool, pairs, block, tmp, peer=False), delay_s=WAITING_DELAY_S)
     c = analyse(t)
     engine_wall = t.wall - t.input
     peer_name = "plain Ray Data: read_parquet -> map_batches (null actor) -> write_parquet, end to end"
@@ -266,6 +299,18 @@ def run(result: PartResult, pool: list[str], plan, cluster, per_device: tuple[st
         result.add(f"GPUs one driver feeds at {rate:,} pairs/s per GPU (its CPU per shard the limit)",
                    gpus_fed(engine_ms, block, rate), "GPUs", side="info",
                    note=f"{block:,} pairs per {engine_ms:.1f} ms of driver CPU")
+    fit = driver_capacity(t.steady_driver_cpu_rate, t.steady_shards_per_s, waiting.steady_driver_cpu_rate,
+                          waiting.steady_shards_per_s)
+    if fit is not None:
+        result.add("engine: driver CPU per shard, steady, less its CPU while waiting", fit["ms_per_shard"], "ms",
+                   side="info", note=f"while waiting: {fit['waiting_rate'] * 100:.1f}% of a core (Ray Data's polling)")
+        for rate in GPU_RATES:
+            result.add(f"GPUs one driver feeds at {rate:,} pairs/s per GPU (steady: one core's shards/s)",
+                       fit["shards_per_s"] * block / rate, "GPUs", side="info",
+                       note=f"{fit['shards_per_s']:,.0f} shards/s fill one driver core")
+    else:
+        result.notes.append("The steady driver CPU per shard could not be told apart from its CPU while waiting "
+                            "(too few shards, or the waiting run as fast as the null run).")
     result.add("driver's peak memory (RSS)", c.peak_rss_mib, "MiB", side="info",
                note="psutil, every 0.5 s; this process's imports and earlier parts included")
     result.add("driver's memory growth during the run (peak RSS less RSS before)", c.rss_growth_mib, "MiB",
@@ -290,4 +335,5 @@ def run(result: PartResult, pool: list[str], plan, cluster, per_device: tuple[st
                             "the ceiling above divided by one device's steady pairs/s.")
     result.data.update({"phases": t.__dict__, "ceiling": c.to_dict(), "devices_fed": fed, "peer": peer.__dict__,
                         "driver_ms_per_shard": engine_ms, "peer_driver_ms_per_block": peer_ms,
-                        "gpus_fed": {str(r): gpus_fed(engine_ms, block, r) for r in GPU_RATES}})
+                        "gpus_fed": {str(r): gpus_fed(engine_ms, block, r) for r in GPU_RATES},
+                        "waiting": waiting.__dict__, "steady_capacity": fit})

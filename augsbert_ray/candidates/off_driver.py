@@ -10,10 +10,9 @@ each in a worker process that ends with the task (``max_calls=1``). The tasks wr
 memory does not grow with the corpus. The work is the same code either way, so the outputs
 are too.
 
-Not with Ray Client, whose driver (and run directory) is on no node of the cluster. A text
-corpus takes the sharded path instead (``corpus_shards``, ``sharded``), where no process holds
-the corpus; this one remains for the other formats, and for a cluster of several nodes whose
-run directory is a storage URI.
+Not with Ray Client, whose driver (and run directory) is on no node of the cluster. A corpus
+takes the sharded path instead (``corpus_shards``, ``sharded``), where no process holds the
+corpus; this one remains for a cluster of several nodes whose run directory is a storage URI.
 """
 
 from __future__ import annotations

@@ -43,8 +43,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from augsbert_ray import schema
-from augsbert_ray.candidates.corpus_shards import (FOUND, WRITTEN, SentenceParts, check_found, each, expected_files,
-                                                   part_path, write_atomic)
+from augsbert_ray.candidates.corpus_shards import (FOUND, NODE, WRITTEN, SentenceParts, check_found, each,
+                                                   expected_files, node_id, nodes_of, on_nodes, part_path,
+                                                   write_atomic)
 
 log = logging.getLogger(__name__)
 
@@ -72,7 +73,7 @@ def _spill(hits: pa.Table, work: str, first_id: int, offsets: list[int]) -> pa.T
     written = np.unique(which).tolist()
     for b in written:
         write_atomic(Path(work) / f"{b:05d}" / f"{first_id:012d}.parquet", hits.filter(pa.array(which == b)))
-    return pa.table({WRITTEN: [json.dumps(written)]})
+    return pa.table({WRITTEN: [json.dumps(written)], NODE: [node_id()]})
 
 
 def _block(item: pa.Table, columns: list[str] | None = None) -> tuple[pa.Table, int]:
@@ -154,7 +155,8 @@ def _pair_bucket(batch: pa.Table, sources: list[tuple[str, str]], parts: Sentenc
     write_atomic(part_path(Path(out), b), table.cast(schema.CANDIDATE_SCHEMA), ROW_GROUP)
     for _, work in sources:
         shutil.rmtree(Path(work) / f"{b:05d}", ignore_errors=True)
-    return pa.table({"index": [b], "rows": [table.num_rows], FOUND: [sum(f[-1] for f in found)]})
+    return pa.table({"index": [b], "rows": [table.num_rows], FOUND: [sum(f[-1] for f in found)],
+                     NODE: [node_id()]})
 
 
 def concat_parts(parts: list[str], out: str, target_schema: pa.Schema, row_group: int = ROW_GROUP) -> int:
@@ -263,6 +265,9 @@ def sample_parts(ctx, parts: SentenceParts, out: Path) -> int:
     rows = each(buckets, _pair_bucket, sources=[(o, str(w)) for o, w, _ in sources], parts=parts, out=str(folder))
     expected = np.sum([expected_files(spilled, len(buckets)) for _, _, spilled in sources], axis=0).tolist()
     check_found(rows, expected, work)
+    nodes = {"query": nodes_of([r for _, _, spilled in sources for r in spilled]), "pairs": nodes_of(rows)}
+    log.info(f"[candidates] {len(blocks)} query blocks {on_nodes(nodes['query'])}, {len(buckets)} pair buckets "
+             f"{on_nodes(nodes['pairs'])}", extra={"task_nodes": nodes})
     shutil.rmtree(work, ignore_errors=True)
     pair_parts = [str(part_path(folder, b)) for b in buckets]
     written = off_driver.run(concat_parts, pair_parts, str(Path(out) / "candidates.parquet"), schema.CANDIDATE_SCHEMA)

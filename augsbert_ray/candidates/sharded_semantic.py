@@ -50,7 +50,7 @@ import pyarrow.parquet as pq
 
 from augsbert_ray import schema
 from augsbert_ray.candidates import corpus_shards
-from augsbert_ray.candidates.corpus_shards import FOUND, WRITTEN, SentenceParts, check_found, each
+from augsbert_ray.candidates.corpus_shards import FOUND, NODE, WRITTEN, SentenceParts, check_found, each, node_id
 
 log = logging.getLogger(__name__)
 
@@ -176,7 +176,7 @@ def _search_block(batch: pa.Table, folder: str, index_dir: str, starts: list[int
     files = [Path(folder) / f"{j:05d}.npy", *(_shard_path(index_dir, s) for s in range(len(starts)))]
     found = sum(f.exists() for f in files)
     if found < len(files):
-        return pa.table({"index": [j], FOUND: [found], WRITTEN: ["[]"]})
+        return pa.table({"index": [j], FOUND: [found], WRITTEN: ["[]"], NODE: [node_id()]})
     queries = np.load(files[0])
     top = np.empty((len(queries), 0), np.float32), np.empty((len(queries), 0), np.int64)
     for path, first in zip(files[1:], starts):
@@ -188,7 +188,7 @@ def _search_block(batch: pa.Table, folder: str, index_dir: str, starts: list[int
     hits = pa.table({"query_id": pa.array(q, pa.int64()), "hit_id": pa.array(h, pa.int64()),
                      "score": pa.array(s, pa.float32())}, schema=schema.HITS_SCHEMA)
     spilled = _spill(hits, work, j * rows, offsets)
-    return pa.table({"index": [j], FOUND: [found], WRITTEN: spilled.column(WRITTEN)})
+    return pa.table({"index": [j], FOUND: [found], WRITTEN: spilled.column(WRITTEN), NODE: spilled.column(NODE)})
 
 
 def _embed(ctx, parts: SentenceParts, folder: Path, rows: int, blocks: int) -> int:
@@ -255,4 +255,4 @@ def semantic_hits(ctx, parts: SentenceParts, blocks: list[dict], work: Path) -> 
                    "rows": rows, "k": cfg.top_k, "fcfg": fcfg, "work": str(work), "offsets": parts.offsets}).take_all()
     check_found(searched, [1 + len(shards)] * count, folder)
     shutil.rmtree(folder, ignore_errors=True)
-    return [{WRITTEN: r[WRITTEN]} for r in searched]
+    return [{WRITTEN: r[WRITTEN], NODE: r[NODE]} for r in searched]

@@ -39,7 +39,8 @@ class CorpusConfig(Section):
     max_chars: int = Field(1000, gt=0, description="longer lines are truncated or dropped (long_lines)")
     long_lines: Literal["truncate", "drop"] = Field("truncate", description="what happens to a line over max_chars")
     on_bad_lines: Literal["error", "skip"] = Field(
-        "error", description="invalid UTF-8 or JSON: stop, or leave the line out (counted)")
+        "error", description="invalid UTF-8 or JSON (lines, jsonl): stop, or leave the line out (counted); a CSV "
+                             "or TSV row that the reader refuses always stops")
     max_sentences: int | None = Field(None, gt=1, description="a seeded sample of the distinct sentences; null: all")
 
     @model_validator(mode="after")

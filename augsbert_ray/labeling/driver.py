@@ -318,12 +318,55 @@ def _actor_class(scorer) -> str:
 
 def file_source(path, cfg) -> FileSource | None:
     """Where the pool's tasks can read the candidates file's shards themselves: on the driver's
-    node. None with Ray Client, whose driver (and file) is on no node of the cluster."""
+    node, and on every other node that sees the same file (``nodes_that_see``). None with Ray
+    Client, whose driver (and file) is on no node of the cluster."""
     import ray
 
     if ray.util.client.ray.is_connected():
         return None
-    return FileSource(str(Path(path).resolve()), cfg.block_size, ray.get_runtime_context().get_node_id())
+    path = str(Path(path).resolve())
+    node = ray.get_runtime_context().get_node_id()
+    return FileSource(path, cfg.block_size, node, tuple(nodes_that_see(path, node)))
+
+
+def _file_identity(path: str) -> tuple[int, str] | None:
+    """A file's size and the sha256 of its last 64 KiB (a Parquet file's footer); None if unreadable."""
+    import hashlib
+
+    try:
+        with open(path, "rb") as f:
+            size = f.seek(0, os.SEEK_END)
+            f.seek(max(0, size - 65_536))
+            return size, hashlib.sha256(f.read()).hexdigest()
+    except OSError:
+        return None
+
+
+def nodes_that_see(path: str, driver_node: str, timeout_s: float = 30.0) -> list[str]:
+    """The alive nodes on which ``path`` is the driver's file (its size and footer): the driver's
+    node, and the others where the file is on a shared file system. A node that does not answer
+    within ``timeout_s`` is left out."""
+    import ray
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    nodes = [n["NodeID"] for n in ray.nodes() if n.get("Alive") and n["NodeID"] != driver_node]
+    if not nodes:
+        return [driver_node]
+    mine = _file_identity(path)
+    probe = ray.remote(num_cpus=0, max_retries=0)(_file_identity)
+    refs = {probe.options(scheduling_strategy=NodeAffinitySchedulingStrategy(n, soft=False)).remote(path): n
+            for n in nodes}
+    ready, late = ray.wait(list(refs), num_returns=len(refs), timeout=timeout_s)
+    for ref in late:
+        ray.cancel(ref, force=True)
+    seen = [driver_node]
+    for ref in ready:
+        try:
+            if ray.get(ref) == mine and mine is not None:
+                seen.append(refs[ref])
+        except Exception:  # a node that failed the probe reads nothing
+            continue
+    return seen
 
 
 @dataclass

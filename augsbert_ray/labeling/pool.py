@@ -17,8 +17,15 @@ from augsbert_ray.labeling.scorer import PairScorer, ScorerSpec, pair_scorer_kwa
 from augsbert_ray.labeling.shards import SHARD, file_row_groups, pairs_digest, read_rows
 from augsbert_ray.labeling.sizing import TOKENIZE_CPUS, labelling_requests, pool_size, separate_tokenizer
 
-# Reading tasks at once: decoding Parquet is far faster than any model labels.
+# Reading tasks at once: one decodes about a million pairs a second, four GPU actors' worth at
+# 250,000 pairs/s each, so a pool of ``a`` actors gets max(READ_TASKS, ceil(a / ACTORS_PER_READ_TASK)).
 READ_TASKS = 2
+ACTORS_PER_READ_TASK = 4
+
+
+def read_tasks(actors: int | None) -> int:
+    """Reading tasks that run at once for a pool of ``actors``."""
+    return max(READ_TASKS, -(-(actors or 1) // ACTORS_PER_READ_TASK))
 
 
 # The row groups of a candidates file that this worker process decoded last (``_read_cached``).
@@ -66,13 +73,20 @@ def read_shards(tasks: pa.Table) -> pa.Table:
 @dataclass(frozen=True)
 class FileSource:
     """Pending shards that Ray Data tasks read from the candidates file themselves, on the
-    driver's node (where the file is), instead of the driver putting every shard in the object
+    driver's node (where the file is) or on every node of ``readers`` (the nodes that see the
+    same file: a shared file system), instead of the driver putting every shard in the object
     store before the pool starts. Shard ``i`` is rows ``[i * block_size, i * block_size + rows)``.
     """
 
     path: str
     block_size: int
     node_id: str
+    readers: tuple[str, ...] = ()
+
+    def selector(self) -> dict:
+        """Where its reading tasks may run (a Ray label selector)."""
+        nodes = self.readers if len(self.readers) > 1 else (self.node_id,)
+        return {"ray.io/node-id": nodes[0] if len(nodes) == 1 else f"in({', '.join(nodes)})"}
 
     read = staticmethod(read_shards)
 
@@ -135,16 +149,23 @@ def run_pool(pending: dict, finished: set, commit, model_dir, cfg, max_length, c
         batches.close()
 
 
-# Most shards a reading task (and so an actor's task) takes where actors commit their shards.
-MAX_SHARDS_PER_TASK = 8
+# Most shards, and most pairs, a reading task (and so an actor's task) takes where actors commit
+# their shards: the driver's work is per task, and a task's pairs are one block in memory.
+MAX_SHARDS_PER_TASK = 64
+MAX_PAIRS_PER_TASK = 64 * 8192
+# Fewest tasks per actor before shards are grouped: the last wave of tasks is then at most
+# about 1/TASKS_PER_ACTOR of an actor's work, so grouping does not leave GPUs idle at the end.
+TASKS_PER_ACTOR = 8
 
 
-def shards_per_task(pending: int, actors: int) -> int:
+def shards_per_task(pending: int, actors: int, block_size: int = 8192) -> int:
     """Shards per reading task where the actors commit: one while there are few (each shard's
-    record reaches the driver as soon as it is committed), up to ``MAX_SHARDS_PER_TASK`` where
-    every actor has many, since the driver's scheduling is per task, not per shard. An actor
-    still labels and commits one shard per call (its batches are ``labeling.block_size`` rows)."""
-    return max(1, min(MAX_SHARDS_PER_TASK, pending // (64 * max(1, actors))))
+    record reaches the driver as soon as it is committed), up to ``MAX_SHARDS_PER_TASK`` (and
+    ``MAX_PAIRS_PER_TASK`` pairs) where every actor has many, since the driver's scheduling is
+    per task, not per shard. An actor still labels and commits one shard per call (its batches
+    are ``labeling.block_size`` rows)."""
+    most = max(1, min(MAX_SHARDS_PER_TASK, MAX_PAIRS_PER_TASK // max(1, block_size)))
+    return max(1, min(most, pending // (TASKS_PER_ACTOR * max(1, actors))))
 
 
 def run_committing_pool(source: FileSource, pending: dict[int, int], actors_spec: ScorerSpec, on_record, model_dir,
@@ -157,7 +178,7 @@ def run_committing_pool(source: FileSource, pending: dict[int, int], actors_spec
     Raises:
         Exception: whatever ended the pool (actor restarts or task retries exhausted, a lost actor).
     """
-    tasks = source.tasks_for(pending, shards_per_task(len(pending), actors or 1))
+    tasks = source.tasks_for(pending, shards_per_task(len(pending), actors or 1, source.block_size))
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message=".*ray_remote_args.*deprecated", category=DeprecationWarning)
         records = labelled_dataset((source, tasks), model_dir, cfg, max_length, cpus_per_actor, actors, actors_spec)
@@ -183,16 +204,16 @@ def pool_input(pending: dict):
     return [p.ref if p.ref is not None else ray.put(p.block()) for _, p in sorted(pending.items())]
 
 
-def input_dataset(inputs):
-    """The Ray Dataset of pending shards (``pool_input``)."""
+def input_dataset(inputs, actors: int | None = None):
+    """The Ray Dataset of pending shards (``pool_input``), read by ``read_tasks(actors)`` tasks at once."""
     import ray
 
     if isinstance(inputs, tuple):
         source, tasks = inputs
+        selector = source.selector() if isinstance(source, FileSource) else {"ray.io/node-id": source.node_id}
         return ray.data.from_items(tasks, override_num_blocks=len(tasks)).map_batches(
             source.read, batch_size=1, batch_format="pyarrow", num_cpus=0,
-            compute=ray.data.TaskPoolStrategy(size=READ_TASKS),
-            label_selector={"ray.io/node-id": source.node_id})
+            compute=ray.data.TaskPoolStrategy(size=read_tasks(actors)), label_selector=selector)
     return ray.data.from_arrow_refs(inputs)
 
 
@@ -300,7 +321,7 @@ def labelled_dataset(inputs, model_dir: str, cfg, max_length: int, cpus_per_acto
                       "labelling (labeling.actors, labeling.num_cpus, labeling.num_gpus"
                       + (", and one CPU for the tokenising stage ahead of the actors)" if separate_tokenizer(cfg)
                          else ")"))
-    ds = input_dataset(inputs)
+    ds = input_dataset(inputs, actors)
     if separate_tokenizer(cfg):
         # Tokenise in CPU tasks ahead of the actors, so a GPU actor only pads and runs the model.
         ds = ds.map_batches(tokenize_batch, fn_kwargs={"model_dir": model_dir, "max_length": max_length},

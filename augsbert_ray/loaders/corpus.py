@@ -11,7 +11,8 @@ through Ray Data's own readers. Each line is cleaned where it is read:
   (``long_lines: truncate``, counted) or dropped (``long_lines: drop``, counted);
 - a line that is not valid UTF-8 (or, in JSON lines, not an object whose field is a string)
   stops the job with an error naming file, line and field, or with ``on_bad_lines: skip`` is
-  left out and counted.
+  left out and counted; a CSV or TSV row with another number of fields than the header, or
+  whose text is not UTF-8, stops it (found again line by line, ``bad_row``).
 
 The driver sees the cleaned lines a batch at a time and keeps each distinct sentence once,
 in corpus order (files sorted by path), so the raw corpus is never held in its memory; the
@@ -262,30 +263,102 @@ def clean_column(batch: pa.Table, column: str, max_chars: int, long_lines: str) 
 
 
 def _parse_options(fmt: str):
-    """CSV: comma-separated, double-quoted fields; TSV: tab-separated, quotes are text."""
+    """CSV: comma-separated, double-quoted fields, which may hold newlines; TSV: tab-separated,
+    quotes are text."""
     import pyarrow.csv as pacsv
 
     if fmt == "tsv":
         return pacsv.ParseOptions(delimiter="\t", quote_char=False)
-    return pacsv.ParseOptions()
+    # Without newlines_in_values, a quoted newline that falls across the reader's 1 MiB blocks
+    # stops the read ("CSV parser got out of sync with chunker").
+    return pacsv.ParseOptions(newlines_in_values=True)
+
+
+def header(path: str, fmt: str) -> list[str]:
+    """A CSV / TSV file's column names (its first row; a malformed row after it is left to the reading)."""
+    import pyarrow.csv as pacsv
+
+    fs, p = _filesystem(path)
+    options = _parse_options(fmt)
+    options.invalid_row_handler = lambda row: "skip"  # the reader parses a first block to open the file
+    with fs.open_input_stream(p) as f:
+        return pacsv.open_csv(f, read_options=pacsv.ReadOptions(block_size=1 << 16), parse_options=options).schema.names
 
 
 def _check_column(files: list[tuple], fmt: str, column: str) -> None:
     """Every CSV / Parquet file has ``column`` (read from its header or footer only)."""
-    import pyarrow.csv as pacsv
     import pyarrow.parquet as pq
 
     for path, *_ in files:
-        fs, p = _filesystem(path)
         if fmt == "parquet":
+            fs, p = _filesystem(path)
             names = pq.read_schema(p, filesystem=fs).names
         else:
-            with fs.open_input_stream(p) as f:
-                names = pacsv.open_csv(f, read_options=pacsv.ReadOptions(block_size=1 << 16),
-                                       parse_options=_parse_options(fmt)).schema.names
+            names = header(path, fmt)
         if column not in names:
             raise DataError(path, None if fmt == "parquet" else 1, column,
                             f"no such column (the file has: {', '.join(names)})")
+
+
+def bad_row(path: str, fmt: str, column: str, reason: str, body: bytes | None = None,
+            first_line: int = 1) -> DataError:
+    """The ``DataError`` of the first row that the CSV reader refused, found again line by line
+    (the error path only): a row with another number of fields than the header, or a column
+    value that is not UTF-8. ``body``: a TSV byte range's lines from ``first_line`` on (else the
+    whole file is read, header first).
+    """
+    import csv
+    import io
+    import re
+
+    names = header(path, fmt)
+    if body is not None:  # TSV: quotes are text, a row is a line (ended as the CSV reader ends it)
+        lines = re.split(r"\r\n|\r|\n", body.decode("utf-8", "surrogateescape"))
+        rows = ((first_line + k, line.split("\t") if line else []) for k, line in enumerate(lines))
+        return _first_bad(rows, path, names, column, reason, has_header=first_line == 1)
+    fs, p = _filesystem(path)
+    limit = csv.field_size_limit()
+    csv.field_size_limit(1 << 30)  # a long sentence is no error here
+    try:
+        with fs.open_input_stream(p) as f:
+            text = io.TextIOWrapper(f, encoding="utf-8-sig", errors="surrogateescape", newline="")
+            reader = csv.reader(text, delimiter="\t", quoting=csv.QUOTE_NONE) if fmt == "tsv" else csv.reader(text)
+
+            def rows():
+                done = 0
+                while True:
+                    try:
+                        record = next(reader)
+                    except StopIteration:
+                        return
+                    except csv.Error as e:
+                        raise DataError(path, done + 1, None, f"not {fmt.upper()}: {e}") from None
+                    yield done + 1, record
+                    done = reader.line_num
+
+            return _first_bad(rows(), path, names, column, reason, has_header=True)
+    finally:
+        csv.field_size_limit(limit)
+
+
+def _first_bad(rows, path: str, names: list[str], column: str, reason: str, has_header: bool) -> DataError:
+    at = names.index(column)
+    try:
+        for line, record in rows:
+            if has_header:  # the header's own row
+                has_header = False
+                continue
+            if not record:  # an empty line: the reader skips it
+                continue
+            if len(record) != len(names):
+                return DataError(path, line, None, f"{len(record)} fields, the header has {len(names)}")
+            try:
+                record[at].encode("utf-8")
+            except UnicodeEncodeError:
+                return DataError(path, line, column, "invalid UTF-8")
+    except DataError as e:
+        return e
+    return DataError(path, None, column, f"unreadable: {reason}")
 
 
 def corpus_dataset(cfg, files: list[tuple]):
@@ -348,6 +421,17 @@ def read_corpus(cfg, seed: int = 0, files: list[tuple] | None = None) -> CorpusR
                 last = time.perf_counter()
                 log.info(f"[corpus] {counts['lines']:,} lines read, {seen.count:,} distinct sentences so far "
                          f"({counts['lines'] / (last - t0):,.0f} lines/s)")
+    except Exception as e:
+        # Ray Data's reader refused a row without saying where (pyarrow's ArrowInvalid, raised
+        # as it is or wrapped): found again, file by file
+        refused = isinstance(e, pa.ArrowInvalid) or "Failed to read CSV file" in str(e)
+        if cfg.format not in ("csv", "tsv") or isinstance(e, DataError) or not refused:
+            raise
+        for path, *_ in files:
+            error = bad_row(path, cfg.format, cfg.column, str(e))
+            if error.line is not None:
+                raise error from None
+        raise
     finally:
         ctx.execution_options.preserve_order = saved
     kept = counts[OK] + counts[TRUNCATED]

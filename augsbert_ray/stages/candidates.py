@@ -11,7 +11,7 @@ the job's config:
 
 Every source writes ``sentences.parquet`` (``schema.SENTENCE_SCHEMA``) and
 ``candidates.parquet`` (``schema.CANDIDATE_SCHEMA``, ``id1 < id2``, no self-pairs, no repeats).
-A large text corpus sampled on shards (``candidates.sharded``) also leaves them as parts, in
+A large corpus sampled on shards (``candidates.sharded``) also leaves them as parts, in
 order: ``sentences.parts/`` and ``candidates.parts/``.
 """
 

@@ -151,14 +151,17 @@ class Silver(Stage):
             n_silver = silver.num_rows
             del silver
         shutil.rmtree(shards_dir, ignore_errors=True)  # silver.parquet now holds every shard
-        labels = pq.read_table(env.out / "silver.parquet", columns=[schema.LABEL]).column(0).to_numpy()
+        hist, total, n = np.zeros(10, np.int64), 0.0, 0  # read a batch at a time: any number of pairs
+        for batch in pq.ParquetFile(env.out / "silver.parquet").iter_batches(1 << 20, columns=[schema.LABEL]):
+            values = batch.column(0).to_numpy(zero_copy_only=False)
+            hist += np.histogram(values, bins=10, range=(0, 1))[0]
+            total, n = total + float(np.sum(values, dtype=np.float64)), n + len(values)
         return SilverResult(
             labelled=labelled, silver=n_silver, pairs_per_s=rate, first_shard_seconds=report.first_shard_seconds,
             actors=actors, cpus_per_actor=cpus, precision=lab.precision,
             shards=Shards(total=report.shards, reused=report.reused, labelled=report.labelled,
                           block_size=lab.block_size),
-            label_mean=float(labels.mean()) if len(labels) else None,
-            label_hist=np.histogram(labels, bins=10, range=(0, 1))[0].tolist())
+            label_mean=total / n if n else None, label_hist=hist.tolist())
 
 
 def fit_calibration(teacher_scores: np.ndarray, gold_labels: np.ndarray):

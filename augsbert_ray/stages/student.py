@@ -17,9 +17,10 @@ from __future__ import annotations
 import json
 import logging
 import os
+from pathlib import Path
 
-import numpy as np
 import pyarrow as pa
+import pyarrow.parquet as pq
 
 from augsbert_ray import schema
 from augsbert_ray.config import BiEncoderConfig, SeedSearchConfig, TrainingConfig, resolved_objective
@@ -31,6 +32,7 @@ from augsbert_ray.schema import PAIR_COLUMNS
 from augsbert_ray.stages.base import Declaration, Stage, StageParams, narrowed, placement_field
 from augsbert_ray.stages.teacher import searched, training_demand
 from augsbert_ray.stages.training_result import TrainResult
+from augsbert_ray.training.ingest import TrainingSet
 from augsbert_ray.training.fit import (fit_encoder, fixed_seconds, host_start_seconds, hparams, planned_steps,
                                        throughput)
 
@@ -70,6 +72,19 @@ def training_phases(gold: pa.Table | None, silver: pa.Table | None, task: str, g
     if curriculum == "silver-first" and gold is not None and silver is not None:
         return [student_training_set(None, silver, task), student_training_set(gold, None, task, gold_repeat)]
     return [student_training_set(gold, silver, task, gold_repeat)]
+
+
+def training_sets(gold: Path | None, silver: Path | None, task: str, gold_repeat: int = 1,
+                  curriculum: str = "mixed") -> list[TrainingSet]:
+    """``training_phases`` on the gold and silver files, left on storage (``ingest.TrainingSet``):
+    the same pairs in the same order, read by the training a block at a time where they are many,
+    so that the driver never holds the silver pairs."""
+    def files(g, s, repeat):
+        return TrainingSet.from_files(g, s, gold_repeat=repeat, silver_as_classes=task == "binary")
+
+    if curriculum == "silver-first" and gold is not None and silver is not None:
+        return [files(None, silver, 1), files(gold, None, gold_repeat)]
+    return [files(gold, silver, gold_repeat)]
 
 
 def _flagged(pairs: pa.Table, silver: bool) -> pa.Table:
@@ -132,12 +147,12 @@ class BiEncoderStage(Stage):
             return None
         return planned_steps(params.bi_encoder, n, params.training), "steps", "bi_encoder step"
 
-    def _train(self, gold: pa.Table | None, silver: pa.Table | None, inputs, params: StudentParams,
+    def _train(self, gold: Path | None, silver: Path | None, inputs, params: StudentParams,
                env) -> TrainResult:
         b, search = params.bi_encoder, params.seed_search is not None
         repeat = b.gold_repeat if gold is not None else 1
-        phases = training_phases(gold, silver, params.task, repeat, b.curriculum)
-        train = pa.concat_tables(phases)  # every pair trained on, for the card and the result
+        phases = training_sets(gold, silver, params.task, repeat, b.curriculum)
+        train_rows = sum(p.num_rows for p in phases)
         name = f"bi-encoder-{self.name.replace('_', '-')}"
 
         def fit(pairs, model, num_layers, out, storage, label, progress):
@@ -156,18 +171,19 @@ class BiEncoderStage(Stage):
         if len(phases) == 2:
             stats = self._silver_first(fit, base, phases, params, env, name, progress)
         else:
-            stats = fit(train, base, b.num_layers, env.out, env.storage, name, progress)
-        facts = training_facts(b, params.objective, params.seed, params.training.precision, stats, train.num_rows)
+            stats = fit(phases[0], base, b.num_layers, env.out, env.storage, name, progress)
+        facts = training_facts(b, params.objective, params.seed, params.training.precision, stats, train_rows)
         write_trained_card(self.name, env.out / "model", b.model, facts,
-                           gold_train=None if gold is None else gold.num_rows,
-                           silver=None if silver is None else SilverFacts(silver.num_rows, repeat, gold is not None,
+                           gold_train=None if gold is None else _rows(gold),
+                           silver=None if silver is None else SilverFacts(_rows(silver), repeat, gold is not None,
                                                                           silver_first="phases" in stats),
                            gold_repeat=repeat if silver is None else 1,
                            versions=versions())
-        return TrainResult(train=stats, train_pairs=train.num_rows,
-                           label_mean=float(np.mean(train.column(schema.LABEL).to_numpy())) if train.num_rows else None)
+        labels = [(p.label_mean(), p.num_rows) for p in phases if p.num_rows]
+        return TrainResult(train=stats, train_pairs=train_rows,
+                           label_mean=sum(m * n for m, n in labels) / train_rows if train_rows else None)
 
-    def _silver_first(self, fit, base: str, phases: list[pa.Table], params: StudentParams, env, name: str,
+    def _silver_first(self, fit, base: str, phases: list[TrainingSet], params: StudentParams, env, name: str,
                       progress) -> dict:
         """``bi_encoder.curriculum: silver-first``: the student trains on the silver pairs alone, then
         on the gold pairs from those weights; each training keeps its own checkpoints, a stage
@@ -241,6 +257,10 @@ def combined_stats(phases: list[dict]) -> dict:
     return out
 
 
+def _rows(path: Path) -> int:
+    return pq.ParquetFile(path).metadata.num_rows
+
+
 def _search_inputs(search: bool) -> dict[str, str]:
     return {"dev": "gold/dev.parquet"} if search else {}
 
@@ -261,7 +281,7 @@ class GoldOnly(BiEncoderStage):
         return Declaration(params, inputs={"gold": "gold/train.parquet", **_search_inputs(search)}, outputs=("model",))
 
     def run(self, inputs, params: StudentParams, env) -> TrainResult:
-        return self._train(inputs.table("gold"), None, inputs, params, env)
+        return self._train(inputs.path("gold"), None, inputs, params, env)
 
 
 class TargetGold(BiEncoderStage):
@@ -279,7 +299,7 @@ class TargetGold(BiEncoderStage):
         return Declaration(params, inputs={"target_pairs": "target/pairs.parquet"}, outputs=("model",))
 
     def run(self, inputs, params: StudentParams, env) -> TrainResult:
-        return self._train(inputs.table("target_pairs"), None, inputs, params, env)
+        return self._train(inputs.path("target_pairs"), None, inputs, params, env)
 
 
 class AugSBERTParams(StudentParams):
@@ -308,8 +328,8 @@ class AugSBERT(BiEncoderStage):
         return Declaration(params, inputs=inputs, outputs=("model",))
 
     def run(self, inputs, params: AugSBERTParams, env) -> TrainResult:
-        gold = inputs.table("gold") if params.mix else None
-        return self._train(gold, inputs.table("silver"), inputs, params, env)
+        gold = inputs.path("gold") if params.mix else None
+        return self._train(gold, inputs.path("silver"), inputs, params, env)
 
 
 STUDENTS = {s.name: s for s in (GoldOnly, TargetGold, AugSBERT)}

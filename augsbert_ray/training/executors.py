@@ -9,8 +9,8 @@
   (``training.warm_fit``), with the same checkpoints and restarts.
 
 How the pairs reach the workers is the same for both (``training.ingest``): a table of at
-most ``stream_above_rows`` rows whole through the object store, anything larger (and files or
-a Ray Data dataset) staged beside the run, each worker reading its own batches' rows from it
+most ``stream_above_rows`` rows whole through the object store (files or a Ray Data dataset
+that small read into one), anything larger staged beside the run, each worker reading its own batches' rows from it
 (the warm host in-process, through the same reader).
 
 Both run the same training function on the same config and return a ``Trained``; what

@@ -1,9 +1,8 @@
 """How a training's pairs reach its workers: whole through the object store, or streamed.
 
-A small training set travels as today: one Arrow table put in Ray's object store, which every
-worker reads whole and tokenises once (``loop.PairTrainer``'s pre-tokenised batches: the
-fastest steps). A large one, or one given as files or a Ray Data dataset (``TrainingSet``), is
-*staged*: written once, in fixed blocks of ``ROWS_PER_BLOCK`` rows, to an uncompressed Arrow IPC
+A small training set (a table, or files or a Ray Data dataset given as a ``TrainingSet``) travels
+as one Arrow table put in Ray's object store, which every worker reads whole and tokenises once
+(``loop.PairTrainer``'s pre-tokenised batches: the fastest steps). A large one is *staged*: written once, in fixed blocks of ``ROWS_PER_BLOCK`` rows, to an uncompressed Arrow IPC
 file beside the run's checkpoints (Ray Train's storage: a local folder, a shared file system or
 ``s3://``), and each worker reads from it only the rows of its own batches (``PairReader``),
 block by block, with ranged reads. Nothing a worker holds grows with the pairs' text.
@@ -124,12 +123,33 @@ class TrainingSet:
         """Every pair in one table (what a seed search needs)."""
         return pa.concat_tables(list(self.batches()))
 
+    def label_mean(self) -> float | None:
+        """The mean label over every pair (repeats counted, classes as trained on), read a
+        column at a time; None without pairs."""
+        import pyarrow.parquet as pq
+
+        total, rows = 0.0, 0
+        for source, flag, repeat in self.parts:
+            if flag is None:  # a dataset
+                labels = (b.column(schema.LABEL).to_numpy() for b in
+                          source.select_columns([schema.LABEL]).iter_batches(batch_size=65_536,
+                                                                             batch_format="pyarrow"))
+            else:
+                labels = (b.column(0).to_numpy() for path in source
+                          for b in pq.ParquetFile(path).iter_batches(batch_size=65_536, columns=[schema.LABEL]))
+            for values in labels:
+                if flag and self.silver_as_classes:
+                    values = values >= 0.5
+                total += float(np.sum(values, dtype=np.float64)) * repeat
+                rows += len(values) * repeat
+        return total / rows if rows else None
+
 
 def _training_columns(table: pa.Table, flag: bool | None, as_classes: bool) -> pa.Table:
     table = table.select(schema.training_columns(table) if flag is None else schema.PAIR_COLUMNS)
     if as_classes:
         classes = pa.array(table.column(schema.LABEL).to_numpy() >= 0.5, pa.float32())
-        table = table.set_column(2, pa.field(schema.LABEL, pa.float32()), classes)
+        table = table.set_column(2, table.schema.field(schema.LABEL).with_type(pa.float32()), classes)
     if flag is not None:
         table = table.append_column(schema.IS_SILVER, pa.array(np.full(table.num_rows, flag), pa.bool_()))
     return table
@@ -235,12 +255,14 @@ def _selector(base: str):
 
 
 def feed(pairs: pa.Table | TrainingSet, folder: str, stream_above_rows: int) -> dict:
-    """The training data's entry of the training function's config: ``{"table": ref}`` (a table
-    of at most ``stream_above_rows`` rows, in the object store) or ``{"staged": StagedPairs}``."""
-    if isinstance(pairs, pa.Table) and pairs.num_rows <= stream_above_rows:
+    """The training data's entry of the training function's config: ``{"table": ref}`` (pairs
+    of at most ``stream_above_rows`` rows, a table in the object store; a ``TrainingSet`` that
+    small is read whole) or ``{"staged": StagedPairs}``."""
+    if pairs.num_rows <= stream_above_rows:
         import ray
 
-        return {"table": ray.put(pairs.select(schema.training_columns(pairs)))}
+        table = pairs if isinstance(pairs, pa.Table) else pairs.to_table()
+        return {"table": ray.put(table.select(schema.training_columns(table)))}
     return {"staged": stage(pairs, folder)}
 
 

@@ -435,8 +435,8 @@ def train_on_ray(
         kind: ``bi_encoder`` or ``cross_encoder`` (see ``recipes.RECIPES``).
         pairs: training pairs with ``sentence1``, ``sentence2`` and ``label`` columns (and
             ``schema.IS_SILVER`` for a student): a table, or files or a Ray Data dataset
-            (``ingest.TrainingSet``). The executor says from what size a table is streamed
-            (``stream_above_rows``); a ``TrainingSet`` always is (``training.ingest``).
+            (``ingest.TrainingSet``). The executor says from what size the pairs are streamed
+            (``stream_above_rows``, ``training.ingest``); smaller ones go whole.
         recipe: keyword arguments of the recipe (model, max_length, ...).
         hparams: ``loop.HParams`` fields.
         resources: workers, GPUs and CPUs per worker.

@@ -87,6 +87,10 @@ def main(out: Path) -> None:
         result = {"head": head, "workers": [w.node_id for w in workers],
                   "actor_nodes": sorted(set(trace.read_text().split())), "manifests": manifests, "runs": runs,
                   "silver_ok": ok and silver.num_rows == 96}
+        from augsbert_ray.labeling.driver import file_source
+
+        source = file_source(path, cfg)  # every node sees the file here: the reading tasks run on any
+        result.update(readers=sorted(source.readers), selector=source.selector()["ray.io/node-id"])
         (out / "result.json").write_text(json.dumps(result))
     finally:
         ray.shutdown()

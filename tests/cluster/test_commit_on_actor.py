@@ -30,6 +30,9 @@ def test_each_shard_is_committed_by_the_node_that_labelled_it(tmp_path):
     assert set(result["actor_nodes"]) == set(result["workers"])
     assert writers == set(result["workers"]) and result["head"] not in writers
     assert all(m["rows"] == 8 and len(m["sha256"]) == 64 for m in manifests.values())
+    # the candidates file is the same on every node (one machine's disk): every node may read shards
+    assert result["readers"] == sorted([result["head"], *result["workers"]])
+    assert result["selector"].startswith("in(") and all(n in result["selector"] for n in result["readers"])
     first, again = result["runs"]
     assert first == {"rows": 96, "shards": 12, "reused": 0, "labelled": 12, "redone": first["redone"]}
     assert sorted(first["redone"]) == list(range(12))

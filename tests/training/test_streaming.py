@@ -161,3 +161,20 @@ def test_a_set_staged_in_storage_given_as_a_uri_is_read_and_its_lengths_kept_for
     assert len(list((tmp_path / "staged").glob("lengths-*.npy"))) == 1
     stage(_pairs(5, 8), folder)  # other pairs: lengths of the old ones go
     assert not list((tmp_path / "staged").glob("lengths-*.npy"))
+
+
+@pytest.mark.parametrize("task", ["regression", "binary"])
+@pytest.mark.parametrize("curriculum", ["mixed", "silver-first"])
+def test_a_students_training_sets_from_files_are_its_tables(task, curriculum, tmp_path):
+    from augsbert_ray.stages.student import training_phases, training_sets
+
+    gold, silver = _pairs(9, 7), _pairs(31, 8)
+    pq.write_table(gold, tmp_path / "gold.parquet")
+    pq.write_table(silver, tmp_path / "silver.parquet")
+    sets = training_sets(tmp_path / "gold.parquet", tmp_path / "silver.parquet", task, 3, curriculum)
+    tables = training_phases(gold, silver, task, 3, curriculum)
+    assert len(sets) == len(tables) == (2 if curriculum == "silver-first" else 1)
+    for given, table in zip(sets, tables):
+        assert given.num_rows == table.num_rows
+        assert given.to_table().equals(table)
+        assert given.label_mean() == pytest.approx(float(np.mean(table.column("label").to_numpy())), rel=1e-6)
