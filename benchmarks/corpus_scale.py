@@ -14,12 +14,16 @@ distribution and unigram frequencies, seeded, distinct sentences only) and write
 under ``--work``. The default sampler is random recombination with one partner per sentence
 (``rs``, so the labelling budget is about one pair per sentence) and the cross-encoder a
 random 2-layer BERT (hidden size 128) on the embedded tokenizer: the point is the engine's
-memory and time per stage, not the scores. ``--strategy bm25`` runs BM25 top-k instead.
+memory and time per stage, not the scores. ``--strategy bm25`` runs BM25 top-k instead,
+``ss`` semantic search and ``bm25+ss`` both, with the job's bi-encoder (the embedded MiniLM,
+384 floats a sentence); by default the gold-only student embeds (``sampling.ss_model:
+gold_only``, trained first on the 64 gold pairs), ``--set sampling.ss_model=zero_shot`` the
+untrained model.
 
 A corpus above 4 MiB has its candidates made on shards (``--candidates sharded``, the engine's
-path for text corpora with random or BM25 pairs) or in one task on the driver's node (``single``,
-the path before); ``--candidates sharded single`` runs each size both ways, and the table of the
-largest single processes sets them side by side.
+path for text corpora) or in one task on the driver's node (``single``, the path before);
+``--candidates sharded single`` runs each size both ways, and the table of the largest single
+processes sets them side by side.
 
 Memory is sampled four times a second (``augsbert_ray.bench.memory.MemorySampler``): the
 driver's RSS, and PSS summed over the driver and every process it started (Ray's GCS,
@@ -31,6 +35,8 @@ raylet, workers and actors), so Ray's shared-memory object store is counted once
     python benchmarks/corpus_scale.py --sizes 100000 --set labeling.executor=pool --work /tmp/cs --out /tmp/cs/pool
     python benchmarks/corpus_scale.py --until candidates --sizes 1000000 3000000 --candidates sharded single \
         --work /tmp/cs --out /tmp/cs/distributed
+    python benchmarks/corpus_scale.py --until candidates --strategy ss --k 3 --sizes 100000 300000 \
+        --candidates sharded single --set sampling.ss_model=zero_shot --work /tmp/cs --out /tmp/cs/ss
 """
 
 from __future__ import annotations
@@ -87,7 +93,8 @@ def one_run(args) -> dict:
 # Titles of the processes that read a corpus and sample its candidates: the sharded path's Ray Data
 # tasks and actors, the single-task path's task and its Ray Data tasks; both paths' driver-node tasks.
 CANDIDATE_WORK = ("_read_range", "_dedup_shard", "_number_range", "_draw", "_Search",
-                  "_pair_bucket", "_in_task", "read_ranges", "draw_batch", "BM25Searcher")
+                  "_pair_bucket", "_in_task", "read_ranges", "draw_batch", "BM25Searcher", "_EmbedBlocks",
+                  "_build_shard", "_search_block", "SentenceEmbedder", "_IndexShard")
 
 
 def _largest(run: dict, candidates_only: bool) -> tuple[str, int, int]:
@@ -222,8 +229,9 @@ def _role_table(runs: list[dict]) -> list[str]:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--sizes", type=int, nargs="+", default=[100_000, 300_000, 1_000_000], help="corpus lines")
-    p.add_argument("--strategy", default="rs", choices=["rs", "bm25"], help="how candidates are sampled")
-    p.add_argument("--k", type=int, default=1, help="partners (rs) or top-k (bm25) per sentence")
+    p.add_argument("--strategy", default="rs", choices=["rs", "bm25", "ss", "bm25+ss"],
+                   help="how candidates are sampled")
+    p.add_argument("--k", type=int, default=1, help="partners (rs) or top-k (bm25, ss, bm25+ss) per sentence")
     p.add_argument("--model", default="tiny", help="tiny (a small random BERT), embedded, or a model path")
     p.add_argument("--cpus", type=int, default=os.cpu_count())
     p.add_argument("--data-dir", default=os.environ.get("AUGSBERT_DATA_DIR", "../shared/data"))

@@ -82,6 +82,28 @@ def union_candidates(tables: Sequence[pa.Table], sentences: pa.Table, gold_keys:
     return out.set_column(out.schema.get_field_index(schema.ORIGIN), out.schema.field(schema.ORIGIN), origin)
 
 
+def union_pairs(found: Sequence[tuple[str, np.ndarray, np.ndarray]]) -> tuple[np.ndarray, np.ndarray, pa.Array]:
+    """``union_candidates``' rule on pair keys: ``found`` lists, in priority order, each sampler's
+    ``(origin, keys, scores)``, its keys unique (``pairs.unique_pairs``). Returns the sorted keys
+    of the union, each one's score from the first sampler that found it, and its origins joined
+    with "+" in the order of ``found`` (pure)."""
+    if not found:
+        return np.empty(0, np.int64), np.empty(0, np.float32), pa.array([], pa.string())
+    key = np.concatenate([np.asarray(k, np.int64) for _, k, _ in found])
+    rank = np.concatenate([np.full(len(k), i, np.int64) for i, (_, k, _) in enumerate(found)])
+    score = np.concatenate([np.asarray(s, np.float32) for _, _, s in found])
+    order = np.lexsort((rank, key))  # by key, then priority: the first row of a key carries its score
+    key, rank, score = key[order], rank[order], score[order]
+    first = np.ones(len(key), dtype=bool)
+    first[1:] = key[1:] != key[:-1]
+    starts = np.flatnonzero(first)
+    mask = np.bitwise_or.reduceat(np.int64(1) << rank, starts) if len(starts) else rank
+    present, which = np.unique(mask, return_inverse=True)
+    names = [origin for origin, _, _ in found]
+    labels = [SEPARATOR.join(nm for i, nm in enumerate(names) if m >> i & 1) for m in present.tolist()]
+    return key[starts], score[starts], pa.array(labels, pa.string()).take(pa.array(which.reshape(-1), pa.int64()))
+
+
 def sample(ctx) -> pa.Table:
     """BM25 + SS: the union of both samplers' top-k candidates, origins kept.
 

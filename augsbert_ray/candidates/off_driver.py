@@ -11,9 +11,8 @@ memory does not grow with the corpus. The work is the same code either way, so t
 are too.
 
 Not with Ray Client, whose driver (and run directory) is on no node of the cluster. A corpus
-sampled with random pairs or BM25 takes the sharded path instead (``corpus_shards``,
-``sharded``), where no process holds the corpus; this one remains for the other strategies
-(semantic search), and for a cluster of several nodes whose run directory is a storage URI.
+takes the sharded path instead (``corpus_shards``, ``sharded``), where no process holds the
+corpus; this one remains for a cluster of several nodes whose run directory is a storage URI.
 """
 
 from __future__ import annotations

@@ -149,14 +149,20 @@ def _on_gpu(index):
 
 
 def merge_top_k(parts: list[tuple[np.ndarray, np.ndarray]], k: int) -> tuple[np.ndarray, np.ndarray]:
-    """Merges per-shard ``(scores, ids)`` top lists (ids global, -1 for none) into one top ``k``.
+    """Merges per-shard ``(scores, ids)`` top lists (ids global, -1 for none) into one top ``k``,
+    listed as one flat index over all the rows lists them.
 
-    Every true top-k neighbour is in its own shard's top k, so the merge is exact.
+    Every true top-k neighbour is in its own shard's top k, so the merge is exact. Equal scores
+    are ordered as a Faiss flat index orders them: of a tie at the k-th place the smallest ids
+    are kept, and tied hits are listed largest id first (``test_semantic.py`` checks this against
+    Faiss), so that dropping the query itself (``top_k_others``) keeps the same neighbours.
     """
     scores = np.concatenate([p[0] for p in parts], axis=1).astype(np.float32)
     ids = np.concatenate([p[1] for p in parts], axis=1).astype(np.int64)
     scores[ids < 0] = -np.inf
-    order = np.argsort(-scores, axis=1, kind="stable")[:, :k]
+    kept = np.lexsort((ids, -scores))[:, :k]  # best first, then the smallest ids
+    scores, ids = np.take_along_axis(scores, kept, 1), np.take_along_axis(ids, kept, 1)
+    order = np.lexsort((-ids, -scores))
     return np.take_along_axis(scores, order, 1), np.take_along_axis(ids, order, 1)
 
 
@@ -238,7 +244,14 @@ def search_top_k(index, emb: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray
     if n == 0 or k <= 0:
         return np.empty(0, np.int64), np.empty(0, np.int64), np.empty(0, np.float32)
     scores, hits = index.search(np.ascontiguousarray(emb, dtype=np.float32), min(k + 1, n))
-    queries = np.broadcast_to(np.arange(n, dtype=np.int64)[:, None], hits.shape)
+    return top_k_others(np.arange(n, dtype=np.int64), scores, hits, k)
+
+
+def top_k_others(query_ids: np.ndarray, scores: np.ndarray, hits: np.ndarray,
+                 k: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """A search's ``k + 1`` hits per query (rows best first, ``-1`` for none) as the best ``k``
+    other sentences of each: ``(query_ids, hit_ids, scores)``, each query's hits best first."""
+    queries = np.broadcast_to(np.asarray(query_ids, np.int64)[:, None], hits.shape)
     keep = (hits >= 0) & (hits != queries)
     # If the query was not among its own hits (a tie, or an approximate index missing
     # it), k + 1 others remain: keep the best k.

@@ -27,9 +27,10 @@ class FaissConfig(Section):
     hnsw_ef_search: int = Field(128, gt=0, description="HNSW beam width; higher = better recall")
     shards: int = placement(1, gt=0, description="index shards, each held by its own Ray actor (rows split evenly; "
                                                  "the shards' top-k lists are merged exactly); 1: one index in the "
-                                                 "sampling process")
-    shard_cpus: float = placement(1, gt=0, description="CPUs per shard actor")
-    shard_gpus: float = placement(0, ge=0, description="GPUs per shard actor")
+                                                 "sampling process. A large text corpus's index is cut into shards "
+                                                 "of at most 256 MiB of vectors instead, on storage")
+    shard_cpus: float = placement(1, gt=0, description="CPUs per shard actor (a large text corpus: per search task)")
+    shard_gpus: float = placement(0, ge=0, description="GPUs per shard actor (a large text corpus: per search task)")
     use_gpu: bool = placement(True, description="flat and IVF indexes move to a GPU where faiss-gpu is installed and "
                                                 "the process sees one (HNSW stays on CPU); false keeps them on CPU")
 

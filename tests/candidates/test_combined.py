@@ -98,3 +98,26 @@ def test_missing_bi_encoder_fails_before_bm25(tmp_path, monkeypatch):
     ctx = SamplingContext(sentences=SENTENCES, gold_keys=GOLD, cfg=SamplingConfig(), work_dir=tmp_path, seed=0)
     with pytest.raises(ValueError, match="bi_encoder is None"):
         get_sampler("bm25+ss")(ctx)
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_union_of_pair_keys_is_union_candidates(seed):
+    # What each pair bucket of a sharded corpus computes (candidates.sharded) against the union of whole tables.
+    from augsbert_ray.candidates.pairs import unique_pairs
+
+    rng = np.random.default_rng(seed)
+    n, empty = 40, np.empty(0, np.int64)
+    found = []
+    for origin, size in (("bm25", 0 if seed == 0 else 60), ("ss", 80)):  # seed 0: BM25 found nothing
+        q, h = rng.integers(0, n, size), rng.integers(0, n, size)
+        found.append((origin, *unique_pairs(q, h, rng.random(size).astype(np.float32), n, empty)))
+    sentences = pa.table({schema.SENTENCE_ID: pa.array(range(n), pa.int64()),
+                          schema.TEXT: pa.array([f"s{i}" for i in range(n)])}, schema=schema.SENTENCE_SCHEMA)
+    tables = [finalize_candidates(k // n, k % n, s, sentences, empty, origin) for origin, k, s in found]
+    expected = combined.union_candidates(tables, sentences, empty)
+    keys, scores, origins = combined.union_pairs(found)
+    assert np.array_equal(keys, pair_keys(expected.column(schema.ID1).to_numpy(),
+                                          expected.column(schema.ID2).to_numpy(), n))
+    assert np.array_equal(scores, expected.column(schema.RETRIEVAL_SCORE).to_numpy())
+    assert origins.to_pylist() == expected.column(schema.ORIGIN).to_pylist()
+    assert len(found[0][1]) == 0 or "bm25+ss" in origins.to_pylist()

@@ -95,6 +95,23 @@ def test_merge_top_k_takes_the_best_across_shards_and_drops_padding():
     assert ids[1].tolist() == [11, 0, 13, -1]
 
 
+def test_merged_shards_break_ties_as_one_flat_index():
+    # Nine distinct vectors, each many times: every neighbour list ends in a tie that spans shards.
+    rng = np.random.default_rng(0)
+    base = rng.standard_normal((9, 8)).astype(np.float32)
+    emb = (base / np.linalg.norm(base, axis=1, keepdims=True))[rng.integers(0, 9, 300)]
+    k = 4
+    one = semantic.search_top_k(semantic.build_faiss_index(emb, FaissConfig(use_gpu=False), 0), emb, k)
+    for cuts in ([0, 100, 300], [0, 7, 13, 150, 151, 300]):
+        top = np.empty((300, 0), np.float32), np.empty((300, 0), np.int64)
+        for lo, hi in zip(cuts[:-1], cuts[1:]):
+            index = semantic.build_faiss_index(emb[lo:hi], FaissConfig(use_gpu=False), 0)
+            scores, ids = index.search(emb, min(k + 1, hi - lo))
+            top = semantic.merge_top_k([top, (scores, ids + lo)], k + 1)
+        got = semantic.top_k_others(np.arange(300), *top, k)
+        assert all(np.array_equal(a, b) for a, b in zip(got, one)), cuts
+
+
 def test_sharded_flat_index_equals_one_index(ray_local, vectors):
     ids, scores = _brute_top_k(vectors, K)
     # 3 uneven shards (500 rows), queries sent in batches of 128.
