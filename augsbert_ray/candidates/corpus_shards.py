@@ -104,6 +104,16 @@ def node_id() -> str:
     return ray.get_runtime_context().get_node_id() if ray.is_initialized() else ""
 
 
+def spill_hits(hits: pa.Table, work: str, first_id: int, offsets: list[int]) -> pa.Table:
+    """Writes a block of query hits (``schema.HITS_SCHEMA``) into their pair buckets; the task's row."""
+    q, h = hits.column("query_id").to_numpy(), hits.column("hit_id").to_numpy()
+    which = np.searchsorted(np.asarray(offsets), np.minimum(q, h), side="right") - 1
+    written = np.unique(which).tolist()
+    for b in written:
+        write_atomic(Path(work) / f"{b:05d}" / f"{first_id:012d}.parquet", hits.filter(pa.array(which == b)))
+    return pa.table({WRITTEN: [json.dumps(written)], NODE: [node_id()]})
+
+
 def nodes_of(rows: list[dict]) -> list[str]:
     """The nodes that a round's tasks ran on, from their rows."""
     return sorted({r[NODE] for r in rows if r.get(NODE)})

@@ -33,7 +33,6 @@ bucket's pairs and one sentence part at a time; a search task, one index shard a
 
 from __future__ import annotations
 
-import json
 import logging
 import shutil
 from pathlib import Path
@@ -43,7 +42,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from augsbert_ray import schema
-from augsbert_ray.candidates.corpus_shards import (FOUND, NODE, WRITTEN, SentenceParts, check_found, each,
+from augsbert_ray.candidates.corpus_shards import (FOUND, NODE, SentenceParts, check_found, each, spill_hits,
                                                    expected_files, node_id, nodes_of, on_nodes, part_path,
                                                    write_atomic)
 
@@ -66,16 +65,6 @@ def wanted(corpus_cfg, strategy: str) -> bool:
     return ENABLED and corpus_cfg.format in FORMATS and strategy in SHARDED
 
 
-def _spill(hits: pa.Table, work: str, first_id: int, offsets: list[int]) -> pa.Table:
-    """Writes a block's hits (``schema.HITS_SCHEMA``) into their pair buckets; the task's row."""
-    q, h = hits.column("query_id").to_numpy(), hits.column("hit_id").to_numpy()
-    which = np.searchsorted(np.asarray(offsets), np.minimum(q, h), side="right") - 1
-    written = np.unique(which).tolist()
-    for b in written:
-        write_atomic(Path(work) / f"{b:05d}" / f"{first_id:012d}.parquet", hits.filter(pa.array(which == b)))
-    return pa.table({WRITTEN: [json.dumps(written)], NODE: [node_id()]})
-
-
 def _block(item: pa.Table, columns: list[str] | None = None) -> tuple[pa.Table, int]:
     """The sentences of a query block (``{"path", "group"}``: a row group of a part), and the id
     that names its files: blocks hold disjoint sentences, and a retried block rewrites the same files."""
@@ -90,7 +79,7 @@ def _draw(item: pa.Table, n_sentences: int, k: int, seed: int, progress, work: s
 
     batch, first = _block(item, [schema.SENTENCE_ID])
     hits = draw_batch(batch, n_sentences, k, seed, progress)
-    return _spill(hits, work, first, offsets)
+    return spill_hits(hits, work, first, offsets)
 
 
 class _Search:
@@ -106,7 +95,7 @@ class _Search:
         batch, first = _block(item)
         hits = pa.concat_tables([self.searcher(batch.slice(at, self.step))
                                  for at in range(0, batch.num_rows, self.step)] or [self.searcher(batch)])
-        return _spill(hits, self.work, first, self.offsets)
+        return spill_hits(hits, self.work, first, self.offsets)
 
 
 def _texts(parts: SentenceParts, b: int) -> pa.Array:

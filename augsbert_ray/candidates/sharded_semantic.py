@@ -170,7 +170,7 @@ def _search_block(batch: pa.Table, folder: str, index_dir: str, starts: list[int
     """Ray Data task, one block: its queries' ``k`` nearest other sentences over every index shard
     (``starts``: each shard's first id), spilled into the pair buckets."""
     from augsbert_ray.candidates.semantic import merge_top_k, top_k_others
-    from augsbert_ray.candidates.sharded import _spill
+    from augsbert_ray.candidates.corpus_shards import spill_hits
 
     j = batch.column("index")[0].as_py()
     files = [Path(folder) / f"{j:05d}.npy", *(_shard_path(index_dir, s) for s in range(len(starts)))]
@@ -187,7 +187,7 @@ def _search_block(batch: pa.Table, folder: str, index_dir: str, starts: list[int
     q, h, s = top_k_others(j * rows + np.arange(len(queries), dtype=np.int64), *top, k)
     hits = pa.table({"query_id": pa.array(q, pa.int64()), "hit_id": pa.array(h, pa.int64()),
                      "score": pa.array(s, pa.float32())}, schema=schema.HITS_SCHEMA)
-    spilled = _spill(hits, work, j * rows, offsets)
+    spilled = spill_hits(hits, work, j * rows, offsets)
     return pa.table({"index": [j], FOUND: [found], WRITTEN: spilled.column(WRITTEN), NODE: spilled.column(NODE)})
 
 
@@ -217,7 +217,7 @@ def _embed(ctx, parts: SentenceParts, folder: Path, rows: int, blocks: int) -> i
 
 def semantic_hits(ctx, parts: SentenceParts, blocks: list[dict], work: Path) -> list[dict]:
     """Semantic search's top-k of every sentence of ``parts``, spilled into ``work``'s pair buckets
-    (``sharded._spill``); the search tasks' rows.
+    (``corpus_shards.spill_hits``); the search tasks' rows.
 
     Args:
         ctx: a ``SamplingContext`` without its sentences: its settings, seed, bi-encoder, the
