@@ -11,5 +11,6 @@ MEASURED = (
     {'task': 'news', 'teacher': 'MiniLM teacher', 'seed': 1, 'metric': 'spearman', 'lead_dev': 3.28, 'gain_test': 2.3, 'low': 0.28, 'high': 4.29},
     {'task': 'stsb', 'teacher': 'MPNet teacher', 'seed': 1, 'metric': 'spearman', 'lead_dev': 5.31, 'gain_test': -2.12, 'low': -3.6, 'high': -0.65},
     {'task': 'stsb', 'teacher': 'MPNet teacher', 'seed': 2, 'metric': 'spearman', 'lead_dev': 5.65, 'gain_test': 0.22, 'low': -1.17, 'high': 1.64},
+    {'task': 'news', 'teacher': 'MPNet teacher', 'seed': 2, 'metric': 'spearman', 'lead_dev': 10.14, 'gain_test': 3.26, 'low': 1.18, 'high': 5.63},
     {'task': 'news', 'teacher': 'MPNet teacher', 'seed': 1, 'metric': 'spearman', 'lead_dev': 10.25, 'gain_test': 2.15, 'low': 0.07, 'high': 4.4},
 )
