@@ -56,9 +56,8 @@ def main() -> None:
                     commit.COMMITTING_CALLS = calls
                     t = cp.measure(pool, pairs, args.block, 1, args.cpus, lambda line: None, inputs=inputs,
                                    delay_s=delay)
-                    busy = delay * t.steady_shards_per_s if t.steady_shards_per_s else None
                     runs.append({"calls": calls, "steady_pairs_per_s": t.steady_pairs_per_s,
-                                 "end_to_end_pairs_per_s": t.pairs / (t.wall - t.input), "labeller_busy": busy})
+                                 "end_to_end_pairs_per_s": t.pairs / (t.wall - t.input)})
                     print(f"calls {calls}: {runs[-1]['end_to_end_pairs_per_s']:,.0f} pairs/s end to end", flush=True)
                     load.append(load_average())
     finally:
