@@ -20,6 +20,7 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
+from three_nodes import three_nodes
 
 
 class NodeScorer:
@@ -53,19 +54,11 @@ def candidates(n: int) -> pa.Table:
 
 
 def main(out: Path, store_at: str | None = None) -> None:
-    import ray
-    from ray.cluster_utils import Cluster
-
     from augsbert_ray.config import LabelingConfig
     from augsbert_ray.labeling import LabelingReport, ScorerSpec, ShardStore, label_candidates_file
 
     out.mkdir(parents=True, exist_ok=True)
-    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 0})
-    workers = [cluster.add_node(num_cpus=1) for _ in range(2)]
-    try:
-        ray.init(address=cluster.address, log_to_driver=False)
-        cluster.wait_for_nodes()
-        head = ray.get_runtime_context().get_node_id()
+    with three_nodes() as (head, workers):
         path = out / "candidates.parquet"
         pq.write_table(candidates(96), path, row_group_size=20)
         trace = out / "actors.txt"
@@ -88,7 +81,7 @@ def main(out: Path, store_at: str | None = None) -> None:
                         store.manifest(i).unlink()
         silver = pq.read_table(out / "silver.parquet")
         ok = silver.column("label").to_pylist() == [np.float32(i / 1000).item() for i in range(96)]
-        result = {"head": head, "workers": [w.node_id for w in workers],
+        result = {"head": head, "workers": workers,
                   "actor_nodes": sorted(set(trace.read_text().split())), "manifests": manifests, "runs": runs,
                   "silver_ok": ok and silver.num_rows == 96}
         from augsbert_ray.labeling.driver import file_source
@@ -96,9 +89,6 @@ def main(out: Path, store_at: str | None = None) -> None:
         source = file_source(path, cfg)  # every node sees the file here: the reading tasks run on any
         result.update(readers=sorted(source.readers), selector=source.selector()["ray.io/node-id"])
         (out / "result.json").write_text(json.dumps(result))
-    finally:
-        ray.shutdown()
-        cluster.shutdown()
 
 
 if __name__ == "__main__":

@@ -18,6 +18,8 @@ import sys
 from pathlib import Path
 from types import SimpleNamespace
 
+from three_nodes import three_nodes
+
 
 class _NoInputs:
     def __contains__(self, name: str) -> bool:
@@ -36,9 +38,6 @@ class _Rounds(logging.Handler):
 
 
 def main(out: Path, corpus: str) -> None:
-    import ray
-    from ray.cluster_utils import Cluster
-
     from augsbert_ray.candidates import corpus_shards, off_driver
     from augsbert_ray.config import CorpusConfig, SamplingConfig
     from augsbert_ray.loaders import corpus as loader
@@ -51,12 +50,8 @@ def main(out: Path, corpus: str) -> None:
     logger = logging.getLogger("augsbert_ray")
     logger.setLevel(logging.INFO)
     logger.addHandler(rounds)
-    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 0, "include_dashboard": False})
-    workers = [cluster.add_node(num_cpus=1) for _ in range(2)]
-    try:
-        ray.init(address=cluster.address, log_to_driver=False)
-        cluster.wait_for_nodes()
-        result = {"head": ray.get_runtime_context().get_node_id(), "workers": [w.node_id for w in workers], "runs": {}}
+    with three_nodes() as (head, workers):
+        result = {"head": head, "workers": workers, "runs": {}}
         for strategy in ("bm25", "rs"):
             rounds.nodes = {}
             folder = out / strategy
@@ -69,9 +64,6 @@ def main(out: Path, corpus: str) -> None:
             res = stage._corpus_run(_NoInputs(), params, env)
             result["runs"][strategy] = {"result": res.model_dump(), "nodes": rounds.nodes}
         (out / "result.json").write_text(json.dumps(result))
-    finally:
-        ray.shutdown()
-        cluster.shutdown()
 
 
 if __name__ == "__main__":

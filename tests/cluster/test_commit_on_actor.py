@@ -5,24 +5,15 @@ missing; the same with the shards in an S3 bucket (moto's server on loopback).""
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
-from pathlib import Path
-
 import pytest
+from three_nodes import run_script
 
 pytestmark = pytest.mark.slow
 
 
 @pytest.mark.timeout(300)
 def test_each_shard_is_committed_by_the_node_that_labelled_it(tmp_path):
-    out = tmp_path / "out"
-    # A process of its own: the session's local Ray and a Cluster cannot share one driver.
-    proc = subprocess.run([sys.executable, str(Path(__file__).with_name("commit_on_actor.py")), str(out)],
-                          capture_output=True, text=True, timeout=280)
-    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-4000:]
-    result = json.loads((out / "result.json").read_text())
+    result = run_script("commit_on_actor.py", tmp_path / "out")
     manifests = result["manifests"]
     assert len(manifests) == 12 and result["silver_ok"]
     writers = {m["writer"] for m in manifests.values()}
@@ -56,14 +47,11 @@ def test_on_s3_each_shard_is_put_in_the_bucket_by_the_node_that_labelled_it(tmp_
         # The endpoint and credentials in the URI: every node's workers open it without an environment.
         uri = f"s3://testing:testing@shards/run/block-8?endpoint_override={host}:{port}&scheme=http&region=us-east-1"
         out = tmp_path / "out"
-        proc = subprocess.run([sys.executable, str(Path(__file__).with_name("commit_on_actor.py")), str(out), uri],
-                              capture_output=True, text=True, timeout=280)
-        assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-4000:]
+        result = run_script("commit_on_actor.py", out, uri)
         listed = client.list_objects_v2(Bucket="shards", Prefix="run/block-8/")["Contents"]
         keys = {o["Key"] for o in listed if not o["Key"].endswith("/")}  # pyarrow keeps a folder's marker
     finally:
         server.stop()
-    result = json.loads((out / "result.json").read_text())
     manifests = result["manifests"]
     assert len(manifests) == 12 and result["silver_ok"] and not (out / "shards").exists()
     assert keys == {f"run/block-8/part-{i:06d}.{ext}" for i in range(12) for ext in ("json", "parquet")} | {

@@ -4,13 +4,12 @@ more than one node, never the driver's, and the pairs are those of one process o
 
 from __future__ import annotations
 
-import json
-import subprocess
 import sys
 from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
+from three_nodes import run_script
 
 pytestmark = pytest.mark.slow
 
@@ -26,11 +25,7 @@ def test_sharded_candidates_run_on_every_node_and_find_the_one_node_pairs(tmp_pa
 
     corpus = _table_corpus(tmp_path / "corpus", "tsv")
     out = tmp_path / "cluster"
-    # A process of its own: the session's local Ray and a Cluster cannot share one driver.
-    proc = subprocess.run([sys.executable, str(Path(__file__).with_name("sharded_candidates.py")), str(out), corpus],
-                          capture_output=True, text=True, timeout=280)
-    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-4000:]
-    result = json.loads((out / "result.json").read_text())
+    result = run_script("sharded_candidates.py", out, corpus)
     workers = set(result["workers"])
     for strategy, run in result["runs"].items():
         nodes = run["nodes"]
