@@ -28,4 +28,14 @@ def test_a_lead_is_read_against_the_measured_runs_nearest_it():
     gains = [p["gain_test"] for p in near]
     assert f"gained {min(gains):+.2f} to {max(gains):+.2f} spearman on test" in text
     assert f"{sum(p['low'] > 0 for p in near)} of {len(near)} intervals above 0" in text
-    assert what_it_meant(5.0, "f1") is None and what_it_meant(float("nan"), "spearman") is None
+    assert what_it_meant(float("nan"), "spearman") is None and what_it_meant(5.0, "accuracy") is None
+
+
+def test_a_lead_in_f1_is_read_against_f1_runs_only():
+    f1 = [p for p in MEASURED if p["metric"] == "f1"]
+    assert f1, "no measured F1 runs"
+    text = what_it_meant(f1[0]["lead_dev"], "f1")
+    near = sorted(f1, key=lambda p: abs(p["lead_dev"] - f1[0]["lead_dev"]))[:NEAREST]
+    assert f"in {len(near)} measured runs" in text and " f1 on test" in text
+    gains = [p["gain_test"] for p in near]
+    assert f"gained {min(gains):+.2f} to {max(gains):+.2f}" in text
