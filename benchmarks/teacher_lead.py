@@ -27,7 +27,8 @@ REPO = Path(__file__).resolve().parent.parent
 DATA = REPO / "augsbert_ray" / "teacher_lead_data.py"
 DEFAULT_SOURCES = ["MiniLM teacher=benchmarks/results/heldout_recipe_matched.json:gold10",
                    "MPNet teacher, silver first=benchmarks/results/mpnet_teacher_lowres.json:silver-first",
-                   "MPNet teacher=benchmarks/results/pilot_check_mrpc_mpnet.json"]
+                   "MPNet teacher=benchmarks/results/pilot_check_mrpc_mpnet.json",
+                   "MPNet teacher, silver first=benchmarks/results/mrpc_1k_mpnet.json"]
 PRIMARY = {"regression": "spearman", "binary": "f1"}
 
 
