@@ -1,16 +1,16 @@
 """How far the teacher leads the gold-only student on dev, against what AugSBERT then gained.
 
-Reads results of ``heldout_recipe.py`` or ``pilot_check.py`` (rows and their runs' metrics) in
-which both students count each gold pair as often (the engine's reference since gold-only counts
-``gold_repeat``), and lists, per run, the teacher's lead on dev (what the teacher check reports before labelling)
-beside AugSBERT - gold only on test with its paired bootstrap interval. It writes the table
-(``--out``) and the engine's copy of the figures (``augsbert_ray/teacher_lead_data.py``), which
-the teacher check quotes; ``--check`` fails when that copy is not current.
+Reads results of ``heldout_recipe.py`` or ``pilot_check.py`` (rows and their runs' metrics) in which
+both students count each gold pair as often (the engine's reference since gold-only counts
+``gold_repeat``), and lists, per run, the teacher's lead on dev (what the teacher check reports
+before labelling) beside AugSBERT - gold only on test with its paired bootstrap interval. It writes
+the table (``--out``) and the engine's copy of the figures (``augsbert_ray/teacher_lead_data.py``),
+which the teacher check quotes; ``--check`` fails when that copy is not current.
 
     python benchmarks/teacher_lead.py \\
         --source "MiniLM teacher=benchmarks/results/heldout_recipe_matched.json:gold10" \\
-        --source "MPNet teacher=benchmarks/results/mpnet_teacher_lowres.json" \\
-        --source "MPNet teacher=benchmarks/results/pilot_check_mrpc_mpnet.json"
+        --source "MPNet teacher, silver first=benchmarks/results/mpnet_teacher_lowres.json:silver-first" \\
+        --source "MPNet teacher, silver first=benchmarks/results/mrpc_1k_mpnet.json"
 
 A source's optional ``:VARIANT`` keeps only the rows of that recipe variant (``heldout_recipe.py``)
 or job (``pilot_check.py``).
