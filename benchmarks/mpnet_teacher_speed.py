@@ -187,7 +187,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def render(args, rates: dict, proj: dict, threads: int) -> list[str]:
-    e, m = rates["embedded"], rates["mpnet"]
+    m = rates["mpnet"]
     lines = ["# The MPNet teacher on CPU: training and scoring speed against MiniLM", "",
              f"The same STSb training pairs for both cross-encoders (seed 0): {args.train_pairs} trained "
              f"(batch {args.batch_size}, the engine's training loop, {m['train']['precision']}; the first step "
