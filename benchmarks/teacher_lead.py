@@ -10,6 +10,7 @@ which the teacher check quotes; ``--check`` fails when that copy is not current.
     python benchmarks/teacher_lead.py \\
         --source "MiniLM teacher=benchmarks/results/heldout_recipe_matched.json:gold10" \\
         --source "MPNet teacher, silver first=benchmarks/results/mpnet_teacher_lowres.json:silver-first" \\
+        --source "MPNet teacher=benchmarks/results/pilot_check_mrpc_mpnet.json" \\
         --source "MPNet teacher, silver first=benchmarks/results/mrpc_1k_mpnet.json"
 
 A source's optional ``:VARIANT`` keeps only the rows of that recipe variant (``heldout_recipe.py``)
